@@ -1,0 +1,6 @@
+"""Complete neural operators built from sciattn layers, and their registry."""
+
+from .galerkin_transformer import GalerkinTransformer
+from .registry import create_operator, list_operators, register_operator
+
+__all__ = ["GalerkinTransformer", "create_operator", "list_operators", "register_operator"]

@@ -1,0 +1,199 @@
+"""Galerkin Transformer (Cao, NeurIPS 2021, arXiv 2105.14995) on grids and point sets.
+
+Architecture, for an input ``a`` with coordinates ``x``::
+
+    h_0 = Lift([a, x])                                     pointwise, C_in + d -> d_model
+    h_l = h_{l-1} + Attn(h_{l-1}, x)                       Galerkin / Fourier attention
+    h_l = h_l + FFN(h_l)                                   Linear -> GELU -> Linear
+    u   = Regressor(h_L)
+
+The regressor is the paper's spectral one on grids — ``regressor_layers`` blocks of
+``SiLU(SpectralConv(h) + W h)`` (neuraloperator's :class:`SpectralConv`) followed by a pointwise
+MLP — or a pointwise MLP (required on point sets). Every piece is either pointwise, a
+quadrature-weighted integral or a truncated Fourier series, so a model trained at one
+resolution evaluates at any other.
+
+Shapes:
+    grid input: ``x`` of shape ``(B, C_in, *spatial)`` with ``spatial_dims`` axes, returns
+    ``(B, C_out, *spatial)``; point input: ``x`` of shape ``(B, N, C_in)`` with ``pos``
+    ``(B, N, d)``, optional ``weights`` ``(B, N)`` and ``mask`` ``(B, N)``, returns
+    ``(B, N, C_out)`` (zeros on padding).
+"""
+
+from __future__ import annotations
+
+import torch
+from neuralop.layers.spectral_convolution import SpectralConv
+from torch import nn
+
+from sciattn._checks import check_choice, check_dim, check_finite, check_positive_int, check_rank
+from sciattn.domain import Grid, PointCloud
+from sciattn.galerkin import GalerkinAttention
+
+from .registry import register_operator
+
+__all__ = ["GalerkinTransformer"]
+
+
+class _EncoderLayer(nn.Module):
+    """Post-residual encoder block of the paper: attention then a feed-forward network."""
+
+    def __init__(self, d_model, n_heads, dim_ff, attention_type, pos_dim, dropout, ffn_dropout, norm_eps,
+                 xavier_gain, diagonal_weight):
+        super().__init__()
+        self.attn = GalerkinAttention(
+            d_model, n_heads, attention_type=attention_type, pos_dim=pos_dim, norm_eps=norm_eps,
+            xavier_gain=xavier_gain, diagonal_weight=diagonal_weight, dropout=dropout,
+        )
+        self.ffn = nn.Sequential(
+            nn.Linear(d_model, dim_ff), nn.GELU(), nn.Dropout(ffn_dropout), nn.Linear(dim_ff, d_model)
+        )
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, h, pos, weights, mask):
+        h = h + self.attn(h, pos, weights=weights, mask=mask)
+        return h + self.dropout(self.ffn(h))
+
+
+class _SpectralRegressor(nn.Module):
+    """``L × SiLU(SpectralConv(h) + W h)`` then a pointwise MLP, on ``(B, C, *spatial)``."""
+
+    def __init__(self, d_model, width, out_channels, n_modes, n_layers, dim_ff, spatial_dims):
+        super().__init__()
+        conv = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}[spatial_dims]
+        self.lift = conv(d_model, width, 1)
+        self.spectral = nn.ModuleList(SpectralConv(width, width, n_modes=n_modes) for _ in range(n_layers))
+        self.skips = nn.ModuleList(conv(width, width, 1) for _ in range(n_layers))
+        self.head = nn.Sequential(conv(width, dim_ff, 1), nn.SiLU(), conv(dim_ff, out_channels, 1))
+        self.act = nn.SiLU()
+
+    def forward(self, h):
+        h = self.lift(h)
+        for spec, skip in zip(self.spectral, self.skips):
+            h = self.act(spec(h) + skip(h))
+        return self.head(h)
+
+
+@register_operator("galerkin_transformer")
+class GalerkinTransformer(nn.Module):
+    """Galerkin Transformer neural operator.
+
+    Args:
+        in_channels: input channels ``C_in``.
+        out_channels: output channels ``C_out``.
+        spatial_dims: dimension ``d`` of the domain (1, 2 or 3).
+        d_model: token width.
+        n_layers: number of encoder blocks.
+        n_heads: attention heads.
+        dim_ff: hidden width of the feed-forward networks (default ``2·d_model``).
+        attention_type: ``"galerkin"`` or ``"fourier"``.
+        regressor: ``"spectral"`` (grids only, the paper's) or ``"pointwise"``.
+        n_modes: Fourier modes per axis kept by the spectral regressor.
+        regressor_width: channels of the spectral regressor.
+        regressor_layers: spectral blocks in the regressor.
+        dropout, ffn_dropout: dropout on attention/FFN outputs and inside the FFN.
+        norm_eps, xavier_gain, diagonal_weight: attention LayerNorm eps and initialisation.
+    """
+
+    def __init__(
+        self,
+        *,
+        in_channels: int,
+        out_channels: int,
+        spatial_dims: int = 2,
+        d_model: int = 64,
+        n_layers: int = 4,
+        n_heads: int = 4,
+        dim_ff: int | None = None,
+        attention_type: str = "galerkin",
+        regressor: str = "spectral",
+        n_modes: int | list[int] = 8,
+        regressor_width: int = 32,
+        regressor_layers: int = 2,
+        dropout: float = 0.0,
+        ffn_dropout: float = 0.0,
+        norm_eps: float = 1e-5,
+        xavier_gain: float = 1e-2,
+        diagonal_weight: float = 1e-2,
+    ) -> None:
+        super().__init__()
+        for name, value in [("in_channels", in_channels), ("out_channels", out_channels), ("d_model", d_model),
+                            ("n_layers", n_layers), ("n_heads", n_heads), ("regressor_width", regressor_width)]:
+            check_positive_int(name, value)
+        if spatial_dims not in (1, 2, 3):
+            raise ValueError(f"spatial_dims: expected 1, 2 or 3, got {spatial_dims!r}")
+        check_choice("regressor", regressor, ("spectral", "pointwise"))
+        self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
+        self.regressor_kind = regressor
+        dim_ff = dim_ff or 2 * d_model
+        self.lift = nn.Linear(in_channels + spatial_dims, d_model)
+        self.layers = nn.ModuleList(
+            _EncoderLayer(d_model, n_heads, dim_ff, attention_type, spatial_dims, dropout, ffn_dropout, norm_eps,
+                          xavier_gain, diagonal_weight)
+            for _ in range(n_layers)
+        )
+        if regressor == "spectral":
+            modes = [n_modes] * spatial_dims if isinstance(n_modes, int) else list(n_modes)
+            if len(modes) != spatial_dims:
+                raise ValueError(f"n_modes: expected an int or {spatial_dims} ints, got {n_modes!r}")
+            self.regressor = _SpectralRegressor(d_model, regressor_width, out_channels, modes, regressor_layers,
+                                                dim_ff, spatial_dims)
+        else:
+            self.regressor = nn.Sequential(nn.Linear(d_model, dim_ff), nn.GELU(), nn.Linear(dim_ff, out_channels))
+
+    def encode(self, a: torch.Tensor, pos: torch.Tensor, weights, mask) -> torch.Tensor:
+        """Lift and run the attention stack on tokens ``(B, N, C_in)`` -> ``(B, N, d_model)``."""
+        if pos.dim() == 2:
+            pos = pos.unsqueeze(0).expand(a.shape[0], *pos.shape)
+        h = self.lift(torch.cat([a, pos.to(a.dtype)], dim=-1))
+        for layer in self.layers:
+            h = layer(h, pos, weights, mask)
+        return h
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        pos: torch.Tensor | None = None,
+        weights: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if pos is None:
+            return self._forward_grid(x)
+        return self._forward_points(x, pos, weights, mask)
+
+    def _forward_grid(self, x: torch.Tensor) -> torch.Tensor:
+        d = self.spatial_dims
+        check_rank("x", x, 2 + d, f"(B, C_in={self.in_channels}, {d} spatial axes)")
+        check_dim("x", x, 1, self.in_channels, "input channels")
+        check_finite("x", x)
+        grid = Grid.from_field(x, d)
+        nodes, weights = grid.nodes_and_weights(x.dtype, x.device)
+        b = x.shape[0]
+        tokens = x.flatten(2).transpose(1, 2)
+        h = self.encode(tokens, nodes, weights, None)
+        if self.regressor_kind == "spectral":
+            return self.regressor(h.transpose(1, 2).reshape(b, -1, *grid.shape))
+        return self.regressor(h).transpose(1, 2).reshape(b, self.out_channels, *grid.shape)
+
+    def _forward_points(self, x, pos, weights, mask) -> torch.Tensor:
+        if self.regressor_kind == "spectral":
+            raise ValueError(
+                "pos: point-set input needs regressor='pointwise'; this model was built with regressor='spectral', "
+                "which requires grid input (B, C, *spatial) without pos"
+            )
+        check_rank("x", x, 3, f"(B, N, C_in={self.in_channels})")
+        check_dim("x", x, -1, self.in_channels, "input channels")
+        cloud = PointCloud(pos, weights, mask)
+        if cloud.ndim != self.spatial_dims:
+            raise ValueError(f"pos: expected {self.spatial_dims} coordinates per point, got {cloud.ndim}")
+        if x.shape[:2] != pos.shape[:2]:
+            raise ValueError(f"x: expected (B, N) = {tuple(pos.shape[:2])} to match pos, got {tuple(x.shape[:2])}")
+        check_finite("x", x, None if mask is None else mask[..., None])
+        if mask is not None:
+            x = torch.where(mask[..., None], x, torch.zeros((), dtype=x.dtype, device=x.device))
+            pos = torch.where(mask[..., None], pos, torch.zeros((), dtype=pos.dtype, device=pos.device))
+        h = self.encode(x, pos, weights, mask)
+        out = self.regressor(h)
+        if mask is not None:
+            out = torch.where(mask[..., None], out, torch.zeros((), dtype=out.dtype, device=out.device))
+        return out

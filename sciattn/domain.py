@@ -1,0 +1,160 @@
+"""Discretised domains: where the points are and how much each one weighs.
+
+A domain carries the quadrature of the integral that every attention layer approximates,
+
+    u(x) = ∫_Ω κ(q(x), k(y)) v(y) dμ(y)  ≈  Σ_j w_j κ(q_i, k_j) v_j .
+
+* :class:`Grid` — a tensor-product grid on a box, fields shaped ``(B, C, *shape)``.
+* :class:`PointCloud` — a padded batch of point sets: positions ``(B, N, d)``, weights
+  ``(B, N)`` and a validity mask ``(B, N)``.
+
+Both expose ``positions`` and ``weights`` in the flattened token layout ``(B, N, ·)`` that the
+attention functionals take. Weights sum to the measure of the domain for a grid, and are
+whatever the user supplies (cell areas, Voronoi volumes) for a cloud; attention layers
+normalise them to a probability measure per sample, so the layer is invariant to the
+domain's size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ._checks import check_finite, check_rank
+from .quadrature import RULES, tensor_rule
+
+__all__ = ["Grid", "PointCloud", "normalized_weights"]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A regular grid on the box ``Π_k [a_k, b_k]``.
+
+    Args:
+        shape: number of nodes per axis, e.g. ``(64, 64)``.
+        bounds: ``((a_1, b_1), ...)``; defaults to the unit box.
+        rule: quadrature rule, see :mod:`sciattn.quadrature` (``uniform`` by default: nodes
+            ``a + (b-a) i/n``, the layout of the FNO/neuraloperator grid files).
+    """
+
+    shape: tuple[int, ...]
+    bounds: tuple[tuple[float, float], ...] | None = None
+    rule: str = "uniform"
+
+    def __post_init__(self) -> None:
+        shape = tuple(int(s) for s in self.shape)
+        if not shape or any(s <= 0 for s in shape):
+            raise ValueError(f"shape: expected a non-empty tuple of positive sizes, got {self.shape!r}")
+        object.__setattr__(self, "shape", shape)
+        bounds = self.bounds if self.bounds is not None else tuple((0.0, 1.0) for _ in shape)
+        bounds = tuple((float(a), float(b)) for a, b in bounds)
+        if len(bounds) != len(shape):
+            raise ValueError(f"bounds: expected {len(shape)} (a, b) pairs for shape {shape}, got {len(bounds)}")
+        object.__setattr__(self, "bounds", bounds)
+        if self.rule not in RULES:
+            raise ValueError(f"rule: expected one of {list(RULES)}, got {self.rule!r}")
+
+    @classmethod
+    def from_field(cls, field: torch.Tensor, spatial_dims: int, **kwargs) -> Grid:
+        """Infer the grid of a channels-first field ``(B, C, *spatial)``."""
+        check_rank("field", field, 2 + spatial_dims, f"(B, C, {spatial_dims} spatial axes)")
+        return cls(tuple(field.shape[-spatial_dims:]), **kwargs)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def n_points(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def measure(self) -> float:
+        m = 1.0
+        for a, b in self.bounds:  # type: ignore[union-attr]
+            m *= b - a
+        return m
+
+    def nodes_and_weights(
+        self, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions ``(N, d)`` in C order and weights ``(N,)`` summing to :attr:`measure`."""
+        nodes, weights = tensor_rule(self.shape, self.bounds, self.rule)  # type: ignore[arg-type]
+        return nodes.to(dtype=dtype, device=device), weights.to(dtype=dtype, device=device)
+
+    def coordinate_channels(self, batch: int, dtype=torch.float32, device=None) -> torch.Tensor:
+        """Node coordinates as a channels-first field ``(batch, d, *shape)``."""
+        nodes, _ = self.nodes_and_weights(dtype, device)
+        field = nodes.T.reshape(self.ndim, *self.shape)
+        return field.unsqueeze(0).expand(batch, *field.shape)
+
+
+@dataclass
+class PointCloud:
+    """A padded batch of point sets.
+
+    Shapes:
+        positions: ``(B, N, d)``; weights: ``(B, N)`` (uniform when omitted);
+        mask: ``(B, N)`` bool, True for real points (all True when omitted).
+    """
+
+    positions: torch.Tensor
+    weights: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        pos = check_rank("positions", self.positions, 3, "(B, N, d)")
+        b, n, _ = pos.shape
+        if n == 0:
+            raise ValueError(f"positions: expected at least one point, got an empty point set of shape {tuple(pos.shape)}")
+        if self.mask is not None:
+            check_rank("mask", self.mask, 2, "(B, N)")
+            if tuple(self.mask.shape) != (b, n):
+                raise ValueError(f"mask: expected shape {(b, n)} to match positions, got {tuple(self.mask.shape)}")
+            if self.mask.dtype != torch.bool:
+                raise TypeError(f"mask: expected dtype torch.bool, got {self.mask.dtype}")
+            if not bool(self.mask.any(dim=1).all()):
+                raise ValueError("mask: expected at least one real point per sample, got a sample with none")
+        check_finite("positions", pos, None if self.mask is None else self.mask[..., None])
+        if self.weights is not None:
+            check_rank("weights", self.weights, 2, "(B, N)")
+            if tuple(self.weights.shape) != (b, n):
+                raise ValueError(f"weights: expected shape {(b, n)} to match positions, got {tuple(self.weights.shape)}")
+
+    @property
+    def ndim(self) -> int:
+        return self.positions.shape[-1]
+
+    def quadrature_weights(self) -> torch.Tensor:
+        """Weights ``(B, N)``, zero on padding and normalised to sum to one per sample."""
+        return normalized_weights(self.weights, self.mask, self.positions.shape[:2], self.positions.dtype,
+                                  self.positions.device)
+
+
+def normalized_weights(
+    weights: torch.Tensor | None,
+    mask: torch.Tensor | None,
+    shape: Sequence[int],
+    dtype: torch.dtype,
+    device: torch.device | str | None,
+) -> torch.Tensor:
+    """Per-sample probability weights ``(B, N)``: ``w_j / Σ_j w_j`` over real points, 0 on padding.
+
+    ``weights`` may be ``(N,)`` (shared by the batch) or ``(B, N)``; ``None`` means uniform.
+    """
+    b, n = int(shape[0]), int(shape[1])
+    if weights is None:
+        w = torch.ones(b, n, dtype=dtype, device=device)
+    else:
+        w = weights.to(dtype=dtype, device=device)
+        if w.dim() == 1:
+            w = w.unsqueeze(0)
+        w = w.expand(b, n)
+    if mask is not None:
+        w = torch.where(mask, w, torch.zeros((), dtype=dtype, device=device))
+    return w / w.sum(dim=1, keepdim=True)

@@ -1,0 +1,89 @@
+"""GalerkinTransformer: grid and point-set modes, invariances, errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sciattn.operators import create_operator
+
+
+def _points_model():
+    return create_operator("galerkin_transformer", in_channels=3, out_channels=2, spatial_dims=2, d_model=16,
+                           n_layers=2, n_heads=2, regressor="pointwise").double()
+
+
+def test_point_set_permutation_equivariance():
+    model = _points_model()
+    x, pos = torch.randn(2, 30, 3, dtype=torch.float64), torch.rand(2, 30, 2, dtype=torch.float64)
+    w = torch.rand(2, 30, dtype=torch.float64) + 0.1
+    perm = torch.randperm(30)
+    out = model(x, pos, w)
+    torch.testing.assert_close(model(x[:, perm], pos[:, perm], w[:, perm]), out[:, perm])
+
+
+def test_point_set_padding_invariance_with_mixed_sizes():
+    model = _points_model()
+    a_x, a_pos = torch.randn(1, 20, 3, dtype=torch.float64), torch.rand(1, 20, 2, dtype=torch.float64)
+    b_x, b_pos = torch.randn(1, 7, 3, dtype=torch.float64), torch.rand(1, 7, 2, dtype=torch.float64)
+    pad = 13
+    x = torch.cat([a_x, torch.cat([b_x, torch.full((1, pad, 3), float("nan"), dtype=torch.float64)], 1)])
+    pos = torch.cat([a_pos, torch.cat([b_pos, torch.full((1, pad, 2), float("nan"), dtype=torch.float64)], 1)])
+    mask = torch.ones(2, 20, dtype=torch.bool)
+    mask[1, 7:] = False
+    out = model(x, pos, mask=mask)
+    torch.testing.assert_close(out[:1], model(a_x, a_pos))
+    torch.testing.assert_close(out[1:, :7], model(b_x, b_pos))
+    assert torch.equal(out[1, 7:], torch.zeros(pad, 2, dtype=torch.float64))
+
+
+def test_grid_mode_equals_point_mode_on_grid_nodes():
+    """A grid is a point set with the grid's nodes and weights: both paths agree (pointwise head)."""
+    model = create_operator("galerkin_transformer", in_channels=1, out_channels=1, spatial_dims=2, d_model=16,
+                            n_layers=2, n_heads=2, regressor="pointwise").double()
+    x = torch.randn(2, 1, 6, 5, dtype=torch.float64)
+    from sciattn import Grid
+
+    nodes, w = Grid((6, 5)).nodes_and_weights(torch.float64)
+    grid_out = model(x)
+    pts_out = model(x.flatten(2).transpose(1, 2), nodes.expand(2, -1, -1), w.expand(2, -1))
+    torch.testing.assert_close(grid_out.flatten(2).transpose(1, 2), pts_out)
+
+
+def test_one_dimensional_grids():
+    model = create_operator("galerkin_transformer", in_channels=1, out_channels=1, spatial_dims=1, d_model=16,
+                            n_layers=1, n_heads=2, n_modes=6, regressor_width=8)
+    assert model(torch.randn(3, 1, 32)).shape == (3, 1, 32)
+    assert model(torch.randn(1, 1, 128)).shape == (1, 1, 128)
+
+
+@pytest.mark.parametrize(
+    "call,exc,match",
+    [
+        (lambda m: m(torch.randn(2, 16, 16)), ValueError, r"x: expected a 4-D tensor \(B, C_in=1, 2 spatial axes\)"),
+        (lambda m: m(torch.randn(2, 3, 8, 8)), ValueError, r"x: expected size 1 along axis 1 \(input channels\), got 3"),
+        (lambda m: m(torch.full((1, 1, 8, 8), float("nan"))), ValueError, "x: expected finite values, got 64 NaN"),
+        (lambda m: m(torch.full((1, 1, 8, 8), float("inf"))), ValueError, "0 NaN and 64 Inf"),
+    ],
+)
+def test_bad_grid_input(call, exc, match):
+    model = create_operator("galerkin_transformer", in_channels=1, out_channels=1, d_model=16, n_layers=1,
+                            n_heads=2, regressor_width=8, n_modes=4)
+    with pytest.raises(exc, match=match):
+        call(model)
+
+
+def test_bad_point_input():
+    model = _points_model().float()
+    with pytest.raises(ValueError, match="positions: expected at least one point"):
+        model(torch.randn(1, 0, 3), torch.rand(1, 0, 2))
+    with pytest.raises(ValueError, match=r"weights: expected shape \(1, 5\)"):
+        model(torch.randn(1, 5, 3), torch.rand(1, 5, 2), torch.rand(1, 4))
+    with pytest.raises(ValueError, match="pos: expected 2 coordinates per point, got 3"):
+        model(torch.randn(1, 5, 3), torch.rand(1, 5, 3))
+    with pytest.raises(ValueError, match="x: expected finite values"):
+        model(torch.full((1, 5, 3), float("nan")), torch.rand(1, 5, 2))
+    spectral = create_operator("galerkin_transformer", in_channels=3, out_channels=1, d_model=16, n_layers=1,
+                               n_heads=2)
+    with pytest.raises(ValueError, match="regressor='pointwise'"):
+        spectral(torch.randn(1, 5, 3), torch.rand(1, 5, 2))
