@@ -25,7 +25,7 @@ import torch
 from ._checks import check_finite, check_rank
 from .quadrature import RULES, tensor_rule
 
-__all__ = ["Grid", "PointCloud", "normalized_weights"]
+__all__ = ["Grid", "PointCloud", "fourier_resample", "normalized_weights", "resample_field"]
 
 
 @dataclass(frozen=True)
@@ -158,3 +158,69 @@ def normalized_weights(
     if mask is not None:
         w = torch.where(mask, w, torch.zeros((), dtype=dtype, device=device))
     return w / w.sum(dim=1, keepdim=True)
+
+
+def resample_field(field: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """Multilinear resampling of a channels-first field ``(B, C, *n)`` on the ``uniform`` node layout
+    (nodes ``i/n_k`` along each axis) onto the same layout with ``shape`` nodes, ``(B, C, *shape)``.
+
+    Nested grids are sampled exactly: resampling a 128-node axis to 32 nodes returns every fourth
+    value, the same restriction the data generators use. Nodes beyond the last input node (when
+    refining) take the boundary value.
+    """
+    shape = tuple(int(s) for s in shape)
+    d = len(shape)
+    check_rank("field", field, 2 + d, f"(B, C, {d} spatial axes)")
+    src = tuple(field.shape[2:])
+    if src == shape:
+        return field
+    if all(n % m == 0 for n, m in zip(src, shape)):  # nested grids: exact restriction by slicing
+        return field[(...,) + tuple(slice(None, None, n // m) for n, m in zip(src, shape))]
+    if any(n < 2 for n in src):
+        raise ValueError(f"field: expected at least 2 nodes per axis to interpolate, got spatial shape {src}")
+    axes = []
+    for n, m in zip(src, shape):
+        idx = torch.arange(m, dtype=field.dtype, device=field.device) * (n / m)
+        axes.append(2 * idx / (n - 1) - 1)
+    mesh = torch.meshgrid(*axes, indexing="ij")
+    grid = torch.stack(mesh[::-1], dim=-1)  # grid_sample wants (x=last axis, y, z) order
+    squeeze = d == 1
+    if squeeze:  # treat 1-D as 2-D with a singleton axis
+        field = field.unsqueeze(-2)
+        grid = torch.stack([grid[..., 0], torch.zeros_like(grid[..., 0])], dim=-1).unsqueeze(0)
+    grid = grid.unsqueeze(0).expand(field.shape[0], *grid.shape)
+    out = torch.nn.functional.grid_sample(field, grid, mode="bilinear", padding_mode="border", align_corners=True)
+    return out.squeeze(-2) if squeeze else out
+
+
+def fourier_resample(field: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """Evaluate the trigonometric interpolant of ``(B, C, *n)`` on the ``uniform`` node layout with
+    ``shape`` nodes: zero-padding (or truncating) the Fourier series.
+
+    Frequencies ``|k| ≤ (min(n, m) - 1) // 2`` per axis are kept, so a field band-limited below the
+    coarser grid's Nyquist frequency is resampled exactly (values at shared nodes are unchanged).
+    """
+    shape = tuple(int(s) for s in shape)
+    d = len(shape)
+    check_rank("field", field, 2 + d, f"(B, C, {d} spatial axes)")
+    src = tuple(field.shape[2:])
+    if src == shape:
+        return field
+    axes = tuple(range(-d, 0))
+    spec = torch.fft.rfftn(field, dim=axes, norm="forward")
+    out = spec.new_zeros(*field.shape[:2], *shape[:-1], shape[-1] // 2 + 1)
+    index_in, index_out = [slice(None), slice(None)], [slice(None), slice(None)]
+    # Build the copy as a product of per-axis (positive, negative) frequency blocks.
+    blocks = [[]]
+    for ax, (n, m) in enumerate(zip(src, shape)):
+        h = (min(n, m) - 1) // 2
+        if ax == d - 1:
+            parts = [(slice(0, h + 1), slice(0, h + 1))]
+        else:
+            parts = [(slice(0, h + 1), slice(0, h + 1))] + ([(slice(n - h, n), slice(m - h, m))] if h > 0 else [])
+        blocks = [b + [p] for b in blocks for p in parts]
+    for block in blocks:
+        src_idx = tuple(index_in + [p[0] for p in block])
+        dst_idx = tuple(index_out + [p[1] for p in block])
+        out[dst_idx] = spec[src_idx]
+    return torch.fft.irfftn(out, s=shape, dim=axes, norm="forward")

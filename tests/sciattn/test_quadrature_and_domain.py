@@ -67,3 +67,45 @@ def test_cloud_weights_ignore_nan_padding_and_sum_to_one():
     w = PointCloud(pos, weights=torch.full((2, 5), 2.0), mask=mask).quadrature_weights()
     torch.testing.assert_close(w.sum(1), torch.ones(2))
     assert torch.equal(w[0, 3:], torch.zeros(2))
+
+
+def test_resample_field_restricts_nested_grids_exactly():
+    from sciattn.domain import resample_field
+
+    f = torch.randn(2, 3, 64, 48)
+    assert torch.equal(resample_field(f, (16, 12)), f[..., ::4, ::4])
+    f1 = torch.randn(1, 2, 40)
+    assert torch.equal(resample_field(f1, (10,)), f1[..., ::4])
+
+
+def test_resample_field_is_exact_for_linear_fields_on_unnested_grids():
+    from sciattn.domain import Grid, resample_field
+
+    def linear(shape):
+        c = Grid(shape).coordinate_channels(1, torch.float64)
+        return (1.0 + 2.0 * c[:, :1] - 3.0 * c[:, 1:]).to(torch.float64)
+
+    got = resample_field(linear((50, 40)), (30, 20))  # 30 and 20 nodes lie inside the 50 x 40 hull
+    torch.testing.assert_close(got, linear((30, 20)))
+
+
+def test_resample_field_errors():
+    from sciattn.domain import resample_field
+
+    with pytest.raises(ValueError, match="field: expected a 4-D tensor"):
+        resample_field(torch.randn(3, 8, 8), (4, 4))
+    with pytest.raises(ValueError, match="at least 2 nodes"):
+        resample_field(torch.randn(1, 1, 1, 8), (3, 3))
+
+
+def test_fourier_resample_is_exact_for_band_limited_fields():
+    from sciattn.domain import Grid, fourier_resample
+
+    def field(shape):
+        c = Grid(shape).coordinate_channels(1, torch.float64)
+        x, y = c[:, :1], c[:, 1:]
+        return torch.sin(2 * math.pi * 3 * x) * torch.cos(2 * math.pi * 2 * y) + 0.3 * torch.cos(
+            2 * math.pi * (5 * x - 4 * y)) + 1
+
+    torch.testing.assert_close(fourier_resample(field((16, 16)), (40, 36)), field((40, 36)))
+    torch.testing.assert_close(fourier_resample(field((48, 48)), (16, 16)), field((16, 16)))
