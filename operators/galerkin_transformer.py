@@ -55,6 +55,24 @@ class _EncoderLayer(nn.Module):
         return h + self.dropout(self.ffn(h))
 
 
+class _ConvFeatures(nn.Module):
+    """Residual 3×3 convolution blocks on the latent grid (Cao's CNN feature extractor), ``(B, C, *latent)``."""
+
+    def __init__(self, channels: int, n_blocks: int, spatial_dims: int):
+        super().__init__()
+        conv = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}[spatial_dims]
+        self.blocks = nn.ModuleList(
+            nn.Sequential(conv(channels, channels, 3, padding=1), nn.GELU(), conv(channels, channels, 3, padding=1))
+            for _ in range(n_blocks)
+        )
+        self.act = nn.GELU()
+
+    def forward(self, h):
+        for block in self.blocks:
+            h = self.act(h + block(h))
+        return h
+
+
 class _SpectralRegressor(nn.Module):
     """``L × SiLU(SpectralConv(h) + W h)`` then a pointwise MLP, on ``(B, C, *spatial)``."""
 
@@ -116,6 +134,9 @@ class GalerkinTransformer(nn.Module):
             nested grids, multilinear otherwise); the regressor's last block is band-limited and
             is evaluated on the input grid through its Fourier series. ``None``: work on the
             input grid. Requires ``regressor="spectral"``.
+        conv_blocks: residual 3×3 convolution blocks applied to the lifted input on the latent grid
+            before the attention stack (the CNN feature extractor of Cao's 2-D model). Their
+            stencil is fixed in latent cells, so they require ``latent_resolution``.
         dropout, ffn_dropout: dropout on attention/FFN outputs and inside the FFN.
         norm_eps, xavier_gain, diagonal_weight: attention LayerNorm eps and initialisation.
     """
@@ -138,6 +159,7 @@ class GalerkinTransformer(nn.Module):
         regressor_separable: bool = False,
         band_limited_output: bool = False,
         latent_resolution: int | list[int] | None = None,
+        conv_blocks: int = 0,
         dropout: float = 0.0,
         ffn_dropout: float = 0.0,
         norm_eps: float = 1e-5,
@@ -163,6 +185,9 @@ class GalerkinTransformer(nn.Module):
             self.latent_shape: tuple[int, ...] | None = tuple(latent)
         else:
             self.latent_shape = None
+        if conv_blocks and self.latent_shape is None:
+            raise ValueError(f"conv_blocks: requires latent_resolution (a fixed grid for the 3x3 stencils), got conv_blocks={conv_blocks} without it")
+        self.features = _ConvFeatures(d_model, conv_blocks, spatial_dims) if conv_blocks else None
         dim_ff = dim_ff or 2 * d_model
         self.lift = nn.Linear(in_channels + spatial_dims, d_model)
         self.layers = nn.ModuleList(
@@ -179,11 +204,14 @@ class GalerkinTransformer(nn.Module):
         else:
             self.regressor = nn.Sequential(nn.Linear(d_model, dim_ff), nn.GELU(), nn.Linear(dim_ff, out_channels))
 
-    def encode(self, a: torch.Tensor, pos: torch.Tensor, weights, mask) -> torch.Tensor:
+    def encode(self, a: torch.Tensor, pos: torch.Tensor, weights, mask, grid_shape=None) -> torch.Tensor:
         """Lift and run the attention stack on tokens ``(B, N, C_in)`` -> ``(B, N, d_model)``."""
         if pos.dim() == 2:
             pos = pos.unsqueeze(0).expand(a.shape[0], *pos.shape)
         h = self.lift(torch.cat([a, pos.to(a.dtype)], dim=-1))
+        if self.features is not None:
+            b, n, c = h.shape
+            h = self.features(h.transpose(1, 2).reshape(b, c, *grid_shape)).reshape(b, c, n).transpose(1, 2)
         for layer in self.layers:
             h = layer(h, pos, weights, mask)
         return h
@@ -211,7 +239,7 @@ class GalerkinTransformer(nn.Module):
         nodes, weights = grid.nodes_and_weights(x.dtype, x.device)
         b = x.shape[0]
         tokens = x.flatten(2).transpose(1, 2)
-        h = self.encode(tokens, nodes, weights, None)
+        h = self.encode(tokens, nodes, weights, None, grid.shape)
         if self.regressor_kind == "spectral":
             latent = h.transpose(1, 2).reshape(b, -1, *grid.shape)
             return self.regressor(latent, output_shape=out_shape if self.latent_shape is not None else None)

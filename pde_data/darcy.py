@@ -32,7 +32,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -43,6 +42,7 @@ import scipy.sparse
 import scipy.sparse.linalg
 
 from sciattn._checks import check_positive_int
+from sciattn._io import atomic_path
 
 __all__ = [
     "DARCY_DEFAULTS",
@@ -475,18 +475,10 @@ def load_or_generate_darcy(
         warnings.warn(f"{path}: cached parameters differ from the request; regenerating", stacklevel=2)
 
     data = generate_darcy(n_samples, res, fine_resolution=fine, seed=seed, progress=progress, **p)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=cache)
-    os.close(fd)
-    try:
-        with h5py.File(tmp, "w") as fh:
-            for key, value in meta.items():
-                fh.attrs[key] = np.asarray(value, dtype=np.int64) if isinstance(value, list) else value
-            for r, (c, u) in data.items():
-                fh.create_dataset(f"coeff_{r}", data=c)
-                fh.create_dataset(f"u_{r}", data=u)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as fh:
+        for key, value in meta.items():
+            fh.attrs[key] = np.asarray(value, dtype=np.int64) if isinstance(value, list) else value
+        for r, (c, u) in data.items():
+            fh.create_dataset(f"coeff_{r}", data=c)
+            fh.create_dataset(f"u_{r}", data=u)
     return data

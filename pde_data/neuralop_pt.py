@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 
 from sciattn._checks import check_choice, check_file, check_finite, check_positive_int, check_tensor
+from sciattn._io import atomic_path
 
 from .grid_dataset import GridPairDataset
 
@@ -201,17 +201,6 @@ def write_neuralop_pt(
         if key in obj:
             raise ValueError(f"extra: key {key!r} clashes with the x/y entries")
         obj[key] = check_tensor(f"extra[{key!r}]", value).detach().to("cpu").clone()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_path(p) as tmp:
+        torch.save(obj, tmp)
     return p

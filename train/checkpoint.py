@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from sciattn._io import atomic_path, atomic_write_bytes
 from sciattn.operators import create_operator
 from sciattn.pde_data.normalizers import normalizer_from_state, normalizer_to_state
 
@@ -34,38 +34,9 @@ FORMAT = "sciattn-checkpoint"
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
     """``torch.save`` through a temporary file and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def atomic_write_bytes(data: bytes, path: str | os.PathLike) -> Path:
-    """Write ``data`` to ``path`` atomically (temporary file, fsync, rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
+    return Path(path)
 
 
 def save_checkpoint(

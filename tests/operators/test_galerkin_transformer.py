@@ -89,11 +89,13 @@ def test_bad_point_input():
         spectral(torch.randn(1, 5, 3), torch.rand(1, 5, 2))
 
 
-def test_latent_grid_model_restricts_to_its_coarse_prediction():
+@pytest.mark.parametrize("conv_blocks", [0, 1])
+def test_latent_grid_model_restricts_to_its_coarse_prediction(conv_blocks):
     """With a latent grid, a finer input gives a prediction whose values at the coarse nodes equal
     the coarse prediction, and in between are the Fourier interpolant of the band-limited output."""
     model = create_operator("galerkin_transformer", in_channels=1, out_channels=1, d_model=16, n_layers=2,
-                            n_heads=2, n_modes=6, regressor_width=8, latent_resolution=16).eval()
+                            n_heads=2, n_modes=6, regressor_width=8, latent_resolution=16,
+                            conv_blocks=conv_blocks).eval()
     fine = torch.randn(2, 1, 64, 64)
     with torch.no_grad():
         out_fine, out_coarse = model(fine), model(fine[..., ::4, ::4])
@@ -105,6 +107,8 @@ def test_latent_grid_model_restricts_to_its_coarse_prediction():
 
 
 def test_latent_grid_errors():
+    with pytest.raises(ValueError, match="conv_blocks: requires latent_resolution"):
+        create_operator("galerkin_transformer", in_channels=1, out_channels=1, conv_blocks=2)
     with pytest.raises(ValueError, match="latent_resolution: requires regressor='spectral'"):
         create_operator("galerkin_transformer", in_channels=1, out_channels=1, regressor="pointwise",
                         latent_resolution=16)
