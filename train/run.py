@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ def _resolution_of(name: str) -> int | None:
 def train_run(cfg: RunConfig, out: str | Path, *, resume: bool = False, progress: bool = True,
               log=print) -> dict[str, Any]:
     """Train the configured model; write ``checkpoint.pt``, ``metrics.json`` and PNGs into ``out``."""
+    started = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t = cfg.train
@@ -40,6 +42,7 @@ def train_run(cfg: RunConfig, out: str | Path, *, resume: bool = False, progress
         torch.set_num_threads(t.threads)
     torch.manual_seed(t.seed)
     train, tests = build_datasets(cfg.data, progress=progress)
+    data_seconds = time.perf_counter() - started
     spatial_dims = len(train.resolution)
     params = dict(cfg.model_params)
     params.setdefault("in_channels", train.in_channels)
@@ -70,6 +73,8 @@ def train_run(cfg: RunConfig, out: str | Path, *, resume: bool = False, progress
         plot_sample(s["x"], s["y"], pred, out / f"sample_{name}.png", title=f"{cfg.model_name}, {name}")
     if len(errors) > 1:
         plot_resolution_curve(errors, out / "error_vs_resolution.png", train.resolution[0])
+    metrics["data_seconds"] = data_seconds
+    metrics["wall_seconds"] = time.perf_counter() - started
     atomic_write_bytes((json.dumps(metrics, indent=2) + "\n").encode(), out / "metrics.json")
     return metrics
 
