@@ -2,10 +2,11 @@
 
 Architecture, for an input ``a`` with coordinates ``x``::
 
-    h_0 = Lift([a, x])                                     pointwise, C_in + d -> d_model
+    a   = Restrict(a)                                      optional: onto a fixed latent grid
+    h_0 = Conv([Lift([a, x])])                             pointwise lift, optional 3×3 conv blocks
     h_l = h_{l-1} + Attn(h_{l-1}, x)                       Galerkin / Fourier attention
     h_l = h_l + FFN(h_l)                                   Linear -> GELU -> Linear
-    u   = Regressor(h_L)
+    u   = Regressor(h_L)                                   spectral (grids) or pointwise
 
 The regressor is the paper's spectral one on grids — ``regressor_layers`` blocks of
 ``SiLU(SpectralConv(h) + W h)`` (neuraloperator's :class:`SpectralConv`) followed by a pointwise
@@ -76,15 +77,12 @@ class _ConvFeatures(nn.Module):
 class _SpectralRegressor(nn.Module):
     """``L × SiLU(SpectralConv(h) + W h)`` then a pointwise MLP, on ``(B, C, *spatial)``."""
 
-    def __init__(self, d_model, width, out_channels, n_modes, n_layers, dim_ff, spatial_dims, separable,
-                 band_limited):
+    def __init__(self, d_model, width, out_channels, n_modes, n_layers, dim_ff, spatial_dims, band_limited):
         super().__init__()
         self.band_limited = band_limited
         conv = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}[spatial_dims]
         self.lift = conv(d_model, width, 1)
-        self.spectral = nn.ModuleList(
-            SpectralConv(width, width, n_modes=n_modes, separable=separable) for _ in range(n_layers)
-        )
+        self.spectral = nn.ModuleList(SpectralConv(width, width, n_modes=n_modes) for _ in range(n_layers))
         self.skips = nn.ModuleList(conv(width, width, 1) for _ in range(n_layers))
         self.head = nn.Sequential(conv(width, dim_ff, 1), nn.SiLU(), conv(dim_ff, out_channels, 1))
         self.act = nn.SiLU()
@@ -122,9 +120,6 @@ class GalerkinTransformer(nn.Module):
         n_modes: Fourier modes per axis kept by the spectral regressor.
         regressor_width: channels of the spectral regressor.
         regressor_layers: spectral blocks in the regressor.
-        regressor_separable: one Fourier multiplier per channel (channel mixing left to the 1×1
-            skip convolution) instead of a dense ``width × width`` one per mode; far fewer
-            parameters for the same width.
         band_limited_output: drop the pointwise bypass of the last spectral block, so the output is
             a pointwise function of a band-limited field. The same smooth function is then sampled
             at every resolution, instead of carrying the input's grid-scale jumps; this is what
@@ -156,7 +151,6 @@ class GalerkinTransformer(nn.Module):
         n_modes: int | list[int] = 8,
         regressor_width: int = 32,
         regressor_layers: int = 2,
-        regressor_separable: bool = False,
         band_limited_output: bool = False,
         latent_resolution: int | list[int] | None = None,
         conv_blocks: int = 0,
@@ -200,7 +194,7 @@ class GalerkinTransformer(nn.Module):
             if len(modes) != spatial_dims:
                 raise ValueError(f"n_modes: expected an int or {spatial_dims} ints, got {n_modes!r}")
             self.regressor = _SpectralRegressor(d_model, regressor_width, out_channels, modes, regressor_layers,
-                                                dim_ff, spatial_dims, regressor_separable, band_limited_output)
+                                                dim_ff, spatial_dims, band_limited_output)
         else:
             self.regressor = nn.Sequential(nn.Linear(d_model, dim_ff), nn.GELU(), nn.Linear(dim_ff, out_channels))
 
@@ -246,7 +240,7 @@ class GalerkinTransformer(nn.Module):
         return self.regressor(h).transpose(1, 2).reshape(b, self.out_channels, *grid.shape)
 
     def _forward_points(self, x, pos, weights, mask) -> torch.Tensor:
-        if self.regressor_kind == "spectral" or self.latent_shape is not None:
+        if self.regressor_kind == "spectral":
             raise ValueError(
                 "pos: point-set input needs regressor='pointwise'; this model was built with regressor='spectral', "
                 "which requires grid input (B, C, *spatial) without pos"
