@@ -43,6 +43,29 @@ def _cmd_demo(args) -> int:
     return 0
 
 
+def _cmd_data(args) -> int:
+    from sciattn import pde_data
+
+    if args.data_command == "list":
+        print("| name | source | files | split | sample shapes | resolutions |")
+        print("|---|---|---|---|---|---|")
+        for b in pde_data.list_benchmarks():
+            print(f"| {b.name} | {b.source} | {b.files} | {b.split} | {b.shapes} | {b.resolutions} |")
+        return 0
+    if args.data_command == "generate":
+        from sciattn.pde_data.generate import generate_to_netcdf
+
+        path = generate_to_netcdf(args.name, args.n, args.resolution, args.out, seed=args.seed,
+                                  progress=not args.no_progress)
+        print(f"wrote {path}")
+        return 0
+    from sciattn.pde_data.fetch import fetch
+
+    for path in fetch(args.name, Path(args.root).expanduser()):
+        print(f"ok {path}")
+    return 0
+
+
 def _cmd_backends(args) -> int:
     import sciattn
 
@@ -67,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("evaluate", help="evaluate a trained run on data files, each at its own resolution")
     e.add_argument("run_dir")
     e.add_argument("--data", nargs="+", required=True, help="data file(s)")
-    e.add_argument("--format", default=None, help="data format (default: from the file name)")
+    e.add_argument("--format", default=None, help="data format (default: detected from the file content)")
     e.add_argument("--json", help="write the results to this JSON file")
     e.set_defaults(func=_cmd_evaluate)
 
@@ -76,6 +99,21 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     d.add_argument("--no-progress", action="store_true")
     d.set_defaults(func=_cmd_demo)
+
+    da = sub.add_parser("data", help="benchmark data: list, generate, fetch")
+    dsub = da.add_subparsers(dest="data_command", required=True)
+    dsub.add_parser("list", help="print every registered benchmark with its source, split and shapes")
+    g = dsub.add_parser("generate", help="run a built-in solver and write a NetCDF file that load() reads")
+    g.add_argument("name", help="generator name, e.g. darcy")
+    g.add_argument("--n", type=int, required=True, help="number of samples")
+    g.add_argument("--resolution", type=int, required=True, help="points per axis")
+    g.add_argument("--out", required=True, help="output directory")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--no-progress", action="store_true")
+    f = dsub.add_parser("fetch", help="download a benchmark's public files with checksum verification")
+    f.add_argument("name")
+    f.add_argument("--root", required=True, help="folder to place the files in")
+    da.set_defaults(func=_cmd_data)
 
     b = sub.add_parser("backends", help="print the attention backends and whether each runs here")
     b.set_defaults(func=_cmd_backends)
@@ -86,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, TypeError, FileNotFoundError) as err:
+    except (ValueError, TypeError, FileNotFoundError, ConnectionError) as err:
         print(f"sciattn {args.command}: error: {err}", file=sys.stderr)
         return 2
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from sciattn._checks import check_choice
+from sciattn.pde_data import load
 from sciattn.pde_data.darcy import load_or_generate_darcy
 from sciattn.pde_data.grid_dataset import GridPairDataset
 from sciattn.pde_data.neuralop_pt import load_neuralop_pt
@@ -19,16 +20,13 @@ __all__ = ["build_datasets", "load_data_file", "DATA_FORMATS"]
 DATA_FORMATS = ("neuralop_pt", "darcy_solver")
 
 
-def load_data_file(path: str | os.PathLike, fmt: str | None = None, n_samples: int | None = None) -> GridPairDataset:
-    """Load one data file; ``fmt=None`` infers the format from the file name."""
-    p = Path(path)
-    if fmt is None:
-        if p.suffix == ".pt":
-            fmt = "neuralop_pt"
-        else:
-            raise ValueError(f"format: could not infer the format of {str(p)!r}; pass one of ['neuralop_pt']")
-    check_choice("format", fmt, ("neuralop_pt",))
-    return load_neuralop_pt(p, n_samples=n_samples)
+def load_data_file(path: str | os.PathLike, fmt: str | None = None, split: str = "test"):
+    """Load one data file of any supported format (``fmt=None``: detected from the content), or a
+    registered benchmark name."""
+    if fmt not in (None, "auto"):
+        check_choice("format", fmt, ("auto", "neuralop_pt"))
+        return load_neuralop_pt(Path(path))
+    return load(path, split=split)
 
 
 def build_datasets(cfg: DataConfig, progress: bool = False) -> tuple[GridPairDataset, dict[str, GridPairDataset]]:

@@ -80,15 +80,17 @@ def train_run(cfg: RunConfig, out: str | Path, *, resume: bool = False, progress
 
 
 def evaluate_run(run_dir: str | Path, data: str | Path, *, fmt: str | None = None,
-                 n_samples: int | None = None, plot: str | Path | None = None) -> dict[str, Any]:
-    """Evaluate a trained run on a data file at that file's own resolution."""
+                 plot: str | Path | None = None) -> dict[str, Any]:
+    """Evaluate a trained run on a data file (any supported format) at that file's own resolution."""
     model, xn, yn, state = load_model(run_dir)
-    ds = load_data_file(data, fmt, n_samples)
-    if ds.in_channels != model.in_channels:
-        raise ValueError(f"data: expected {model.in_channels} input channels for this model, got {ds.in_channels} "
+    ds = load_data_file(data, fmt)
+    first = ds[0]["x"]
+    if first.shape[0] != model.in_channels:
+        raise ValueError(f"data: expected {model.in_channels} input channels for this model, got {first.shape[0]} "
                          f"in {str(data)!r}")
-    result = evaluate_dataset(model, ds, x_normalizer=xn, y_normalizer=yn, spatial_dims=len(ds.resolution))
-    result.update({"data": str(data), "resolution": list(ds.resolution), "operator": state["operator"]})
+    resolution = list(first.shape[1:])
+    result = evaluate_dataset(model, ds, x_normalizer=xn, y_normalizer=yn, spatial_dims=len(resolution))
+    result.update({"data": str(data), "resolution": resolution, "operator": state["operator"]})
     if plot is not None:
         s = ds[0]
         with torch.no_grad():
