@@ -46,6 +46,12 @@ def _fno_navier_stokes(file: str, t_out: int):
     return loader
 
 
+def _generated_split(x, y, split: str, n_train: int, n_test: int, meta: dict) -> GridPairDataset:
+    """The head ``n_train`` samples for train, the next ``n_test`` for test; arrays ``(n, C, *spatial)``."""
+    sl = slice(0, n_train) if split == "train" else slice(n_train, n_train + n_test)
+    return GridPairDataset(torch.as_tensor(x[sl]), torch.as_tensor(y[sl]), {**meta, "split": split})
+
+
 def _generated_darcy(root: Path, split: str, resolution: int | None, n_train: int = 1000, n_test: int = 100,
                      seed: int = 0, fine_resolution: int | None = None, progress: bool = True):
     from .darcy import load_or_generate_darcy
@@ -54,10 +60,9 @@ def _generated_darcy(root: Path, split: str, resolution: int | None, n_train: in
     data = load_or_generate_darcy(root / "generated", n_train + n_test, [res], fine_resolution=fine_resolution,
                                   seed=seed, progress=progress)
     coeff, u = data[res]
-    sl = slice(0, n_train) if split == "train" else slice(n_train, n_train + n_test)
-    meta = {"source": "sciattn.pde_data.darcy", "name": "darcy", "split": split, "resolution": res,
+    meta = {"source": "sciattn.pde_data.darcy", "name": "darcy", "resolution": res,
             "variables": {"x": ["coefficient"], "y": ["pressure"]}, "seed": seed}
-    return GridPairDataset(torch.from_numpy(coeff[sl])[:, None], torch.from_numpy(u[sl])[:, None], meta)
+    return _generated_split(coeff[:, None], u[:, None], split, n_train, n_test, meta)
 
 
 register_benchmark(Benchmark(
@@ -106,4 +111,108 @@ register_benchmark(Benchmark(
     shapes="x (1, r, r) coefficient in {3, 12}, y (1, r, r) pressure",
     loader=_generated_darcy,
     resolutions="any divisor of fine_resolution (default r)",
+))
+
+
+def _geofno(fn_name: str):
+    def loader(root: Path, split: str, resolution: int | None, **kwargs):
+        from . import geofno
+
+        if resolution is not None:
+            raise ValueError(f"resolution: the Geo-FNO sets are used at their stored resolution; got {resolution}")
+        return getattr(geofno, fn_name)(root, split, **kwargs)
+
+    return loader
+
+
+def _shapenet_car(root: Path, split: str, resolution: int | None, **kwargs):
+    from .shapenet_car import load_shapenet_car
+
+    return load_shapenet_car(root, split, **kwargs)
+
+
+def _the_well(root: Path, split: str, resolution: int | None, dataset: str | None = None, **kwargs):
+    from .the_well import TheWellDataset
+
+    folder = root / "datasets" / dataset if dataset else root
+    return TheWellDataset(folder, split=split, **kwargs)
+
+
+for _name, _fn, _files, _split, _shapes in [
+    ("geofno_airfoil", "load_airfoil", "NACA_Cylinder_{X,Y,Q}.npy", "train [:1000], test [1000:1200]",
+     "x/pos (2, 221, 51) mesh coordinates, y (1, 221, 51) Mach number, weights (221, 51) cell areas"),
+    ("geofno_pipe", "load_pipe", "Pipe_{X,Y,Q}.npy", "train [:1000], test [1000:1200]",
+     "x/pos (2, 129, 129) mesh coordinates, y (1, 129, 129) velocity, weights (129, 129) cell areas"),
+    ("geofno_elasticity", "load_elasticity", "Random_UnitCell_{sigma,XY}_10.npy", "train [:1000], test [-200:]",
+     "x/pos (972, 2) points, y (972, 1) stress, weights 1/972"),
+    ("geofno_plasticity", "load_plasticity", "plas_N987_T20.mat", "train [:900], test [-80:]",
+     "x (1, 101, 31) die profile, y (80, 101, 31) 20 steps x 4 fields"),
+]:
+    register_benchmark(Benchmark(name=_name, source="Li et al. 2022 (Geo-FNO) data, as used by Transolver", files=_files,
+                                 split=_split, shapes=_shapes, loader=_geofno(_fn), resolutions="stored"))
+register_benchmark(Benchmark(
+    name="shapenet_car",
+    source="Umetani & Bickel 2018, Transolver preprocessed layout",
+    files="param0..param8/<sample>/{x,y,pos,surf}.npy",
+    split="test: fold param0; train: the other 8 folds",
+    shapes="x (N, 7), y (N, 4) velocity + pressure, pos (N, 3), surf (N,) bool",
+    loader=_shapenet_car,
+    resolutions="stored",
+))
+register_benchmark(Benchmark(
+    name="the_well",
+    source="Ohana et al. 2024 (The Well), HDF5 per split folder",
+    files="datasets/<dataset>/data/{train,valid,test}/*.hdf5 and stats.yaml (pass dataset=...)",
+    split="separate train / valid / test folders",
+    shapes="x (C * n_steps_input, *spatial), y (C * n_steps_output, *spatial)",
+    loader=_the_well,
+    resolutions="stored, or spatial_stride",
+))
+
+
+def _generated_burgers(root: Path, split: str, resolution: int | None, n_train: int = 1000, n_test: int = 100,
+                       seed: int = 0, progress: bool = True, **params):
+    from .burgers import load_or_generate_burgers
+
+    res = resolution or 1024
+    a, u = load_or_generate_burgers(root / "generated", n_train + n_test, [res], seed=seed, progress=progress,
+                                    **params)[res]
+    meta = {"source": "sciattn.pde_data.burgers", "name": "burgers", "resolution": res,
+            "variables": {"x": ["initial"], "y": ["solution"]}, "seed": seed}
+    return _generated_split(a[:, None], u[:, None], split, n_train, n_test, meta)
+
+
+def _generated_navier_stokes(root: Path, split: str, resolution: int | None, n_train: int = 1000,
+                             n_test: int = 200, t_in: int = 10, seed: int = 0, progress: bool = True, **params):
+    from .navier_stokes import load_or_generate_navier_stokes
+
+    res = resolution or 64
+    _, u = load_or_generate_navier_stokes(root / "generated", n_train + n_test, [res], seed=seed, progress=progress,
+                                          **params)[res]
+    if not 0 < t_in < u.shape[-1]:
+        raise ValueError(f"t_in: expected 1..{u.shape[-1] - 1} of the {u.shape[-1]} recorded steps, got {t_in}")
+    field = torch.from_numpy(u).permute(0, 3, 1, 2)  # (n, T, r, r): time steps as channels
+    meta = {"source": "sciattn.pde_data.navier_stokes", "name": "navier_stokes", "resolution": res,
+            "variables": {"x": [f"w(t={k + 1})" for k in range(t_in)],
+                          "y": [f"w(t={k + 1})" for k in range(t_in, u.shape[-1])]}, "seed": seed}
+    return _generated_split(field[:, :t_in], field[:, t_in:], split, n_train, n_test, meta)
+
+
+register_benchmark(Benchmark(
+    name="burgers",
+    source="built-in solver (sciattn.pde_data.burgers), FNO recipe: nu = 0.1, u0 ~ N(0, 625(-Δ+25)^-2)",
+    files="generated/burgers_<hash>.h5 (solved on first use)",
+    split="train: first n_train samples; test: the next n_test",
+    shapes="x (1, r) initial condition, y (1, r) solution at t = 1",
+    loader=_generated_burgers,
+    resolutions="any divisor of fine_resolution (default r = 1024)",
+))
+register_benchmark(Benchmark(
+    name="navier_stokes",
+    source="built-in solver (sciattn.pde_data.navier_stokes), FNO ns_2d recipe: nu = 1e-3, forcing 0.1(sin+cos)",
+    files="generated/navier_stokes_<hash>.h5 (solved on first use)",
+    split="train: first n_train samples; test: the next n_test",
+    shapes="x (t_in, r, r) first t_in recorded steps, y (T - t_in, r, r) the rest",
+    loader=_generated_navier_stokes,
+    resolutions="any divisor of fine_resolution (default r = 64)",
 ))

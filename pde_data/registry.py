@@ -95,14 +95,32 @@ def _load_path(path: Path, split: str, resolution: int | None, **kwargs) -> Data
 
         return PDEBenchWindowDataset(path, split=split, **kwargs)
     if path.suffix == ".pt":
-        from .neuralop_pt import load_neuralop_pt
-
-        ds = load_neuralop_pt(path, **kwargs)
-        return _subsample_grid(ds, resolution, path)
+        return _load_pt(path, resolution, **kwargs)
     raise ValueError(
         f"name_or_path: could not tell the format of {str(path)!r}; expected a registered benchmark name "
         f"({sorted(BENCHMARKS)}) or a .mat, HDF5, .pt, NetCDF or Zarr file"
     )
+
+
+def _load_pt(path: Path, resolution: int | None, **kwargs) -> Dataset:
+    """neuraloperator ``.pt`` files: a dict with ``x``/``y`` (a ``y`` with one more axis than ``x``
+    carries time steps as channels, e.g. the mini Burgers files), or the list of dicts of
+    ``mini_car.pt``."""
+    import torch
+
+    from .neuralop_pt import load_neuralop_pt
+
+    try:
+        raw = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises several types for corrupt files
+        raise ValueError(f"name_or_path: could not read {str(path)!r} as a torch .pt file: {err}") from None
+    if isinstance(raw, list):
+        from .shapenet_car import load_mini_car
+
+        return load_mini_car(path, **kwargs)
+    if isinstance(raw, dict) and "x" in raw and "y" in raw and raw["y"].dim() == raw["x"].dim() + 1:
+        kwargs.setdefault("channel_squeezed", (True, False))
+    return _subsample_grid(load_neuralop_pt(path, **kwargs), resolution, path)
 
 
 def _subsample_grid(ds, resolution: int | None, path: Path):

@@ -51,12 +51,22 @@ def _cmd_data(args) -> int:
         print("|---|---|---|---|---|---|")
         for b in pde_data.list_benchmarks():
             print(f"| {b.name} | {b.source} | {b.files} | {b.split} | {b.shapes} | {b.resolutions} |")
+        from sciattn.pde_data.fetch import describe_sources
+
+        print("\nDownload sources (`sciattn data fetch NAME --root DIR`):\n")
+        print("| name | kind | checksum | files |")
+        print("|---|---|---|---|")
+        for src in describe_sources():
+            print(f"| {src['name']} | {src['kind']} | {src['checksum']} | {', '.join(src['files'])} |")
         return 0
     if args.data_command == "generate":
         from sciattn.pde_data.generate import generate_to_netcdf
 
+        from .config import parse_overrides
+
+        params = {key: value for _, key, value in parse_overrides([f"param.{p}" for p in args.param])}
         path = generate_to_netcdf(args.name, args.n, args.resolution, args.out, seed=args.seed,
-                                  progress=not args.no_progress)
+                                  progress=not args.no_progress, **params)
         print(f"wrote {path}")
         return 0
     from sciattn.pde_data.fetch import fetch
@@ -109,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--resolution", type=int, required=True, help="points per axis")
     g.add_argument("--out", required=True, help="output directory")
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a solver parameter, e.g. --param nu=1e-4 --param t_final=5; repeatable")
     g.add_argument("--no-progress", action="store_true")
     f = dsub.add_parser("fetch", help="download a benchmark's public files with checksum verification")
     f.add_argument("name")

@@ -95,3 +95,14 @@ def test_errors_name_the_problem(tmp_path):
         load(junk)
     with pytest.raises(FileNotFoundError, match="piececonst_r421_N1024_smooth1.mat"):
         load("fno_darcy", root=tmp_path)
+
+
+def test_generated_burgers_and_navier_stokes_round_trip(tmp_path):
+    assert main(["data", "generate", "burgers", "--n", "2", "--resolution", "64", "--out", str(tmp_path),
+                 "--param", "dt=1e-3", "--no-progress"]) == 0
+    ds = load(tmp_path / "burgers_64.nc")
+    assert ds[1]["x"].shape == (1, 64) and ds.meta["attrs"]["dt"] == 1e-3
+    ns = load("navier_stokes", split="test", resolution=16, root=tmp_path, n_train=2, n_test=1, t_in=2,
+              t_final=0.4, dt=0.01, record_steps=4, progress=False)
+    assert len(ns) == 1 and ns[0]["x"].shape == (2, 16, 16) and ns[0]["y"].shape == (2, 16, 16)
+    assert ns.meta["variables"]["y"] == ["w(t=3)", "w(t=4)"]
