@@ -22,6 +22,12 @@ def _neuralop_darcy(root: Path, split: str, resolution: int | None, n_samples: i
     return load_neuralop_split(root, "darcy", split, resolution or 16, n_samples=n_samples)
 
 
+def _neuralop_navier_stokes(root: Path, split: str, resolution: int | None, n_samples: int | None = None):
+    from .neuralop_pt import load_neuralop_split
+
+    return load_neuralop_split(root, "nsforcing", split, resolution or 128, n_samples=n_samples)
+
+
 def _fno_darcy(root: Path, split: str, resolution: int | None, n_samples: int | None = None):
     from .fno_mat import load_fno_darcy
 
@@ -73,6 +79,15 @@ register_benchmark(Benchmark(
     shapes="x (1, r, r) from bool, y (1, r, r)",
     loader=_neuralop_darcy,
     resolutions="16 (default), 32, 64, 128, 421",
+))
+register_benchmark(Benchmark(
+    name="navier_stokes_pt",
+    source="neuraloperator example data (Zenodo record 12825163), forced Navier-Stokes",
+    files="nsforcing_{train,test}_{res}.pt",
+    split="separate train and test files",
+    shapes="x (1, r, r) vorticity, y (1, r, r) vorticity later",
+    loader=_neuralop_navier_stokes,
+    resolutions="128 (default), 1024",
 ))
 register_benchmark(Benchmark(
     name="fno_darcy",

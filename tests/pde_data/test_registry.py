@@ -106,3 +106,17 @@ def test_generated_burgers_and_navier_stokes_round_trip(tmp_path):
               t_final=0.4, dt=0.01, record_steps=4, progress=False)
     assert len(ns) == 1 and ns[0]["x"].shape == (2, 16, 16) and ns[0]["y"].shape == (2, 16, 16)
     assert ns.meta["variables"]["y"] == ["w(t=3)", "w(t=4)"]
+
+
+def test_named_nsforcing_files(tmp_path):
+    write_neuralop_pt(tmp_path / "nsforcing_test_8.pt", torch.randn(2, 8, 8), torch.randn(2, 8, 8))
+    ds = load("navier_stokes_pt", split="test", resolution=8, root=tmp_path)
+    assert ds.x.shape == (2, 1, 8, 8)
+
+
+def test_fetch_command_reports_unknown_names_and_manual_sources(tmp_path, capsys):
+    assert main(["data", "fetch", "no_such_set", "--root", str(tmp_path)]) == 2
+    assert "no_such_set" in capsys.readouterr().err
+    assert main(["data", "fetch", "fno_burgers", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "burgers_data_R10.mat" in err and str(tmp_path) in err
