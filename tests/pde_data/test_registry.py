@@ -120,3 +120,10 @@ def test_fetch_command_reports_unknown_names_and_manual_sources(tmp_path, capsys
     assert main(["data", "fetch", "fno_burgers", "--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "burgers_data_R10.mat" in err and str(tmp_path) in err
+
+
+def test_wrong_dtype_is_an_error_naming_the_file(tmp_path):
+    path = tmp_path / "bad_test_4.pt"
+    torch.save({"x": torch.zeros(2, 4, 4), "y": torch.zeros(2, 4, 4, dtype=torch.complex64)}, path)
+    with pytest.raises(ValueError, match=r"bad_test_4.pt' key 'y': expected a real or bool tensor, got dtype"):
+        load(path)
