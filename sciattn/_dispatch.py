@@ -130,7 +130,7 @@ def available_backends(print_table: bool = True) -> list[dict[str, object]]:
 
     Returns one dict per backend; with ``print_table`` also prints a Markdown table.
     """
-    from . import galerkin  # noqa: F401  (registers its backends)
+    from . import galerkin, multipole  # noqa: F401  (registers its backends)
 
     rows = []
     for op in sorted(_REGISTRY):

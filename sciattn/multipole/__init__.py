@@ -1,0 +1,6 @@
+"""Multipole attention: windowed softmax attention on a grid pyramid, combined coarse to fine (MANO)."""
+
+from .functional import window_attention
+from .module import MultipoleAttention
+
+__all__ = ["window_attention", "MultipoleAttention"]

@@ -1,0 +1,208 @@
+"""Functional windowed softmax attention on a grid, with quadrature weights, masks and dispatch.
+
+One level of multipole attention: the grid is tiled into non-overlapping windows of
+``w_a`` cells along axis ``a``; every query attends to the keys of its own window,
+
+.. math::
+    out_i = \\frac{\\sum_{j \\in W(i)} \\omega_j\\, e^{s_{ij}} v_j}{\\sum_{j \\in W(i)} \\omega_j\\, e^{s_{ij}}},
+    \\qquad s_{ij} = \\frac{q_i \\cdot k_j}{\\sqrt{D}} + b_{ij},
+
+the quadrature of ``∫_{W(i)} κ(q(x_i), k(y)) v(y) dμ(y)`` normalised by the kernel's mass,
+with the weights ``ω_j`` of the **key** points. It is a softmax with the additive bias
+``log ω_j``, equal to plain windowed softmax for uniform weights (the scale of ``ω`` cancels).
+
+A grid that is not a multiple of the window is padded internally; padded cells (and cells
+with ``mask == False``) are excluded from every sum, whatever values they hold (even NaN).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .._checks import check_finite, check_positive_int, check_rank, check_tensor
+from .._dispatch import Backend, register_backend, select_backend
+from .reference import from_windows, to_windows, window_reference
+
+__all__ = ["window_attention", "normalize_window"]
+
+
+def normalize_window(window: int | Sequence[int], d: int, name: str = "window") -> tuple[int, ...]:
+    """``window`` as a tuple of ``d`` positive ints (an int applies to every axis)."""
+    if isinstance(window, int) and not isinstance(window, bool):
+        window = (window,) * d
+    if not isinstance(window, (tuple, list)) or len(window) != d:
+        raise ValueError(f"{name}: expected an int or {d} ints (one per spatial axis), got {window!r}")
+    return tuple(check_positive_int(name, w) for w in window)
+
+
+def _shape(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def _pad_spatial(t: torch.Tensor, pads: Sequence[int], trailing: int, value: float = 0.0) -> torch.Tensor:
+    """Pad the high end of the spatial axes that precede ``trailing`` non-spatial axes."""
+    if not any(pads):
+        return t
+    spec = [0, 0] * trailing
+    for p in reversed(pads):
+        spec += [0, p]
+    return F.pad(t, spec, value=value)
+
+
+def window_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int | Sequence[int],
+    weights: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    scale: float | None = None,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """Windowed softmax attention with quadrature weights on a 1-, 2- or 3-D grid.
+
+    Equivalent PyTorch for a 1-D grid that is a multiple of the window, uniform weights::
+
+        qw, kw, vw = (t.unflatten(2, (n // w, w)) for t in (q, k, v))
+        out = F.scaled_dot_product_attention(qw, kw, vw).flatten(2, 3)
+
+    Args:
+        q, k: ``(B, H, *n, D)`` queries and keys on the same grid ``n`` (``d = len(n)`` in 1..3).
+        v: ``(B, H, *n, E)`` values.
+        window: window size in cells, an int or ``d`` ints.
+        weights: ``(*n)`` or ``(B, *n)`` non-negative quadrature weights of the key points
+            (``None``: uniform). Only ratios matter. A zero weight removes the key.
+        mask: ``(B, *n)`` bool, True for real cells. Masked cells never act as keys; their query
+            rows are still computed (from the real keys of their window).
+        bias: optional finite additive score bias ``(H, P, P)`` or ``(B, H, P, P)`` with
+            ``P = prod(window)``, the same in every window (e.g. a relative-position bias).
+        scale: score scale, default ``1/sqrt(D)``.
+        backend: force a backend by name (see :func:`sciattn.available_backends`).
+
+    Returns:
+        ``(B, H, *n, E)``; zero for a query whose window holds no admissible key.
+    """
+    check_tensor("q", q)
+    d = q.dim() - 3
+    check_rank("q", q, (4, 5, 6), "(B, H, *n, D) with 1 to 3 spatial axes")
+    check_rank("k", k, q.dim(), f"(B, H, *n, D) like q {_shape(q)}")
+    check_rank("v", v, q.dim(), f"(B, H, *n, E) like q {_shape(q)}")
+    if k.shape != q.shape:
+        raise ValueError(f"k: expected the shape of q {_shape(q)}, got {_shape(k)}")
+    if v.shape[:-1] != q.shape[:-1]:
+        raise ValueError(f"v: expected shape {_shape(q)[:-1] + ('E',)} matching q, got {_shape(v)}")
+    b, h = q.shape[:2]
+    grid = tuple(q.shape[2:-1])
+    if min(grid) == 0:
+        raise ValueError(f"q: expected at least one cell per axis, got grid {grid}")
+    win = normalize_window(window, d)
+    p = math.prod(win)
+    if weights is not None:
+        check_tensor("weights", weights)
+        if _shape(weights) not in (grid, (b, *grid)):
+            raise ValueError(f"weights: expected shape {grid} or {(b, *grid)} matching the grid, got {_shape(weights)}")
+    if mask is not None:
+        check_tensor("mask", mask)
+        if _shape(mask) != (b, *grid):
+            raise ValueError(f"mask: expected shape {(b, *grid)} matching the grid, got {_shape(mask)}")
+        if mask.dtype != torch.bool:
+            raise TypeError(f"mask: expected dtype torch.bool, got {mask.dtype}")
+    if bias is not None:
+        check_tensor("bias", bias)
+        if _shape(bias) not in ((h, p, p), (b, h, p, p)):
+            raise ValueError(f"bias: expected shape {(h, p, p)} or {(b, h, p, p)} for window {win}, got {_shape(bias)}")
+    chosen = select_backend(
+        "window",
+        backend,
+        device=q.device,
+        dtype=q.dtype,
+        head_dim=max(q.shape[-1], v.shape[-1]),
+        has_mask=mask is not None,
+        has_weights=weights is not None,
+    )
+
+    # Admissible keys and their log-weights, (B, *n); -inf excludes a key.
+    valid = None if mask is None else mask
+    if weights is not None:
+        w = weights.to(dtype=q.dtype, device=q.device).expand(b, *grid)
+        check_finite("weights", w, valid)
+        neg = w < 0 if valid is None else (w < 0) & valid
+        if bool(neg.any()):
+            raise ValueError(f"weights: expected non-negative values, got {int(neg.sum())} negative entries")
+        if valid is not None:
+            w = torch.where(valid, w, torch.ones((), dtype=w.dtype, device=w.device))
+        logw = torch.log(w)
+    else:
+        logw = torch.zeros((b, *grid), dtype=q.dtype, device=q.device)
+    if valid is not None:
+        logw = torch.where(valid, logw, torch.full((), -math.inf, dtype=q.dtype, device=q.device))
+        keep = valid.reshape(b, 1, *grid, 1)
+        zero = torch.zeros((), dtype=q.dtype, device=q.device)
+        k, v = torch.where(keep, k, zero), torch.where(keep, v, zero)
+
+    pads = [(-n) % w for n, w in zip(grid, win)]
+    padded = tuple(n + pd for n, pd in zip(grid, pads))
+    q, k, v = (_pad_spatial(t, pads, 1) for t in (q, k, v))
+    logw = _pad_spatial(logw, pads, 0, value=-math.inf)
+    qw, kw, vw = (to_windows(t, win) for t in (q, k, v))
+    lw = to_windows(logw.reshape(b, 1, *padded, 1), win)[..., 0]  # (B, 1, M, P)
+    if bias is not None:
+        bias = bias.to(q.dtype).unsqueeze(-3)  # (.., H, 1, P, P)
+    sc = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    out = chosen.fn(qw, kw, vw, lw, bias, sc)
+    out = from_windows(out, padded, win)
+    if any(pads):
+        out = out[(slice(None), slice(None)) + tuple(slice(0, n) for n in grid)]
+    return out
+
+
+def window_sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    logw: torch.Tensor,
+    bias: torch.Tensor | None,
+    scale: float,
+) -> torch.Tensor:
+    """The same maths through ``F.scaled_dot_product_attention``: log-weights, mask and bias
+    become one additive float ``attn_mask``; windows without an admissible key are zeroed."""
+    empty = torch.isinf(logw).all(dim=-1, keepdim=True)  # (B, 1, M, 1)
+    logw = torch.where(empty, torch.zeros((), dtype=logw.dtype, device=logw.device), logw)
+    attn = logw.unsqueeze(-2)  # (B, 1, M, 1, P)
+    if bias is not None:
+        attn = attn + bias
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn.to(q.dtype), scale=scale)
+    return torch.where(empty.unsqueeze(-1), torch.zeros((), dtype=out.dtype, device=out.device), out)
+
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+register_backend(
+    Backend(
+        op="window",
+        name="reference",
+        fn=window_reference,
+        priority=0,
+        tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
+    )
+)
+register_backend(
+    Backend(
+        op="window",
+        name="sdpa",
+        fn=window_sdpa,
+        priority=10,
+        dtypes=_FLOATS,
+        tolerances={
+            torch.float64: (1e-12, 1e-12),
+            torch.float32: (1e-5, 1e-6),
+            torch.float16: (2e-2, 2e-3),
+            torch.bfloat16: (5e-2, 1e-2),
+        },
+    )
+)

@@ -1,0 +1,238 @@
+"""Multipole attention on grids (after MANO, Colagrande et al., arXiv 2507.02748), resolution-agnostic.
+
+Level 0 is the input grid ``n``. Level ``ℓ+1`` pools level ``ℓ`` by the factor ``s`` per axis,
+``n_{ℓ+1} = ceil(n_ℓ / s)``: a coarse cell holds the quadrature-weighted mean of its real
+children, ``x_c = Σ_{j∈c} ω_j x_j / Σ_{j∈c} ω_j``, and their total weight ``ω_c = Σ_{j∈c} ω_j``
+(the measure it represents; a boundary cell with fewer real children weighs less). At every
+level windowed attention (:func:`window_attention`, keys weighted by ``ω``) gives ``A_ℓ``, and
+the levels are combined coarse to fine,
+
+    out_{L-1} = A_{L-1},     out_ℓ = A_ℓ + γ_{ℓ+1, h} · Up(out_{ℓ+1}),     y = W_o out_0 ,
+
+with learned per-head level weights ``γ`` (initialised to 1, i.e. near field plus far field).
+
+Design choices:
+
+* **Levels at run time.** Pooling continues until the coarsest level fits in one window, so
+  every cell sees the whole domain in one layer at any resolution (``max_levels`` caps it).
+* **Any size.** No cropping of the input: windows and pooling blocks pad internally with a
+  validity mask, padded cells never act as keys nor enter a pooled mean, outputs are cropped.
+* **Physical windows.** ``window_fraction=f`` gives ``round(f·n_a)`` cells (at least 1) on
+  axis ``a`` of the input grid; the same number of cells is used at every level, so level ``ℓ``
+  covers ``f·s^ℓ`` of the domain whatever the resolution, and the number of levels is then
+  resolution-invariant. ``window`` (cells) instead keeps the cell count fixed and adds one level
+  per refinement by ``s``.
+* **Shared projections.** One Q/K/V projection serves every level (as in MANO), so the layer
+  runs with any number of levels; levels are told apart by ``γ`` and by their pooled inputs.
+  ``γ`` has ``max_levels - 1`` rows (15 by default); deeper levels reuse the last row.
+* ``pool="conv"`` is a strided convolution applied to the mask- and weight-normalised input;
+  it is initialised to the average, and ``unpool="transposed"`` to nearest, so every variant
+  starts as the plain multipole average. ``unpool="linear"`` is cell-centred multilinear.
+
+Differences from the MANO code: levels not fixed from an image size, non-power sizes work, the
+``1/(j+1)`` damping of coarse levels is learned, and keys carry quadrature weights.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .._checks import check_choice, check_dim, check_finite, check_positive_int, check_rank, check_tensor
+from .functional import _pad_spatial, normalize_window, window_attention
+
+__all__ = ["MultipoleAttention"]
+
+POOLS = ("avg", "conv")
+UNPOOLS = ("nearest", "linear", "transposed")
+_LINEAR_MODES = {1: "linear", 2: "bilinear", 3: "trilinear"}
+_DEFAULT_LEVEL_CAPACITY = 16
+
+
+class MultipoleAttention(nn.Module):
+    """Multi-head multipole (multiscale windowed) softmax attention on a 1-, 2- or 3-D grid.
+
+    Args:
+        dim: channels ``C`` (divisible by ``n_heads``).
+        n_heads: heads ``H``.
+        spatial_dims: ``d`` in 1..3.
+        window: window size in cells (int or ``d`` ints); default 8 if neither it nor
+            ``window_fraction`` is given.
+        window_fraction: window as a fraction of the domain per axis (float or ``d`` floats
+            in (0, 1]), converted to ``max(1, round(f·n))`` cells of the input grid.
+        pool_factor: ``s >= 2``, pooling factor per axis between levels.
+        pool: ``"avg"`` (masked, quadrature-weighted mean) or ``"conv"`` (strided conv).
+        unpool: ``"nearest"``, ``"linear"`` or ``"transposed"`` (transposed conv).
+        max_levels: cap on the number of levels (``None``: as many as a global receptive field needs).
+        backend: force a windowed-attention backend.
+
+    Shapes:
+        x: ``(B, C, *n)``; weights: ``(*n)`` or ``(B, *n)`` quadrature weights (uniform if None);
+        returns ``(B, C, *n)``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        n_heads: int,
+        spatial_dims: int = 2,
+        *,
+        window: int | Sequence[int] | None = None,
+        window_fraction: float | Sequence[float] | None = None,
+        pool_factor: int = 2,
+        pool: str = "avg",
+        unpool: str = "nearest",
+        max_levels: int | None = None,
+        backend: str | None = None,
+    ) -> None:
+        super().__init__()
+        check_positive_int("dim", dim)
+        check_positive_int("n_heads", n_heads)
+        if dim % n_heads:
+            raise ValueError(f"n_heads: expected a divisor of dim={dim}, got {n_heads}")
+        if spatial_dims not in (1, 2, 3):
+            raise ValueError(f"spatial_dims: expected 1, 2 or 3, got {spatial_dims!r}")
+        check_positive_int("pool_factor", pool_factor)
+        if pool_factor < 2:
+            raise ValueError(f"pool_factor: expected an int >= 2, got {pool_factor}")
+        check_choice("pool", pool, POOLS)
+        check_choice("unpool", unpool, UNPOOLS)
+        if max_levels is not None:
+            check_positive_int("max_levels", max_levels)
+        d = spatial_dims
+        if window is not None and window_fraction is not None:
+            raise ValueError(
+                f"window_fraction: expected None when window is given, got window={window!r}, "
+                f"window_fraction={window_fraction!r}"
+            )
+        if window_fraction is not None:
+            fr = (window_fraction,) * d if isinstance(window_fraction, (int, float)) else tuple(window_fraction)
+            if len(fr) != d or not all(isinstance(f, (int, float)) and 0 < f <= 1 for f in fr):
+                raise ValueError(f"window_fraction: expected a float or {d} floats in (0, 1], got {window_fraction!r}")
+            self.window_fraction: tuple[float, ...] | None = tuple(float(f) for f in fr)
+            self.window = None
+        else:
+            self.window = normalize_window(8 if window is None else window, d)
+            self.window_fraction = None
+        self.dim, self.n_heads, self.spatial_dims = dim, n_heads, d
+        self.head_dim = dim // n_heads
+        self.pool_factor, self.pool, self.unpool = pool_factor, pool, unpool
+        self.max_levels, self.backend = max_levels, backend
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out_proj = nn.Linear(dim, dim)
+        rows = (max_levels if max_levels is not None else _DEFAULT_LEVEL_CAPACITY) - 1
+        self.level_weight = nn.Parameter(torch.ones(rows, n_heads))
+        s = pool_factor
+        self.down = getattr(nn, f"Conv{d}d")(dim, dim, s, stride=s, bias=False) if pool == "conv" else None
+        self.up = getattr(nn, f"ConvTranspose{d}d")(dim, dim, s, stride=s, bias=False) if unpool == "transposed" else None
+        self.reset_resampling()
+
+    def reset_resampling(self) -> None:
+        """Initialise the learned pooling to the average and the transposed conv to nearest."""
+        eye = torch.eye(self.dim)[(...,) + (None,) * self.spatial_dims]
+        with torch.no_grad():
+            if self.down is not None:
+                self.down.weight.copy_(eye.expand_as(self.down.weight) / self.pool_factor**self.spatial_dims)
+            if self.up is not None:
+                self.up.weight.copy_(eye.expand_as(self.up.weight))
+
+    # ----------------------------------------------------------------------------- planning
+    def window_cells(self, shape: Sequence[int]) -> tuple[int, ...]:
+        """Window in cells for an input grid ``shape`` (``window_fraction`` converted here)."""
+        if self.window_fraction is None:
+            return self.window  # type: ignore[return-value]
+        return tuple(max(1, math.floor(f * n + 0.5)) for f, n in zip(self.window_fraction, shape))
+
+    def plan(self, shape: Sequence[int]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+        """``[(grid, window), ...]`` per level, finest first, for an input grid ``shape``.
+
+        Raises if the grid is smaller than one window along some axis.
+        """
+        shape = tuple(int(n) for n in shape)
+        win = self.window_cells(shape)
+        if any(n < w for n, w in zip(shape, win)):
+            raise ValueError(f"x: expected a grid of at least window={win} cells per axis, got spatial shape {shape}")
+        levels = [(shape, win)]
+        cap = self.max_levels or math.inf
+        while any(n > w for n, w in zip(shape, win)) and len(levels) < cap:
+            shape = tuple(-(-n // self.pool_factor) for n in shape)
+            levels.append((shape, tuple(min(w, n) for w, n in zip(win, shape))))
+        return levels
+
+    # ----------------------------------------------------------------------------- pieces
+    def _pool(self, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Weighted mean pooling with padding: ``x (B, C, *n)``, ``w (B, *n)`` -> coarse both."""
+        d, s = self.spatial_dims, self.pool_factor
+        pads = [(-n) % s for n in x.shape[2:]]
+        x = _pad_spatial(x, pads, 0)
+        w = _pad_spatial(w, pads, 0).unsqueeze(1)  # padded cells weigh 0
+        avg = getattr(F, f"avg_pool{d}d")
+        total = avg(w, s) * s**d  # (B, 1, *m): coarse weights
+        spread = total
+        for a in range(d):
+            spread = spread.repeat_interleave(s, dim=2 + a)
+        ratio = torch.where(spread > 0, w * s**d / torch.where(spread > 0, spread, 1.0), 0.0)
+        x = x * ratio  # a plain block mean/conv of this is the weighted mean over real children
+        pooled = avg(x, s) if self.down is None else self.down(x)
+        return pooled, total[:, 0]
+
+    def _upsample(self, r: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+        s = self.pool_factor
+        if self.unpool == "nearest":
+            up = r
+            for a in range(self.spatial_dims):
+                up = up.repeat_interleave(s, dim=2 + a)
+        elif self.unpool == "linear":
+            up = F.interpolate(r, scale_factor=s, mode=_LINEAR_MODES[self.spatial_dims], align_corners=False)
+        else:
+            up = self.up(r)
+        return up[(slice(None), slice(None)) + tuple(slice(0, n) for n in shape)]
+
+    def _attend(self, x: torch.Tensor, w: torch.Tensor | None, window: tuple[int, ...]) -> torch.Tensor:
+        """Project ``x (B, C, *n)`` to heads, attend in windows, return ``(B, C, *n)`` head-major."""
+        b, _, *grid = x.shape
+        t = self.qkv(x.movedim(1, -1)).unflatten(-1, (3, self.n_heads, self.head_dim))
+        q, k, v = (t.select(-3, i).movedim(-2, 1) for i in range(3))  # (B, H, *n, Dh)
+        z = window_attention(q, k, v, window, weights=w, backend=self.backend)
+        return z.movedim(-1, 2).reshape(b, self.dim, *grid)
+
+    # ----------------------------------------------------------------------------- forward
+    def forward(self, x: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+        d = self.spatial_dims
+        check_rank("x", x, 2 + d, f"(B, C, {d} spatial axes)")
+        check_dim("x", x, 1, self.dim, "channels")
+        b, grid = x.shape[0], tuple(x.shape[2:])
+        check_finite("x", x)
+        if weights is not None:
+            check_tensor("weights", weights)
+            if tuple(weights.shape) not in (grid, (b, *grid)):
+                raise ValueError(f"weights: expected shape {grid} or {(b, *grid)} matching x, got {tuple(weights.shape)}")
+            check_finite("weights", weights)
+            if bool((weights < 0).any()):
+                raise ValueError("weights: expected non-negative quadrature weights, got negative entries")
+        levels = self.plan(grid)
+        outs = []
+        feats, w = x, weights
+        for i, (_, window) in enumerate(levels):
+            if i > 0:
+                if w is None:
+                    w = torch.ones((b, *feats.shape[2:]), dtype=x.dtype, device=x.device)
+                feats, w = self._pool(feats, w.to(x.dtype).expand(b, *feats.shape[2:]))
+            outs.append(self._attend(feats, w, window))
+        r = outs[-1]
+        rows = self.level_weight.shape[0]
+        for i in range(len(levels) - 1, 0, -1):
+            gamma = self.level_weight[min(i, rows) - 1].repeat_interleave(self.head_dim)
+            up = self._upsample(r, levels[i - 1][0])
+            r = outs[i - 1] + up * gamma.to(r.dtype).reshape(1, -1, *(1,) * d)
+        return self.out_proj(r.movedim(1, -1)).movedim(-1, 1)
+
+    def extra_repr(self) -> str:
+        win = f"window={self.window}" if self.window is not None else f"window_fraction={self.window_fraction}"
+        return (f"dim={self.dim}, n_heads={self.n_heads}, spatial_dims={self.spatial_dims}, {win}, "
+                f"pool_factor={self.pool_factor}, pool={self.pool!r}, unpool={self.unpool!r}, "
+                f"max_levels={self.max_levels}")
