@@ -58,6 +58,9 @@ def check_finite(name: str, value: torch.Tensor, mask: torch.Tensor | None = Non
     bad = ~torch.isfinite(value)
     if mask is not None:
         bad = bad & mask
+    if torch.compiler.is_compiling():  # torch.compile / torch.export: an in-graph assertion, no branch
+        torch._assert_async(~bad.any(), f"{name}: expected finite values")
+        return value
     if bool(bad.any()):
         n_nan = int((torch.isnan(value) & (bad)).sum())
         n_inf = int(bad.sum()) - n_nan

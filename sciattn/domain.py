@@ -147,7 +147,7 @@ def normalized_weights(
 
     ``weights`` may be ``(N,)`` (shared by the batch) or ``(B, N)``; ``None`` means uniform.
     """
-    b, n = int(shape[0]), int(shape[1])
+    b, n = shape[0], shape[1]  # no int(): sizes may be symbolic under torch.export
     if weights is None:
         w = torch.ones(b, n, dtype=dtype, device=device)
     else:

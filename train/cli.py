@@ -1,4 +1,4 @@
-"""The ``sciattn`` command line: ``train``, ``evaluate``, ``demo`` and ``backends``."""
+"""The ``sciattn`` command line: ``train``, ``evaluate``, ``demo``, ``data``, ``export`` and ``backends``."""
 
 from __future__ import annotations
 
@@ -76,6 +76,15 @@ def _cmd_data(args) -> int:
     return 0
 
 
+def _cmd_export(args) -> int:
+    from .export import export_run
+
+    shape = [int(v) for v in args.shape.split("x")] if args.shape else None
+    info = export_run(args.run_dir, args.out, format=args.format, example_shape=shape)
+    print(json.dumps(info, indent=2, default=str))
+    return 0
+
+
 def _cmd_backends(args) -> int:
     import sciattn
 
@@ -126,6 +135,13 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("name")
     f.add_argument("--root", required=True, help="folder to place the files in")
     da.set_defaults(func=_cmd_data)
+
+    x = sub.add_parser("export", help="write a trained run as a program that runs without sciattn")
+    x.add_argument("run_dir")
+    x.add_argument("--format", default="torch-export", choices=["torch-export", "onnx"])
+    x.add_argument("--out", required=True, help="output file (.pt2 for torch-export, .onnx for onnx)")
+    x.add_argument("--shape", help="input resolution, e.g. 64x64 (default: the training resolution)")
+    x.set_defaults(func=_cmd_export)
 
     b = sub.add_parser("backends", help="print the attention backends and whether each runs here")
     b.set_defaults(func=_cmd_backends)

@@ -7,7 +7,14 @@ output: the physical prediction ``(B, C_out, *spatial)``) and writes it as
 * ``format="torch-export"``: a ``torch.export`` program (``.pt2``), loaded with
   ``torch.export.load(path).module()`` by a process that has only ``torch``;
 * ``format="onnx"``: an ONNX model via ``torch.onnx.export`` (needs the ``onnx`` and
-  ``onnxscript`` packages, which sciattn does not depend on).
+  ``onnxscript`` packages, which sciattn does not depend on). torch.onnx cannot convert
+  complex-valued parameters, so this works for ``regressor="pointwise"`` models only; the
+  spectral regressor (neuraloperator's ``SpectralConv``) is refused with a ``ValueError``.
+  The ONNX model's input is ``x``, its output ``y``; it may not keep the finiteness check.
+
+Operators. Written for and tested with the Galerkin Transformer; another operator exports if
+torch.export can trace it (one with a data-dependent Python check, such as MANO's validation
+of quadrature weights, raises ``RuntimeError`` naming the cause).
 
 Shapes. The batch dim is dynamic. The spatial dims are not: the Galerkin Transformer builds
 its quadrature grid (nodes and weights) and, with ``latent_resolution``, its resampling plan in
@@ -21,18 +28,11 @@ The program checks its input: a non-finite ``x`` raises ``RuntimeError: x: expec
 values`` (an ``aten._assert_async`` in the graph), and a wrong shape fails the program's
 shape guards.
 
-How: tracing cannot follow two things the operator does in eager mode, so for the duration of
-the export only (module-global, not thread-safe: do not run sciattn models in other threads
-meanwhile), ``export_run``
-
-1. replaces sciattn's ``check_finite`` (``if bool(tensor.any())``, a data-dependent branch) by
-   an in-graph ``torch._assert_async``;
-2. replaces sciattn's ``normalized_weights`` by an equivalent that keeps the batch size
-   symbolic (the original calls ``int()`` on it);
-3. switches tensorly from neuraloperator's opt-einsum plugin (which plans contractions from
-   concrete shapes) to plain ``torch.einsum``.
-
-Everything is restored afterwards, also on error. Without 2 and 3 the batch dim would be fixed.
+How: sciattn's input checks become in-graph ``torch._assert_async`` assertions under tracing
+(``torch.compiler.is_compiling()``), and sizes stay symbolic. The one thing patched, for the
+duration of the export only (module-global, not thread-safe), is tensorly's einsum: neuraloperator
+switches it to an opt-einsum plugin that plans contractions from concrete shapes, and the export
+uses plain ``torch.einsum`` instead; it is restored afterwards, also on error.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ import contextlib
 import importlib.util
 import io
 import os
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from sciattn import _checks, domain
 from sciattn._checks import check_choice
 from sciattn._io import atomic_path
 
@@ -74,44 +72,12 @@ class ExportedOperator(nn.Module):
         return self.y_normalizer.decode(self.model(self.x_normalizer.encode(x)))
 
 
-def _assert_finite(name: str, value: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    ok = torch.isfinite(value)
-    if mask is not None:
-        ok = ok | ~mask
-    torch._assert_async(ok.all(), f"{name}: expected finite values")
-    return value
-
-
-def _normalized_weights_symbolic(weights, mask, shape, dtype, device):
-    # Same arithmetic as sciattn.domain.normalized_weights, without int() on the (symbolic) sizes.
-    b, n = shape[0], shape[1]
-    if weights is None:
-        w = torch.ones(b, n, dtype=dtype, device=device)
-    else:
-        w = weights.to(dtype=dtype, device=device)
-        if w.dim() == 1:
-            w = w.unsqueeze(0)
-        w = w.expand(b, n)
-    if mask is not None:
-        w = torch.where(mask, w, torch.zeros((), dtype=dtype, device=device))
-    return w / w.sum(dim=1, keepdim=True)
-
-
 @contextlib.contextmanager
 def _traceable() -> Iterator[None]:
-    """Patch what tracing cannot follow (see the module docstring); restore on exit."""
-    swaps = {_checks.check_finite: _assert_finite, domain.normalized_weights: _normalized_weights_symbolic}
-    patched: list[tuple[Any, str, Any]] = []
+    """Switch tensorly from neuraloperator's opt-einsum plugin (which plans contractions from
+    concrete shapes) to plain ``torch.einsum`` while tracing; restore on exit."""
     tl_state = None
     try:
-        for mod_name, mod in list(sys.modules.items()):
-            if mod is None or not (mod_name == "sciattn" or mod_name.startswith("sciattn.")):
-                continue
-            for attr in ("check_finite", "normalized_weights"):
-                fn = getattr(mod, attr, None)
-                if fn in swaps:
-                    patched.append((mod, attr, fn))
-                    setattr(mod, attr, swaps[fn])
         try:
             import tensorly as tl
             import tensorly.plugins as tl_plugins
@@ -122,8 +88,6 @@ def _traceable() -> Iterator[None]:
             tl_plugins.use_default_einsum()
         yield
     finally:
-        for mod, attr, fn in reversed(patched):
-            setattr(mod, attr, fn)
         if tl_state is not None:
             tl.backend.BackendManager.register_backend_method("einsum", tl_state[0])
             tl_plugins.PREVIOUS_EINSUM = tl_state[1]
@@ -156,7 +120,7 @@ def _example_shape(example_shape, state, run_dir, in_channels: int, spatial_dims
 
 def _is_shape_constraint_error(err: Exception) -> bool:
     text = f"{type(err).__name__}: {err}"
-    return "Constraints violated" in text or "specialized" in text or "GuardOnDataDependent" in text
+    return "Constraints violated" in text or "specialized it to be a constant" in text
 
 
 def _trace(module: nn.Module, batch: int, spatial: list[int], in_channels: int, dynamic_spatial: bool, tracer):
@@ -177,9 +141,14 @@ def _trace(module: nn.Module, batch: int, spatial: list[int], in_channels: int, 
         example = torch.randn(b, in_channels, *spatial)
         try:
             return tracer(module, example, {"x": dyn} if dyn else None), sorted(dyn), list(example.shape)
-        except Exception as err:  # noqa: BLE001 - torch raises many types; anything else is re-raised below
+        except Exception as err:  # noqa: BLE001 - torch raises many types
             if not _is_shape_constraint_error(err):
-                raise
+                first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+                raise RuntimeError(
+                    f"export: could not trace the operator at input shape {tuple(example.shape)} "
+                    f"({type(err).__name__}: {first}); a data-dependent Python branch in the model, or an op the "
+                    f"exporter does not support, is the usual cause (full error chained below)"
+                ) from err
             errors.append(err)
     raise RuntimeError(f"export: tracing failed even with static shapes: {errors[-1]}") from errors[-1]
 
@@ -228,6 +197,14 @@ def export_run(
     d = int(getattr(model, "spatial_dims", 2))
     c_in, c_out = int(model.in_channels), int(model.out_channels)
     batch, spatial = _example_shape(example_shape, state, run_dir, c_in, d)
+    if format == "onnx":
+        complex_params = [n for n, p in model.named_parameters() if p.is_complex()]
+        if complex_params:
+            raise ValueError(
+                f"format='onnx': torch.onnx cannot convert complex-valued parameters, and this operator has "
+                f"{len(complex_params)} (e.g. {complex_params[0]!r}, from the spectral regressor); use "
+                f"format='torch-export', or train with regressor='pointwise' for ONNX"
+            )
     module = ExportedOperator(model, xn, yn).eval()
 
     if format == "torch-export":

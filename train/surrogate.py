@@ -16,9 +16,11 @@ Accepted inputs (``x`` for :meth:`Surrogate.predict`, ``state`` for :meth:`Surro
   input, the same dtype; integer or bool input (e.g. a binary coefficient field) gives float32.
   Computation is in the operator's own dtype (float32 for trained runs).
 * ``xarray.DataArray`` whose dims are the channel dim (name ``channel_dim``, default
-  ``"channel"``; a DataArray without it is one channel), the spatial dims (the last
-  ``spatial_dims`` of the remaining dims, in the DataArray's order) and at most one more
-  remaining dim, which is the batch dim (any name). The result keeps the dims order, every
+  ``"channel"``; a DataArray without it is one channel), the spatial dims (``spatial_dim_names``
+  in that order, or by default the last ``spatial_dims`` of the remaining dims, in the
+  DataArray's order) and at most one more dim, which is the batch dim (any name). Coordinate
+  values are carried, not used: the operator sees the values on its own grid layout, as in
+  training. The result keeps the dims order, every
   coordinate that does not live on the channel dim (non-uniform spatial coordinates included),
   ``name`` and ``attrs``, except ``units``: the input's units describe the input quantity, so
   ``units`` is set to ``output_units`` when given and dropped otherwise. The channel
@@ -152,6 +154,7 @@ class _Frame:
     batch_dim: str | None = None
     spatial: list[str] = field(default_factory=list)
     channel_labels: list[Any] | None = None  # the input's own channel labels (None: no coordinate)
+    original: torch.Tensor | None = None  # the input's values before the cast to the compute dtype
 
 
 class Surrogate:
@@ -167,6 +170,10 @@ class Surrogate:
             by :meth:`step` and used for the ``time`` coordinate of :meth:`rollout`.
         channel_dim: name of the channel dim of DataArrays.
         spatial_dims: number of spatial axes (default: ``model.spatial_dims``).
+        spatial_dim_names: the xarray dims that are the operator's spatial axes, in the operator's
+            axis order (default: the last ``spatial_dims`` non-channel dims, in the input's order).
+            Needed when the batch dim does not come first or the spatial dims are stored in
+            another order than the operator was trained on.
 
     Predictions run under ``torch.no_grad()`` on the model's device; inputs are moved there and
     outputs back to the CPU (NumPy, xarray) or the input's device (torch).
@@ -184,6 +191,7 @@ class Surrogate:
         dt: float | None = None,
         channel_dim: str = "channel",
         spatial_dims: int | None = None,
+        spatial_dim_names: Sequence[str] | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
@@ -212,6 +220,14 @@ class Surrogate:
         self.output_units = output_units
         self.dt = None if dt is None else _check_dt("dt", dt)
         self.channel_dim = channel_dim
+        if spatial_dim_names is not None:
+            if isinstance(spatial_dim_names, str) or len(spatial_dim_names) != self.spatial_dims:
+                raise ValueError(
+                    f"spatial_dim_names: expected {self.spatial_dims} dim names, got {spatial_dim_names!r}"
+                )
+            spatial_dim_names = [str(n) for n in spatial_dim_names]
+        self.spatial_dim_names = spatial_dim_names
+        self.run_meta: dict[str, Any] = {}  # what the run recorded (see run_metadata); set by from_run
         params = [p for p in model.parameters() if p.is_floating_point()]
         self.device = params[0].device if params else torch.device("cpu")
         self.compute_dtype = params[0].dtype if params else torch.float32
@@ -307,6 +323,7 @@ class Surrogate:
                 f"{name}: expected {self.in_channels} input channel(s){self._names_hint()}, got {t.shape[1]} "
                 f"({self._layout(frame)})"
             )
+        frame.original = t if t.is_floating_point() else t.to(self.compute_dtype)
         frame.tensor = t.to(device=self.device, dtype=self.compute_dtype)
         check_finite(name, frame.tensor)
         return frame
@@ -327,7 +344,14 @@ class Surrogate:
                 f"{name}: expected {d} spatial dims and at most one batch dim besides {self.channel_dim!r}, "
                 f"got dims {tuple(dims)} (shape {shape})"
             )
-        return (dims[0] if len(dims) == d + 1 else None), list(dims[-d:])
+        if self.spatial_dim_names is None:
+            return (dims[0] if len(dims) == d + 1 else None), list(dims[-d:])
+        missing = [n for n in self.spatial_dim_names if n not in dims]
+        if missing:
+            raise ValueError(f"{name}: expected the spatial dims {self.spatial_dim_names}, got dims {tuple(dims)} "
+                             f"without {missing}")
+        rest = [n for n in dims if n not in self.spatial_dim_names]
+        return (rest[0] if rest else None), list(self.spatial_dim_names)
 
     def _unpack_dataarray(self, da: xr.DataArray, name: str) -> _Frame:
         ch = self.channel_dim
@@ -518,7 +542,7 @@ class Surrogate:
         check_positive_int("n_steps", n_steps)
         self._check_step_dt(dt)
         frame = self._unpack(state, "state")
-        states = [frame.tensor]
+        states = [frame.original]  # the initial state exactly as given
         t = frame.tensor
         for k in range(1, n_steps + 1):
             t = self._advance(t)
