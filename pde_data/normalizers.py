@@ -101,13 +101,12 @@ class UnitGaussianNormalizer(_NeuralopUnitGaussian):
         return self.encode(x)
 
     def partial_fit(self, data_batch, batch_size=1):
-        raise NotImplementedError(
-            "UnitGaussianNormalizer.partial_fit: use fit(data) on the whole training tensor"
-        )
+        raise TypeError("UnitGaussianNormalizer.partial_fit: not supported (the parent's incremental std is "
+                        "biased); use fit(data) on the whole training tensor")
 
     @classmethod
     def from_dataset(cls, dataset, dim=None, keys=None, mask=None):
-        raise NotImplementedError("UnitGaussianNormalizer.from_dataset: use fit_normalizers(train_dataset)")
+        raise TypeError("UnitGaussianNormalizer.from_dataset: not supported; use fit_normalizers(train_dataset)")
 
     def to(self, *args: Any, **kwargs: Any) -> UnitGaussianNormalizer:
         return nn.Module.to(self, *args, **kwargs)

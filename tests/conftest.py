@@ -24,3 +24,46 @@ def shared_data() -> Path:
     if not (SHARED_DATA / "darcy_train_16.pt").is_file():
         pytest.skip(f"real benchmark data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+TINY_CONFIG = """
+[model]
+name = "galerkin_transformer"
+d_model = 16
+n_layers = {n_layers}
+n_heads = 2
+n_modes = 4
+regressor_width = 8
+
+[data]
+format = "neuralop_pt"
+train = "{root}/darcy_train_8.pt"
+test = "{root}/darcy_test_8.pt"
+
+[train]
+epochs = {epochs}
+batch_size = 8
+lr = 5e-3
+seed = 3
+"""
+
+
+@pytest.fixture(scope="session")
+def tiny_darcy(tmp_path_factory):
+    """``make(name, ...) -> (root, config_path)``: tiny Darcy files from the built-in solver in
+    neuraloperator's format (``darcy_{train,test}_{res}.pt``) and a small training config."""
+    from sciattn.pde_data.darcy import generate_darcy
+    from sciattn.pde_data.neuralop_pt import write_neuralop_pt
+
+    def make(name, *, resolutions=(8,), n_train=16, n_test=4, epochs=1, n_layers=1):
+        root = tmp_path_factory.mktemp(name)
+        data = generate_darcy(n_train + n_test, list(resolutions), seed=5)
+        for res in resolutions:
+            a, u = (torch.from_numpy(t) for t in data[res])
+            write_neuralop_pt(root / f"darcy_train_{res}.pt", a[:n_train] > 5, 100 * u[:n_train])
+            write_neuralop_pt(root / f"darcy_test_{res}.pt", a[n_train:] > 5, 100 * u[n_train:])
+        cfg = root / "tiny.toml"
+        cfg.write_text(TINY_CONFIG.format(root=root, epochs=epochs, n_layers=n_layers))
+        return root, cfg
+
+    return make

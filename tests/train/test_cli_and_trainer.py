@@ -7,47 +7,16 @@ import json
 import pytest
 import torch
 
-from sciattn.pde_data.darcy import generate_darcy
-from sciattn.pde_data.neuralop_pt import write_neuralop_pt
 from sciattn.train.cli import main
-
-CONFIG = """
-[model]
-name = "galerkin_transformer"
-d_model = 16
-n_layers = 2
-n_heads = 2
-n_modes = 4
-regressor_width = 8
-
-[data]
-format = "neuralop_pt"
-train = "{root}/darcy_train_8.pt"
-test = "{root}/darcy_test_8.pt"
-
-[train]
-epochs = 4
-batch_size = 8
-lr = 5e-3
-seed = 3
-"""
 
 
 @pytest.fixture(scope="module")
-def tiny_darcy(tmp_path_factory):
-    root = tmp_path_factory.mktemp("darcy")
-    data = generate_darcy(72, [8, 16], seed=5)
-    for res in (8, 16):
-        a, u = (torch.from_numpy(t) for t in data[res])
-        write_neuralop_pt(root / f"darcy_train_{res}.pt", a[:64] > 5, 100 * u[:64])
-        write_neuralop_pt(root / f"darcy_test_{res}.pt", a[64:] > 5, 100 * u[64:])
-    cfg = root / "tiny.toml"
-    cfg.write_text(CONFIG.format(root=root))
-    return root, cfg
+def tiny_files(tiny_darcy):
+    return tiny_darcy("darcy", resolutions=(8, 16), n_train=64, n_test=8, epochs=4, n_layers=2)
 
 
-def test_train_writes_checkpoint_metrics_and_plots_and_the_loss_falls(tiny_darcy, tmp_path):
-    root, cfg = tiny_darcy
+def test_train_writes_checkpoint_metrics_and_plots_and_the_loss_falls(tiny_files, tmp_path):
+    root, cfg = tiny_files
     assert main(["train", str(cfg), "--out", str(tmp_path / "run"), "--no-progress"]) == 0
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     hist = metrics["history"]
@@ -58,8 +27,8 @@ def test_train_writes_checkpoint_metrics_and_plots_and_the_loss_falls(tiny_darcy
     assert json.loads(state["run_config"])["train"]["epochs"] == 4
 
 
-def test_resume_after_interruption_reaches_the_same_weights(tiny_darcy, tmp_path):
-    root, cfg = tiny_darcy
+def test_resume_after_interruption_reaches_the_same_weights(tiny_files, tmp_path):
+    root, cfg = tiny_files
     main(["train", str(cfg), "--out", str(tmp_path / "full"), "--no-progress"])
     from sciattn.train.config import load_config
     from sciattn.train.run import train_run
@@ -81,8 +50,8 @@ def test_resume_after_interruption_reaches_the_same_weights(tiny_darcy, tmp_path
         torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)
 
 
-def test_evaluate_zero_shot_at_a_higher_resolution(tiny_darcy, tmp_path, capsys):
-    root, cfg = tiny_darcy
+def test_evaluate_zero_shot_at_a_higher_resolution(tiny_files, tmp_path, capsys):
+    root, cfg = tiny_files
     main(["train", str(cfg), "--out", str(tmp_path / "run"), "--no-progress"])
     out_json = tmp_path / "eval.json"
     assert main(["evaluate", str(tmp_path / "run"), "--data", str(root / "darcy_test_8.pt"),
@@ -93,8 +62,8 @@ def test_evaluate_zero_shot_at_a_higher_resolution(tiny_darcy, tmp_path, capsys)
     assert "| darcy_test_16.pt | 16x16 |" in capsys.readouterr().out
 
 
-def test_cli_errors_name_the_problem(tiny_darcy, tmp_path, capsys):
-    root, cfg = tiny_darcy
+def test_cli_errors_name_the_problem(tiny_files, tmp_path, capsys):
+    root, cfg = tiny_files
     assert main(["train", str(cfg), "--out", str(tmp_path / "r"), "--set", "train.lr_max=1"]) == 2
     assert "unknown key(s) ['lr_max']" in capsys.readouterr().err
     main(["train", str(cfg), "--out", str(tmp_path / "r"), "--no-progress", "--set", "train.epochs=1"])

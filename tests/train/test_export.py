@@ -14,32 +14,9 @@ import pytest
 import torch
 
 import sciattn._checks
-from sciattn.pde_data.darcy import generate_darcy
-from sciattn.pde_data.neuralop_pt import write_neuralop_pt
 from sciattn.train.cli import main
 from sciattn.train.export import export_run
 from sciattn.train.surrogate import Surrogate
-
-CONFIG = """
-[model]
-name = "galerkin_transformer"
-d_model = 16
-n_layers = 1
-n_heads = 2
-n_modes = 4
-regressor_width = 8
-
-[data]
-format = "neuralop_pt"
-train = "{root}/darcy_train_8.pt"
-test = "{root}/darcy_test_8.pt"
-
-[train]
-epochs = 1
-batch_size = 8
-lr = 5e-3
-seed = 3
-"""
 
 HAS_ONNX = importlib.util.find_spec("onnx") is not None and importlib.util.find_spec("onnxscript") is not None
 
@@ -73,12 +50,8 @@ RUNNER = textwrap.dedent("""
 """)
 
 
-def train(root, *overrides):
-    a, u = (torch.from_numpy(t) for t in generate_darcy(20, [8], seed=5)[8])
-    write_neuralop_pt(root / "darcy_train_8.pt", a[:16] > 5, 100 * u[:16])
-    write_neuralop_pt(root / "darcy_test_8.pt", a[16:] > 5, 100 * u[16:])
-    cfg = root / "tiny.toml"
-    cfg.write_text(CONFIG.format(root=root))
+def train(make, name, *overrides):
+    root, cfg = make(name)
     out = root / "run"
     args = ["train", str(cfg), "--out", str(out), "--no-progress"]
     for o in overrides:
@@ -88,8 +61,8 @@ def train(root, *overrides):
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    return train(tmp_path_factory.mktemp("export"))
+def run(tiny_darcy):
+    return train(tiny_darcy, "export")
 
 
 def test_torch_export_runs_without_sciattn_and_matches_the_surrogate(run, tmp_path):
@@ -152,12 +125,10 @@ def test_onnx_without_the_package_names_it(run, tmp_path):
 
 
 @pytest.mark.skipif(not HAS_ONNX, reason="needs the onnx and onnxscript packages")
-def test_onnx_export(run, tmp_path):
+def test_onnx_export(run, tiny_darcy, tmp_path):
     with pytest.raises(ValueError, match="format='onnx': torch.onnx cannot convert complex-valued parameters"):
         export_run(run, tmp_path / "spectral.onnx", format="onnx")
-    root = tmp_path / "pointwise"
-    root.mkdir()
-    pw = train(root, 'model.regressor="pointwise"')
+    pw = train(tiny_darcy, "pointwise", 'model.regressor="pointwise"')
     info = export_run(pw, tmp_path / "pw.onnx", format="onnx", dynamic_spatial=False)
     assert info["format"] == "onnx" and 0 in info["dynamic_dims"]
     ort = pytest.importorskip("onnxruntime")

@@ -10,42 +10,14 @@ import torch
 import xarray as xr
 from torch import nn
 
-from sciattn.pde_data.darcy import generate_darcy
-from sciattn.pde_data.neuralop_pt import write_neuralop_pt
 from sciattn.train.checkpoint import load_model, save_checkpoint
 from sciattn.train.cli import main
 from sciattn.train.surrogate import NonFiniteStateError, Surrogate
 
-CONFIG = """
-[model]
-name = "galerkin_transformer"
-d_model = 16
-n_layers = 1
-n_heads = 2
-n_modes = 4
-regressor_width = 8
-
-[data]
-format = "neuralop_pt"
-train = "{root}/darcy_train_8.pt"
-test = "{root}/darcy_test_8.pt"
-
-[train]
-epochs = 1
-batch_size = 8
-lr = 5e-3
-seed = 3
-"""
-
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("surrogate")
-    a, u = (torch.from_numpy(t) for t in generate_darcy(20, [8], seed=5)[8])
-    write_neuralop_pt(root / "darcy_train_8.pt", a[:16] > 5, 100 * u[:16])
-    write_neuralop_pt(root / "darcy_test_8.pt", a[16:] > 5, 100 * u[16:])
-    cfg = root / "tiny.toml"
-    cfg.write_text(CONFIG.format(root=root))
+def run(tiny_darcy):
+    root, cfg = tiny_darcy("surrogate")
     assert main(["train", str(cfg), "--out", str(root / "run"), "--no-progress"]) == 0
     return root / "run"
 
