@@ -27,22 +27,18 @@ Storage convention
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
-import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from sciattn._checks import check_finite, check_positive_int
-from sciattn._io import atomic_path
 
-from .darcy import _attrs_match, _check_real, _check_resolutions, _check_seed
+from ._hdf5 import cached_pairs
+from .darcy import _check_real, _check_resolutions, _check_seed
 
 __all__ = [
     "BURGERS_DEFAULTS",
@@ -316,42 +312,6 @@ def generate_burgers(
 # --------------------------------------------------------------------------- cache
 
 
-def _load_or_generate(
-    cache_dir: str | os.PathLike,
-    prefix: str,
-    meta: dict,
-    res: list[int],
-    make: Callable[[], dict[int, tuple[np.ndarray, np.ndarray]]],
-    extra: Mapping[str, np.ndarray] | None = None,
-) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """HDF5 cache ``<prefix>_<hash of meta>.h5`` with ``a_{r}``, ``u_{r}``, ``extra`` and ``meta`` attrs."""
-    import h5py
-
-    if not isinstance(cache_dir, (str, os.PathLike)):
-        raise TypeError(f"cache_dir: expected a path (str or os.PathLike), got {type(cache_dir).__name__}")
-    cache = Path(cache_dir)
-    if cache.exists() and not cache.is_dir():
-        raise ValueError(f"cache_dir: expected a directory, got {str(cache)!r} (an existing file)")
-    cache.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
-    path = cache / f"{prefix}_{digest}.h5"
-    if path.is_file():
-        with h5py.File(path, "r") as fh:
-            if _attrs_match(fh.attrs, meta):
-                return {r: (fh[f"a_{r}"][()], fh[f"u_{r}"][()]) for r in res}
-        warnings.warn(f"{path}: cached parameters differ from the request; regenerating", stacklevel=3)
-    data = make()
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as fh:
-        for key, value in meta.items():
-            fh.attrs[key] = np.asarray(value, dtype=np.int64) if isinstance(value, list) else value
-        for key, value in (extra or {}).items():
-            fh.create_dataset(key, data=value)
-        for r, (a, u) in data.items():
-            fh.create_dataset(f"a_{r}", data=a)
-            fh.create_dataset(f"u_{r}", data=u)
-    return data
-
-
 def _meta(module: str, n_samples: int, res: list[int], fine: int, seed: int, p: Mapping[str, object]) -> dict:
     return {
         "generator": f"sciattn.pde_data.{module}",
@@ -392,7 +352,7 @@ def load_or_generate_burgers(
     seed = _check_seed(seed)
     p = _check_params(**{**BURGERS_DEFAULTS, **params})
     kw = {"fine_resolution": fine, "seed": seed, "batch_size": batch_size, "progress": progress}
-    return _load_or_generate(
+    return cached_pairs(
         cache_dir,
         "burgers",
         _meta("burgers", n_samples, res, fine, seed, p),

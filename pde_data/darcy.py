@@ -28,13 +28,9 @@ Storage convention
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
-import warnings
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 import numpy as np
 import scipy.fft
@@ -42,7 +38,8 @@ import scipy.sparse
 import scipy.sparse.linalg
 
 from sciattn._checks import check_positive_int
-from sciattn._io import atomic_path
+
+from ._hdf5 import cached_pairs
 
 __all__ = [
     "DARCY_DEFAULTS",
@@ -406,24 +403,6 @@ def _cache_params(
     }
 
 
-def _attrs_match(attrs: Mapping, params: Mapping) -> bool:
-    for key, want in params.items():
-        if key not in attrs:
-            return False
-        got = attrs[key]
-        if isinstance(got, bytes):
-            got = got.decode()
-        if isinstance(want, list):
-            if list(np.atleast_1d(np.asarray(got)).tolist()) != want:
-                return False
-        elif isinstance(want, str):
-            if str(got) != want:
-                return False
-        elif np.asarray(got).item() != want:
-            return False
-    return True
-
-
 def load_or_generate_darcy(
     cache_dir: str | os.PathLike,
     n_samples: int,
@@ -447,8 +426,6 @@ def load_or_generate_darcy(
     Returns:
         ``{r: (coeff, u)}`` as :func:`generate_darcy`.
     """
-    import h5py
-
     unknown = sorted(set(params) - set(DARCY_DEFAULTS))
     if unknown:
         raise TypeError(f"params: expected keywords among {sorted(DARCY_DEFAULTS)}, got unknown {unknown}")
@@ -457,28 +434,9 @@ def load_or_generate_darcy(
     fine = _check_fine(fine_resolution, res)
     seed = _check_seed(seed)
     p = _check_params(**{**DARCY_DEFAULTS, **params})
-    if not isinstance(cache_dir, (str, os.PathLike)):
-        raise TypeError(f"cache_dir: expected a path (str or os.PathLike), got {type(cache_dir).__name__}")
-    cache = Path(cache_dir)
-    if cache.exists() and not cache.is_dir():
-        raise ValueError(f"cache_dir: expected a directory, got {str(cache)!r} (an existing file)")
-    cache.mkdir(parents=True, exist_ok=True)
-
     meta = _cache_params(n_samples, res, fine, seed, p)
-    digest = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
-    path = cache / f"darcy_{digest}.h5"
-
-    if path.is_file():
-        with h5py.File(path, "r") as fh:
-            if _attrs_match(fh.attrs, meta):
-                return {r: (fh[f"coeff_{r}"][()], fh[f"u_{r}"][()]) for r in res}
-        warnings.warn(f"{path}: cached parameters differ from the request; regenerating", stacklevel=2)
-
-    data = generate_darcy(n_samples, res, fine_resolution=fine, seed=seed, progress=progress, **p)
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as fh:
-        for key, value in meta.items():
-            fh.attrs[key] = np.asarray(value, dtype=np.int64) if isinstance(value, list) else value
-        for r, (c, u) in data.items():
-            fh.create_dataset(f"coeff_{r}", data=c)
-            fh.create_dataset(f"u_{r}", data=u)
-    return data
+    return cached_pairs(
+        cache_dir, "darcy", meta, res,
+        lambda: generate_darcy(n_samples, res, fine_resolution=fine, seed=seed, progress=progress, **p),
+        input_key="coeff",
+    )

@@ -46,7 +46,8 @@ import torch
 
 from sciattn._checks import check_positive_int
 
-from .burgers import _as_field, _check_fine, _load_or_generate, _meta, _n_steps, _small_fft_threads
+from ._hdf5 import cached_pairs
+from .burgers import _as_field, _check_fine, _meta, _n_steps, _small_fft_threads
 from .darcy import _check_real, _check_resolutions, _check_seed
 
 __all__ = [
@@ -386,4 +387,4 @@ def load_or_generate_navier_stokes(
     t = np.arange(1, p["record_steps"] + 1) * (every * p["dt"])
     kw = {"fine_resolution": fine, "seed": seed, "batch_size": batch_size, "progress": progress}
     make = lambda: generate_navier_stokes(n_samples, res, **kw, **p)  # noqa: E731
-    return _load_or_generate(cache_dir, "navier_stokes", meta, res, make, {"t": t})
+    return cached_pairs(cache_dir, "navier_stokes", meta, res, make, extra={"t": t})

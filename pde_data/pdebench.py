@@ -56,6 +56,8 @@ from torch.utils.data import Dataset
 
 from sciattn._checks import check_choice, check_file, check_positive_int
 
+from ._hdf5 import open_hdf5 as _open
+from ._hdf5 import where as _where
 from .grid_dataset import GridPairDataset
 
 __all__ = [
@@ -83,17 +85,6 @@ _SPLIT_WORDS = {
         "train = first k groups, test = last G - k groups"
     ),
 }
-
-
-def _where(p: Path) -> str:
-    return f"path: {str(p)!r}"
-
-
-def _open(p: Path) -> h5py.File:
-    try:
-        return h5py.File(p, "r")
-    except OSError as e:
-        raise ValueError(f"{_where(p)}: could not open as an HDF5 file (truncated or corrupt?): {e}") from e
 
 
 def _members(g: h5py.Group) -> list[str]:

@@ -34,6 +34,9 @@ from torch.utils.data import Dataset
 
 from sciattn._checks import check_choice, check_positive_int
 
+from ._hdf5 import open_hdf5 as _open
+from ._hdf5 import where as _where
+
 __all__ = ["MIN_STD", "SPLITS", "TheWellDataset", "load_stats"]
 
 SPLITS = ("train", "valid", "test")
@@ -42,17 +45,6 @@ _FIELDS = ("t0_fields", "t1_fields", "t2_fields")
 _GROUPS = ("dimensions", "boundary_conditions", "scalars", *_FIELDS)
 _ROOT_ATTRS = ("dataset_name", "grid_type", "n_spatial_dims", "n_trajectories")
 _SPLIT_WORDS = "The Well: a folder per split, <dataset>/data/{train,valid,test}, with disjoint trajectories"
-
-
-def _where(p: Path) -> str:
-    return f"path: {str(p)!r}"
-
-
-def _open(p: Path) -> h5py.File:
-    try:
-        return h5py.File(p, "r")
-    except OSError as e:
-        raise ValueError(f"{_where(p)}: could not open as an HDF5 file (truncated or corrupt?): {e}") from e
 
 
 def _py(v: Any) -> Any:
