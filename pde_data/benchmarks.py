@@ -16,16 +16,15 @@ from .registry import Benchmark, register_benchmark
 __all__: list[str] = []
 
 
-def _neuralop_darcy(root: Path, split: str, resolution: int | None, n_samples: int | None = None):
-    from .neuralop_pt import load_neuralop_split
+def _neuralop_files(name: str, default_resolution: int):
+    """``{name}_{split}_{res}.pt`` files in neuraloperator's layout."""
 
-    return load_neuralop_split(root, "darcy", split, resolution or 16, n_samples=n_samples)
+    def loader(root: Path, split: str, resolution: int | None, n_samples: int | None = None):
+        from .neuralop_pt import load_neuralop_split
 
+        return load_neuralop_split(root, name, split, resolution or default_resolution, n_samples=n_samples)
 
-def _neuralop_navier_stokes(root: Path, split: str, resolution: int | None, n_samples: int | None = None):
-    from .neuralop_pt import load_neuralop_split
-
-    return load_neuralop_split(root, "nsforcing", split, resolution or 128, n_samples=n_samples)
+    return loader
 
 
 def _fno_darcy(root: Path, split: str, resolution: int | None, n_samples: int | None = None):
@@ -77,7 +76,7 @@ register_benchmark(Benchmark(
     files="darcy_{train,test}_{res}.pt",
     split="separate train and test files",
     shapes="x (1, r, r) from bool, y (1, r, r)",
-    loader=_neuralop_darcy,
+    loader=_neuralop_files("darcy", 16),
     resolutions="16 (default), 32, 64, 128, 421",
 ))
 register_benchmark(Benchmark(
@@ -86,7 +85,7 @@ register_benchmark(Benchmark(
     files="nsforcing_{train,test}_{res}.pt",
     split="separate train and test files",
     shapes="x (1, r, r) vorticity, y (1, r, r) vorticity later",
-    loader=_neuralop_navier_stokes,
+    loader=_neuralop_files("nsforcing", 128),
     resolutions="128 (default), 1024",
 ))
 register_benchmark(Benchmark(
