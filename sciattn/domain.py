@@ -5,6 +5,8 @@ A domain carries the quadrature of the integral that every attention layer appro
     u(x) = ∫_Ω κ(q(x), k(y)) v(y) dμ(y)  ≈  Σ_j w_j κ(q_i, k_j) v_j .
 
 * :class:`Grid` — a tensor-product grid on a box, fields shaped ``(B, C, *shape)``.
+* :class:`SphereGrid` — a latitude–longitude grid on the unit sphere, fields shaped
+  ``(B, C, nlat, nlon)``, with Clenshaw–Curtis, Gauss–Legendre or Lobatto latitudes.
 * :class:`PointCloud` — a padded batch of point sets: positions ``(B, N, d)``, weights
   ``(B, N)`` and a validity mask ``(B, N)``.
 
@@ -23,9 +25,9 @@ from dataclasses import dataclass
 import torch
 
 from ._checks import check_finite, check_rank
-from .quadrature import RULES, tensor_rule
+from .quadrature import RULES, SPHERE_GRIDS, sphere_quadrature, tensor_rule
 
-__all__ = ["Grid", "PointCloud", "fourier_resample", "normalized_weights", "resample_field"]
+__all__ = ["Grid", "PointCloud", "SphereGrid", "fourier_resample", "normalized_weights", "resample_field"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,59 @@ class Grid:
         nodes, _ = self.nodes_and_weights(dtype, device)
         field = nodes.T.reshape(self.ndim, *self.shape)
         return field.unsqueeze(0).expand(batch, *field.shape)
+
+
+@dataclass(frozen=True)
+class SphereGrid:
+    """An ``nlat × nlon`` latitude–longitude grid on the unit sphere.
+
+    Colatitudes come from :func:`sciattn.quadrature.sphere_quadrature` (north pole first);
+    longitudes are ``λ_j = 2π j / nlon``. The area weight of point ``(k, j)`` is
+    ``q_kj = 2π w_k / nlon``; the weights sum to ``4π``, so ``Σ q_kj f(x_kj) ≈ ∫_{S²} f dA``.
+
+    Args:
+        nlat, nlon: grid size.
+        grid: ``"equiangular"``, ``"legendre-gauss"`` or ``"lobatto"``.
+    """
+
+    nlat: int
+    nlon: int
+    grid: str = "equiangular"
+
+    def __post_init__(self) -> None:
+        for name in ("nlat", "nlon"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        if self.grid not in SPHERE_GRIDS:
+            raise ValueError(f"grid: expected one of {list(SPHERE_GRIDS)}, got {self.grid!r}")
+        sphere_quadrature(self.nlat, self.grid)  # validates nlat against the grid
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.nlat, self.nlon)
+
+    def colatitudes(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """``(nlat,)`` colatitudes θ in ``[0, π]``, ascending."""
+        return sphere_quadrature(self.nlat, self.grid, dtype)[0]
+
+    def longitudes(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """``(nlon,)`` longitudes ``2π j / nlon``."""
+        return 2 * torch.pi * torch.arange(self.nlon, dtype=dtype) / self.nlon
+
+    def quadrature_weights(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """``(nlat, nlon)`` area weights ``2π w_k / nlon``, summing to ``4π``."""
+        w = sphere_quadrature(self.nlat, self.grid, dtype)[1]
+        return (2 * torch.pi / self.nlon) * w[:, None].expand(self.nlat, self.nlon).clone()
+
+    def unit_vectors(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """``(nlat, nlon, 3)`` Cartesian positions of the points on the unit sphere."""
+        theta = self.colatitudes(dtype)[:, None]
+        lam = self.longitudes(dtype)[None, :]
+        return torch.stack(
+            [torch.sin(theta) * torch.cos(lam), torch.sin(theta) * torch.sin(lam), torch.cos(theta).expand_as(lam * theta)],
+            dim=-1,
+        )
 
 
 @dataclass
