@@ -39,6 +39,7 @@ class Backend:
         dtypes: input dtypes it accepts (``None``: any floating dtype).
         max_head_dim: largest head size (``None``: unbounded).
         supports_mask / supports_weights: whether padding masks / quadrature weights are handled.
+        backward_devices: device types where it can also differentiate (``None``: wherever it runs).
         available: a zero-argument probe (e.g. "is triton installed"); returns a reason string
             when unavailable, or ``None``.
         rtol / atol: tolerances against the float64 reference, per dtype, used by the tests.
@@ -53,11 +54,19 @@ class Backend:
     max_head_dim: int | None = None
     supports_mask: bool = True
     supports_weights: bool = True
+    backward_devices: tuple[str, ...] | None = None
     available: Callable[[], str | None] = field(default=lambda: None)
     tolerances: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)
 
     def reasons_against(
-        self, *, device: torch.device, dtype: torch.dtype, head_dim: int, has_mask: bool, has_weights: bool
+        self,
+        *,
+        device: torch.device,
+        dtype: torch.dtype,
+        head_dim: int,
+        has_mask: bool,
+        has_weights: bool,
+        requires_grad: bool = False,
     ) -> list[str]:
         """Why this backend cannot run on inputs with these properties (empty list: it can)."""
         reasons = []
@@ -74,6 +83,8 @@ class Backend:
             reasons.append("masks not supported")
         if has_weights and not self.supports_weights:
             reasons.append("quadrature weights not supported")
+        if requires_grad and self.backward_devices is not None and device.type not in self.backward_devices:
+            reasons.append(f"no backward on {device.type} (only on {self.backward_devices})")
         return reasons
 
 
@@ -105,13 +116,17 @@ def select_backend(
     head_dim: int,
     has_mask: bool,
     has_weights: bool,
+    requires_grad: bool = False,
 ) -> Backend:
     """Pick the backend for ``op``: the forced one if it fits, else the first that fits."""
     candidates = backends_for(op)
     names = [b.name for b in candidates]
     if backend is not None and backend not in names:
         raise BackendError(f"backend: expected one of {names} for op {op!r}, got {backend!r}")
-    props = dict(device=device, dtype=dtype, head_dim=head_dim, has_mask=has_mask, has_weights=has_weights)
+    props = dict(
+        device=device, dtype=dtype, head_dim=head_dim, has_mask=has_mask, has_weights=has_weights,
+        requires_grad=requires_grad,
+    )
     report = []
     for b in candidates:
         reasons = b.reasons_against(**props)
@@ -130,7 +145,7 @@ def available_backends(print_table: bool = True) -> list[dict[str, object]]:
 
     Returns one dict per backend; with ``print_table`` also prints a Markdown table.
     """
-    from . import galerkin, multipole  # noqa: F401  (registers its backends)
+    from . import galerkin, multipole, neighborhood, weighted_softmax  # noqa: F401  (registers their backends)
 
     rows = []
     for op in sorted(_REGISTRY):

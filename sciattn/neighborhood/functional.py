@@ -1,0 +1,115 @@
+r"""Sparse neighbourhood attention over a CSR index, with key quadrature weights, and its backends.
+
+.. math::
+    u(x_i) = \frac{\int_{D(x_i)} e^{s(x_i, y)} v(y)\, d\mu(y)}{\int_{D(x_i)} e^{s(x_i, y)}\, d\mu(y)}
+           \approx \frac{\sum_{j \in N(i)} w_j e^{s_{ij}} v_j}{\sum_{j \in N(i)} w_j e^{s_{ij}}},
+    \qquad s_{ij} = \text{scale}\; q_i \cdot k_j
+
+``N(i)`` is the discretised neighbourhood ``D(x_i)`` of query ``i`` (a geodesic disc on the
+sphere, a set of selected balls in a tree), given as a CSR index shared by the batch and heads
+(:mod:`sciattn.neighborhood.csr`). With every key in every neighbourhood this is
+:func:`sciattn.weighted_softmax.weighted_softmax_attention`; the tests use that as an
+independent oracle.
+
+Equivalent dense PyTorch (quadratic memory, for checking only)::
+
+    allowed = torch.zeros(Nq, Nk, dtype=torch.bool)
+    allowed[torch.repeat_interleave(torch.arange(Nq), row_offsets.diff()), col_indices] = True
+    bias = torch.where(allowed, torch.log(w), -inf)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)  # NaN rows -> 0
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._checks import check_rank
+from .._dispatch import Backend, register_backend, select_backend
+from .csr import check_csr
+from .reference import neighborhood_reference
+
+__all__ = ["neighborhood_attention"]
+
+
+def neighborhood_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    row_offsets: torch.Tensor,
+    col_indices: torch.Tensor,
+    weights: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    *,
+    scale: float | None = None,
+    validate: bool = True,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """Softmax attention restricted to each query's CSR neighbourhood.
+
+    Args:
+        q: ``(B, H, Nq, D)``; k: ``(B, H, Nk, D)``; v: ``(B, H, Nk, E)``.
+        row_offsets: ``(Nq + 1,)`` int; col_indices: ``(nnz,)`` int in ``[0, Nk)``.
+        weights: ``(Nk,)`` or ``(B, Nk)`` non-negative key quadrature weights (``None``: uniform).
+        mask: ``(B, Nk)`` bool, True for real keys; padded keys never contribute, even if NaN.
+        scale: logit scale, default ``1/sqrt(D)``.
+        validate: check the CSR index (costs a host sync; layers with a cached index pass False).
+        backend: force a backend by name.
+
+    Returns:
+        ``(B, H, Nq, E)``; a query with no live neighbour gets zeros.
+    """
+    check_rank("q", q, 4, "(B, H, Nq, D)")
+    check_rank("k", k, 4, "(B, H, Nk, D)")
+    check_rank("v", v, 4, "(B, H, Nk, E)")
+    b, h, nk, d = k.shape
+    nq = q.shape[2]
+    if q.shape[0] != b or q.shape[1] != h or q.shape[3] != d:
+        raise ValueError(f"q: expected shape (B={b}, H={h}, Nq, D={d}) to match k {tuple(k.shape)}, got {tuple(q.shape)}")
+    if tuple(v.shape[:3]) != (b, h, nk):
+        raise ValueError(f"v: expected shape (B={b}, H={h}, Nk={nk}, E) to match k, got {tuple(v.shape)}")
+    if weights is not None and tuple(weights.shape) not in ((nk,), (b, nk)):
+        raise ValueError(f"weights: expected shape ({nk},) or ({b}, {nk}) matching the keys, got {tuple(weights.shape)}")
+    if mask is not None:
+        if tuple(mask.shape) != (b, nk):
+            raise ValueError(f"mask: expected shape ({b}, {nk}) matching the keys, got {tuple(mask.shape)}")
+        if mask.dtype != torch.bool:
+            raise TypeError(f"mask: expected dtype torch.bool, got {mask.dtype}")
+    if validate:
+        check_csr(row_offsets, col_indices, nq, nk)
+    chosen = select_backend(
+        "neighborhood",
+        backend,
+        device=q.device,
+        dtype=q.dtype,
+        head_dim=max(d, v.shape[-1]),
+        has_mask=mask is not None,
+        has_weights=weights is not None,
+        requires_grad=torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, weights)),
+    )
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    log_w = torch.zeros(b, nk, dtype=acc, device=q.device) if weights is None else torch.log(weights.to(acc).expand(b, nk))
+    if mask is not None:
+        log_w = torch.where(mask, log_w, torch.full_like(log_w, -math.inf))
+        keep = mask[:, None, :, None]
+        k = torch.where(keep, k, torch.zeros((), dtype=k.dtype, device=k.device))
+        v = torch.where(keep, v, torch.zeros((), dtype=v.dtype, device=v.device))
+    return chosen.fn(q, k, v, log_w, row_offsets, col_indices, scale)
+
+
+register_backend(
+    Backend(
+        op="neighborhood",
+        name="reference",
+        fn=neighborhood_reference,
+        priority=0,
+        tolerances={
+            torch.float64: (1e-12, 1e-12),
+            torch.float32: (1e-5, 1e-6),
+            torch.float16: (1e-2, 1e-3),
+            torch.bfloat16: (5e-2, 1e-2),
+        },
+    )
+)

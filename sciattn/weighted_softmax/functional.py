@@ -1,0 +1,200 @@
+r"""Quadrature-weighted softmax attention with an optional distance bias, and its backends.
+
+.. math::
+    u(x_i) = \frac{\int_\Omega e^{s(x_i, y)} v(y)\, d\mu(y)}{\int_\Omega e^{s(x_i, y)}\, d\mu(y)}
+           \approx \frac{\sum_j w_j e^{s_{ij}} v_j}{\sum_j w_j e^{s_{ij}}},
+    \qquad s_{ij} = \text{scale}\; q_i \cdot k_j \;-\; \lambda_h \lVert p_i - p_j \rVert
+
+The quadrature weight of each key multiplies its exponential in numerator and denominator, so
+it enters as the additive logit bias ``log w_j`` and any softmax kernel with a bias runs it. This
+one operation serves spherical global attention (``w_j`` the area weights), ball attention
+(the distance term, learned ``λ_h`` per head) and codomain attention.
+
+Equivalent PyTorch::
+
+    bias = torch.log(w)[:, None, None, :] - lam[None, :, None, None] * torch.cdist(pq, pk)[:, None]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+
+Backends (see :func:`sciattn.available_backends`): ``sdpa`` (PyTorch's fused attention with the
+bias as a float mask; default), ``flex`` (``flex_attention`` with the bias as a score mod and the
+padding as a block mask) and ``reference`` (chunked plain PyTorch, the oracle).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .._capabilities import has_flex_attention
+from .._checks import check_rank
+from .._dispatch import Backend, register_backend, select_backend
+from .reference import distance_bias, weighted_softmax_reference
+
+__all__ = ["weighted_softmax_attention"]
+
+
+def _check_inputs(q, k, v, weights, mask, q_pos, k_pos, distance_scale):
+    check_rank("q", q, 4, "(B, H, Nq, D)")
+    check_rank("k", k, 4, "(B, H, Nk, D)")
+    check_rank("v", v, 4, "(B, H, Nk, E)")
+    b, h, nk, d = k.shape
+    nq = q.shape[2]
+    if q.shape[0] != b or q.shape[1] != h or q.shape[3] != d:
+        raise ValueError(f"q: expected shape (B={b}, H={h}, Nq, D={d}) to match k {tuple(k.shape)}, got {tuple(q.shape)}")
+    if tuple(v.shape[:3]) != (b, h, nk):
+        raise ValueError(f"v: expected shape (B={b}, H={h}, Nk={nk}, E) to match k, got {tuple(v.shape)}")
+    if nk == 0:
+        raise ValueError("k: expected at least one key/value point, got Nk=0")
+    if weights is not None and tuple(weights.shape) not in ((nk,), (b, nk)):
+        raise ValueError(f"weights: expected shape ({nk},) or ({b}, {nk}) matching the keys, got {tuple(weights.shape)}")
+    if mask is not None:
+        if tuple(mask.shape) != (b, nk):
+            raise ValueError(f"mask: expected shape ({b}, {nk}) matching the keys, got {tuple(mask.shape)}")
+        if mask.dtype != torch.bool:
+            raise TypeError(f"mask: expected dtype torch.bool, got {mask.dtype}")
+    given = [t is not None for t in (q_pos, k_pos, distance_scale)]
+    if any(given) and not all(given):
+        raise ValueError(
+            "distance bias: expected q_pos, k_pos and distance_scale together, got "
+            f"q_pos={'set' if given[0] else None}, k_pos={'set' if given[1] else None}, "
+            f"distance_scale={'set' if given[2] else None}"
+        )
+    if all(given):
+        check_rank("q_pos", q_pos, 3, "(B, Nq, P)")
+        check_rank("k_pos", k_pos, 3, "(B, Nk, P)")
+        if tuple(q_pos.shape[:2]) != (b, nq):
+            raise ValueError(f"q_pos: expected shape ({b}, {nq}, P), got {tuple(q_pos.shape)}")
+        if tuple(k_pos.shape[:2]) != (b, nk) or k_pos.shape[2] != q_pos.shape[2]:
+            raise ValueError(f"k_pos: expected shape ({b}, {nk}, {q_pos.shape[2]}), got {tuple(k_pos.shape)}")
+        if tuple(distance_scale.shape) != (h,):
+            raise ValueError(f"distance_scale: expected shape ({h},) (one per head), got {tuple(distance_scale.shape)}")
+
+
+def weighted_softmax_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    weights: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    *,
+    scale: float | None = None,
+    q_pos: torch.Tensor | None = None,
+    k_pos: torch.Tensor | None = None,
+    distance_scale: torch.Tensor | None = None,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """Softmax attention whose keys carry quadrature weights (and optionally a distance bias).
+
+    Args:
+        q: ``(B, H, Nq, D)``; k: ``(B, H, Nk, D)``; v: ``(B, H, Nk, E)``.
+        weights: ``(Nk,)`` or ``(B, Nk)`` non-negative key weights (``None``: uniform). Only
+            relative weights matter; zero-weight keys are ignored.
+        mask: ``(B, Nk)`` bool, True for real keys. Padded keys never contribute, whatever
+            values (even NaN) they hold; a query with no real key returns zeros.
+        scale: logit scale, default ``1/sqrt(D)``.
+        q_pos, k_pos, distance_scale: ``(B, Nq, P)``, ``(B, Nk, P)`` and ``(H,)``: adds
+            ``-distance_scale[h] * ‖q_pos_i - k_pos_j‖`` to the logits (differentiable in all three).
+        backend: force a backend by name.
+
+    Returns:
+        ``(B, H, Nq, E)``.
+    """
+    _check_inputs(q, k, v, weights, mask, q_pos, k_pos, distance_scale)
+    b, h, nk, d = k.shape
+    chosen = select_backend(
+        "weighted_softmax",
+        backend,
+        device=q.device,
+        dtype=q.dtype,
+        head_dim=max(d, v.shape[-1]),
+        has_mask=mask is not None,
+        has_weights=weights is not None,
+        requires_grad=torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (q, k, v, weights, q_pos, k_pos, distance_scale)
+        ),
+    )
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    if weights is None:
+        log_w = torch.zeros(b, nk, dtype=acc, device=q.device)
+    else:
+        log_w = torch.log(weights.to(acc).expand(b, nk))
+    if mask is not None:
+        log_w = torch.where(mask, log_w, torch.full_like(log_w, -math.inf))
+        keep = mask[:, None, :, None]
+        k = torch.where(keep, k, torch.zeros((), dtype=k.dtype, device=k.device))
+        v = torch.where(keep, v, torch.zeros((), dtype=v.dtype, device=v.device))
+        if k_pos is not None:
+            k_pos = torch.where(mask[..., None], k_pos, torch.zeros((), dtype=k_pos.dtype, device=k_pos.device))
+    return chosen.fn(q, k, v, log_w, scale, q_pos, k_pos, distance_scale)
+
+
+def _sdpa(q, k, v, log_w, scale, q_pos, k_pos, distance_scale):
+    bias = log_w[:, None, None, :].to(q.dtype)
+    if distance_scale is not None:
+        bias = bias + distance_bias(q_pos, k_pos, distance_scale).to(q.dtype)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+    has_key = torch.isfinite(log_w).any(dim=-1)[:, None, None, None]
+    return torch.where(has_key, out, torch.zeros((), dtype=out.dtype, device=out.device))
+
+
+def _flex(q, k, v, log_w, scale, q_pos, k_pos, distance_scale):
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    b, h, nq, _ = q.shape
+    nk = k.shape[2]
+    finite = torch.isfinite(log_w)
+    log_w0 = torch.where(finite, log_w, torch.zeros_like(log_w)).to(q.dtype)
+
+    def key_is_real(b_, h_, q_idx, kv_idx):
+        return finite[b_, kv_idx]
+
+    if distance_scale is None:
+
+        def score_mod(score, b_, h_, q_idx, kv_idx):
+            return score + log_w0[b_, kv_idx]
+
+    else:
+        qp, kp, lam = q_pos.to(q.dtype), k_pos.to(q.dtype), distance_scale.to(q.dtype)
+
+        def score_mod(score, b_, h_, q_idx, kv_idx):
+            diff = qp[b_, q_idx] - kp[b_, kv_idx]
+            return score + log_w0[b_, kv_idx] - lam[h_] * torch.sqrt((diff * diff).sum(-1))
+
+    block_mask = create_block_mask(key_is_real, b, None, nq, nk, device=q.device.type)
+    out = flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    has_key = finite.any(dim=-1)[:, None, None, None]
+    return torch.where(has_key, out, torch.zeros((), dtype=out.dtype, device=out.device))
+
+
+register_backend(
+    Backend(
+        op="weighted_softmax",
+        name="sdpa",
+        fn=_sdpa,
+        priority=10,
+        tolerances={torch.float32: (1e-5, 1e-6), torch.float16: (2e-2, 2e-3), torch.bfloat16: (5e-2, 1e-2)},
+    )
+)
+register_backend(
+    Backend(
+        op="weighted_softmax",
+        name="flex",
+        fn=_flex,
+        priority=5,
+        backward_devices=("cuda",),
+        available=lambda: None if has_flex_attention() else "torch.nn.attention.flex_attention is not available",
+        tolerances={torch.float32: (1e-5, 1e-6)},
+    )
+)
+register_backend(
+    Backend(
+        op="weighted_softmax",
+        name="reference",
+        fn=weighted_softmax_reference,
+        priority=0,
+        tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
+    )
+)
