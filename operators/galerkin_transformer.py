@@ -216,7 +216,12 @@ class GalerkinTransformer(nn.Module):
         pos: torch.Tensor | None = None,
         weights: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
+        *,
+        y: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """``y`` is accepted and ignored, so neuraloperator's ``Trainer`` (which calls
+        ``model(**sample)`` with the target in the sample) trains this model unchanged."""
+        del y
         if pos is None:
             return self._forward_grid(x)
         return self._forward_points(x, pos, weights, mask)

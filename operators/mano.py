@@ -109,7 +109,12 @@ class MANO(nn.Module):
         self.norm = _ChannelNorm(width)
         self.proj = _pointwise_mlp(width, mlp_ratio * width, out_channels, spatial_dims)
 
-    def forward(self, x: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, weights: torch.Tensor | None = None, *, y: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``y`` is accepted and ignored, so neuraloperator's ``Trainer`` (which calls
+        ``model(**sample)``) trains this model unchanged."""
+        del y
         d = self.spatial_dims
         check_rank("x", x, 2 + d, f"(B, C_in={self.in_channels}, {d} spatial axes)")
         check_dim("x", x, 1, self.in_channels, "input channels")
