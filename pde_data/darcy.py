@@ -242,6 +242,17 @@ def _assemble(a: np.ndarray) -> scipy.sparse.csc_matrix:
     return scipy.sparse.csc_matrix((vals, (rows, cols)), shape=(n * n, n * n))
 
 
+def darcy_system(coeff: np.ndarray, forcing: float | np.ndarray = 1.0) -> tuple[scipy.sparse.csr_matrix, np.ndarray]:
+    """The linear system ``A u = f`` that :func:`solve_darcy` solves, for use with iterative solvers.
+
+    ``A`` is the symmetric positive definite five-point matrix on the ``(S-1)^2`` interior nodes
+    (row-major: ``x`` slow, ``y`` fast; the unknown of node ``(i, j)`` is ``u[i, j]`` for
+    ``i, j = 1..S-1``), ``f`` the matching right-hand side.
+    """
+    a = _check_coeff(coeff)
+    return _assemble(a).tocsr(), _forcing_interior(forcing, a.shape).ravel()
+
+
 def solve_darcy(coeff: np.ndarray, forcing: float | np.ndarray = 1.0) -> np.ndarray:
     """Solve ``-div(a grad u) = f`` on ``(0, 1)^2`` with ``u = 0`` on the boundary.
 
