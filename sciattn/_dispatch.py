@@ -133,9 +133,9 @@ def select_backend(
         if not reasons and (backend is None or b.name == backend):
             return b
         report.append(f"  - {b.name}: {'; '.join(reasons) if reasons else 'ok'}")
-    wanted = f"backend {backend!r}" if backend else "no backend"
+    wanted = f"backend {backend!r} cannot" if backend else "no backend can"
     raise BackendError(
-        f"{wanted} can run op {op!r} on inputs (device={device.type}, dtype={dtype}, head_dim={head_dim}, "
+        f"{wanted} run op {op!r} on inputs (device={device.type}, dtype={dtype}, head_dim={head_dim}, "
         f"mask={has_mask}, weights={has_weights}):\n" + "\n".join(report)
     )
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from .._capabilities import has_flex_attention
 from .._checks import check_finite, check_positive_int, check_rank, check_tensor
 from .._dispatch import Backend, register_backend, select_backend
 from .reference import from_windows, to_windows, window_reference
@@ -124,6 +125,8 @@ def window_attention(
         head_dim=max(q.shape[-1], v.shape[-1]),
         has_mask=mask is not None,
         has_weights=weights is not None,
+        requires_grad=torch.is_grad_enabled()
+        and any(t is not None and t.requires_grad for t in (q, k, v, weights, bias)),
     )
 
     # Admissible keys and their log-weights, (B, *n); -inf excludes a key.
@@ -180,6 +183,48 @@ def window_sdpa(
     return torch.where(empty.unsqueeze(-1), torch.zeros((), dtype=out.dtype, device=out.device), out)
 
 
+def window_flex(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    logw: torch.Tensor,
+    bias: torch.Tensor | None,
+    scale: float,
+) -> torch.Tensor:
+    """The same maths through ``flex_attention`` on the flattened windows: a block-diagonal block
+    mask (window ``m`` sees only window ``m``, minus inadmissible keys) and a score mod adding
+    ``log ω_j`` and the shared per-window bias. Only the ``M`` diagonal blocks are computed."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    b, h, m, p, _ = q.shape
+    n = m * p
+    lw = logw.reshape(b, n)
+    live = torch.isfinite(lw)
+    lw0 = torch.where(live, lw, torch.zeros((), dtype=lw.dtype, device=lw.device)).to(q.dtype)
+    empty = ~live.view(b, m, p).any(dim=-1)  # (B, M)
+
+    def same_window(b_, h_, q_idx, kv_idx):
+        return (q_idx // p == kv_idx // p) & live[b_, kv_idx]
+
+    if bias is None:
+
+        def score_mod(score, b_, h_, q_idx, kv_idx):
+            return score + lw0[b_, kv_idx]
+
+    else:
+        bb = bias.squeeze(-3).to(q.dtype)
+        bb = bb.expand(b, *bb.shape[-3:]) if bb.dim() == 3 else bb  # (B, H, P, P)
+
+        def score_mod(score, b_, h_, q_idx, kv_idx):
+            return score + lw0[b_, kv_idx] + bb[b_, h_, q_idx % p, kv_idx % p]
+
+    block_mask = create_block_mask(same_window, b, None, n, n, device=q.device.type)
+    flat = [t.reshape(b, h, n, t.shape[-1]) for t in (q, k, v)]
+    out = flex_attention(*flat, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    out = out.reshape(b, h, m, p, v.shape[-1])
+    return torch.where(empty[:, None, :, None, None], torch.zeros((), dtype=out.dtype, device=out.device), out)
+
+
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 register_backend(
@@ -204,5 +249,17 @@ register_backend(
             torch.float16: (2e-2, 2e-3),
             torch.bfloat16: (5e-2, 1e-2),
         },
+    )
+)
+register_backend(
+    Backend(
+        op="window",
+        name="flex",
+        fn=window_flex,
+        priority=5,
+        dtypes=_FLOATS,
+        backward_devices=("cuda",),
+        available=lambda: None if has_flex_attention() else "torch.nn.attention.flex_attention is not available",
+        tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
     )
 )
