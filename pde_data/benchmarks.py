@@ -230,3 +230,28 @@ register_benchmark(Benchmark(
     loader=_generated_navier_stokes,
     resolutions="any divisor of fine_resolution (default r = 64)",
 ))
+
+
+def _generated_shallow_water(root: Path, split: str, resolution: int | None, n_train: int = 896, n_test: int = 128,
+                             grid: str = "equiangular", seed: int = 0, **params):
+    from .shallow_water import load_or_generate_shallow_water
+
+    nlat = resolution or 32
+    data = load_or_generate_shallow_water(root / "generated", n_train + n_test, nlat=nlat, nlon=2 * nlat, grid=grid,
+                                          seed=seed, **params)
+    meta = {"source": "sciattn.pde_data.shallow_water", "name": "shallow_water", "resolution": nlat,
+            "grid": grid, "variables": {"x": ["geopotential", "vorticity", "divergence"],
+                                        "y": ["geopotential", "vorticity", "divergence"]}, "seed": seed}
+    return _generated_split(data["x"], data["y"], split, n_train, n_test, meta)
+
+
+register_benchmark(Benchmark(
+    name="shallow_water",
+    source="built-in spectral solver on the rotating sphere (sciattn.pde_data.shallow_water), random initial "
+           "conditions at Mach 0.2, RK4 with hyperdiffusion",
+    files="generated/shallow_water_<hash>.h5 (solved on first use)",
+    split="train: first n_train one-hour pairs; test: the next n_test",
+    shapes="x (3, nlat, 2 nlat) geopotential, vorticity, divergence at t; y the same at t + 1 h",
+    loader=_generated_shallow_water,
+    resolutions="nlat (default 32) on an nlat x 2 nlat grid (equiangular by default)",
+))

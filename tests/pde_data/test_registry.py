@@ -127,3 +127,15 @@ def test_wrong_dtype_is_an_error_naming_the_file(tmp_path):
     torch.save({"x": torch.zeros(2, 4, 4), "y": torch.zeros(2, 4, 4, dtype=torch.complex64)}, path)
     with pytest.raises(ValueError, match=r"bad_test_4.pt' key 'y': expected a real or bool tensor, got dtype"):
         load(path)
+
+
+def test_generated_shallow_water_splits_are_disjoint_solver_pairs(tmp_path):
+    from sciattn.pde_data.shallow_water import load_or_generate_shallow_water
+
+    kw = dict(n_train=4, n_test=2, n_traj=1, traj_len=1)
+    train = load("shallow_water", split="train", resolution=8, root=tmp_path, **kw)
+    test = load("shallow_water", split="test", resolution=8, root=tmp_path, **kw)
+    raw = load_or_generate_shallow_water(tmp_path / "generated", 6, nlat=8, nlon=16, n_traj=1, traj_len=1)
+    assert len(train) == 4 and len(test) == 1 + 1 and train[0]["x"].shape == (3, 8, 16)
+    assert torch.equal(test[1]["y"], torch.as_tensor(raw["y"][5]))
+    assert not torch.equal(train[0]["x"], test[0]["x"])
