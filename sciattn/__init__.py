@@ -10,18 +10,26 @@ Importing this package never imports an optional dependency.
 
 from ._capabilities import capability_report
 from ._dispatch import BackendError, available_backends
-from .domain import Grid, PointCloud
+from .codomain import CodomainAttention, codomain_attention
+from .domain import Grid, PointCloud, SphereGrid
 from .galerkin import GalerkinAttention, galerkin_attention
+from .neighborhood import neighborhood_attention
+from .weighted_softmax import weighted_softmax_attention
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BackendError",
+    "CodomainAttention",
     "GalerkinAttention",
     "Grid",
     "PointCloud",
+    "SphereGrid",
     "available_backends",
     "capability_report",
+    "codomain_attention",
     "galerkin_attention",
+    "neighborhood_attention",
+    "weighted_softmax_attention",
     "__version__",
 ]

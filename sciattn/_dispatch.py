@@ -145,7 +145,7 @@ def available_backends(print_table: bool = True) -> list[dict[str, object]]:
 
     Returns one dict per backend; with ``print_table`` also prints a Markdown table.
     """
-    from . import galerkin, multipole, neighborhood, weighted_softmax  # noqa: F401  (registers their backends)
+    from . import codomain, galerkin, multipole, neighborhood, weighted_softmax  # noqa: F401  (registers their backends)
 
     rows = []
     for op in sorted(_REGISTRY):
@@ -161,6 +161,7 @@ def available_backends(print_table: bool = True) -> list[dict[str, object]]:
                     "max_head_dim": b.max_head_dim or "any",
                     "mask": b.supports_mask,
                     "weights": b.supports_weights,
+                    "backward": ",".join(b.backward_devices) if b.backward_devices else "yes",
                     "available": "yes" if not why else f"no ({why})",
                 }
             )

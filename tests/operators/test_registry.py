@@ -14,6 +14,8 @@ SMALL = {
     "galerkin_transformer": dict(in_channels=2, out_channels=1, d_model=16, n_layers=2, n_heads=2,
                                  regressor_width=8, n_modes=4),
     "mano": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, window=4),
+    "codano": dict(variables=["a", "b"], in_channels=2, out_channels=2, width=8, n_layers=2, n_heads=2, n_modes=4,
+                   pos_modes=2),
 }
 
 
@@ -45,7 +47,7 @@ def test_config_is_plain_json(name):
 
 
 def test_unknown_operator_name_lists_the_registered_ones():
-    with pytest.raises(ValueError, match=r"name: expected a registered operator, one of \['galerkin_transformer', 'mano'"):
+    with pytest.raises(ValueError, match=r"name: expected a registered operator, one of \['codano', 'galerkin_transformer', 'mano'"):
         create_operator("galerkin_transfomer", in_channels=1, out_channels=1)
 
 
