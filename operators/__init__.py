@@ -1,8 +1,10 @@
 """Complete neural operators built from sciattn layers, and their registry."""
 
+from .bsa import BSATransformer
 from .codano import CoDANO
+from .erwin import Erwin
 from .galerkin_transformer import GalerkinTransformer
 from .mano import MANO
 from .registry import create_operator, list_operators, register_operator
 
-__all__ = ["CoDANO", "GalerkinTransformer", "MANO", "create_operator", "list_operators", "register_operator"]
+__all__ = ["BSATransformer", "CoDANO", "Erwin", "GalerkinTransformer", "MANO", "create_operator", "list_operators", "register_operator"]

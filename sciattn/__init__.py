@@ -10,6 +10,7 @@ Importing this package never imports an optional dependency.
 
 from ._capabilities import capability_report
 from ._dispatch import BackendError, available_backends
+from .balltree import BallAttention, BallSparseAttention, ball_attention, build_ball_tree
 from .codomain import CodomainAttention, codomain_attention
 from .domain import Grid, PointCloud, SphereGrid
 from .galerkin import GalerkinAttention, galerkin_attention
@@ -20,12 +21,16 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BackendError",
+    "BallAttention",
+    "BallSparseAttention",
     "CodomainAttention",
     "GalerkinAttention",
     "Grid",
     "PointCloud",
     "SphereGrid",
     "available_backends",
+    "ball_attention",
+    "build_ball_tree",
     "capability_report",
     "codomain_attention",
     "galerkin_attention",

@@ -145,7 +145,7 @@ def available_backends(print_table: bool = True) -> list[dict[str, object]]:
 
     Returns one dict per backend; with ``print_table`` also prints a Markdown table.
     """
-    from . import codomain, galerkin, multipole, neighborhood, weighted_softmax  # noqa: F401  (registers their backends)
+    from . import balltree, codomain, galerkin, multipole, neighborhood, weighted_softmax  # noqa: F401  (registers their backends)
 
     rows = []
     for op in sorted(_REGISTRY):

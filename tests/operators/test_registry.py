@@ -16,7 +16,22 @@ SMALL = {
     "mano": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, window=4),
     "codano": dict(variables=["a", "b"], in_channels=2, out_channels=2, width=8, n_layers=2, n_heads=2, n_modes=4,
                    pos_modes=2),
+    "erwin": dict(in_channels=2, out_channels=1, spatial_dims=2, c_hidden=[8, 16], ball_sizes=[8, 8], enc_depths=[1, 1],
+                  dec_depths=[1], strides=[2], n_heads=2, mlp_ratio=2),
+    "bsa_transformer": dict(in_channels=2, out_channels=1, spatial_dims=2, width=8, depth=2, n_heads=2, ball_size=8,
+                            block_size=2, top_k=2, mlp_ratio=2),
 }
+# Operators on point clouds take features (B, N, C) and positions (B, N, d); the rest take grid fields.
+POINT_INPUT = {"erwin", "bsa_transformer"}
+
+
+def _run(model, name, batch, size):
+    """Run ``model`` on random input of ``size`` grid cells (as a cloud of as many points for point operators)."""
+    c_in, c_out = SMALL[name]["in_channels"], SMALL[name]["out_channels"]
+    if name in POINT_INPUT:
+        n = size[0] * size[1]
+        return model(torch.randn(batch, n, c_in), torch.rand(batch, n, 2)), (batch, n, c_out)
+    return model(torch.randn(batch, c_in, *size)), (batch, c_out, *size)
 
 
 def test_every_registered_operator_has_a_smoke_config():
@@ -26,9 +41,8 @@ def test_every_registered_operator_has_a_smoke_config():
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_forward_backward_finite_and_resolution_change(name):
     model = create_operator(name, **SMALL[name])
-    x = torch.randn(2, SMALL[name]["in_channels"], 12, 12)
-    out = model(x)
-    assert out.shape == (2, SMALL[name]["out_channels"], 12, 12)
+    out, shape = _run(model, name, 2, (12, 12))
+    assert out.shape == shape
     assert torch.isfinite(out).all()
     out.square().mean().backward()
     grads = [p.grad for p in model.parameters() if p.requires_grad]
@@ -36,8 +50,8 @@ def test_forward_backward_finite_and_resolution_change(name):
     assert any(g.abs().sum() > 0 for g in grads)
     model.eval()
     with torch.no_grad():
-        fine = model(torch.randn(1, SMALL[name]["in_channels"], 24, 20))
-    assert fine.shape == (1, SMALL[name]["out_channels"], 24, 20) and torch.isfinite(fine).all()
+        fine, shape = _run(model, name, 1, (24, 20))
+    assert fine.shape == shape and torch.isfinite(fine).all()
 
 
 @pytest.mark.parametrize("name", sorted(SMALL))
@@ -47,7 +61,7 @@ def test_config_is_plain_json(name):
 
 
 def test_unknown_operator_name_lists_the_registered_ones():
-    with pytest.raises(ValueError, match=r"name: expected a registered operator, one of \['codano', 'galerkin_transformer', 'mano'"):
+    with pytest.raises(ValueError, match=r"name: expected a registered operator, one of \['bsa_transformer', 'codano', 'erwin', 'galerkin_transformer', 'mano'"):
         create_operator("galerkin_transfomer", in_channels=1, out_channels=1)
 
 

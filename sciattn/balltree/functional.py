@@ -1,0 +1,247 @@
+"""Functional ball attention (Erwin's BMSA) with quadrature weights, masks, distance bias and dispatch.
+
+Points are in ball-tree order (:func:`sciattn.balltree.build_ball_tree`), so ball ``β`` is the
+contiguous slice ``[β m, (β+1) m)``. Every query attends to the keys of its own ball,
+
+.. math::
+    out_i = \\frac{\\sum_{j \\in β(i)} w_j\\, e^{s_{ij}} v_j}{\\sum_{j \\in β(i)} w_j\\, e^{s_{ij}}},
+    \\qquad s_{ij} = \\mathrm{scale}\\; q_i \\cdot k_j - σ_h \\lVert x_i - x_j \\rVert ,
+
+the quadrature of ``∫_{β(i)} κ(q(x_i), k(y)) v(y) dμ(y)`` normalised by the kernel's mass, with
+the weights ``w_j`` of the **key** points (a softmax with the additive bias ``log w_j``). ``σ_h``
+is a per-head scale of the distance bias (Erwin eq. 10); it is differentiable, the distances
+are not (positions are geometry). Padding (``mask == False``) and zero-weight keys are excluded
+whatever values they hold (NaN too); a ball without an admissible key returns zero.
+
+Backends (op ``"ball"``): ``sdpa`` (default; ``F.scaled_dot_product_attention`` on the
+``(B, H, P/m, m, ·)`` ball layout with one additive float mask), ``flex``
+(``torch.nn.attention.flex_attention`` on the flat sequence with a block-diagonal
+:class:`BlockMask` and the bias as ``score_mod``; compiled on CUDA, eager — materialising
+``P×P`` scores — on CPU, where PyTorch also has no backward for ``q, k, v``: use it on CPU for
+checks and inference only) and ``reference`` (explicit softmax, the oracle). Cost of ``sdpa``/``reference``: ``O(P·m·(D+E))`` time and ``O(P·m)`` memory per head.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from .._capabilities import has_flex_attention
+from .._checks import check_finite, check_positive_int, check_rank, check_tensor
+from .._dispatch import Backend, register_backend, select_backend
+from .reference import ball_distances, ball_reference, to_balls
+from .tree import assert_no_violation
+
+__all__ = ["ball_attention", "prepare_key_logweights"]
+
+
+def _shape(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def prepare_key_logweights(
+    weights: torch.Tensor | None, mask: torch.Tensor | None, shape: tuple[int, int], dtype, device
+) -> torch.Tensor:
+    """``(B, P)`` log quadrature weights of the keys, ``-inf`` for padding and zero weights.
+
+    ``weights``: ``(P,)`` or ``(B, P)`` non-negative (None: uniform); ``mask``: ``(B, P)`` bool.
+    """
+    b, p = shape
+    if weights is None:
+        logw = torch.zeros(b, p, dtype=dtype, device=device)
+    else:
+        w = weights.to(dtype=dtype, device=device).expand(b, p)
+        check_finite("weights", w, mask)
+        neg = w < 0 if mask is None else (w < 0) & mask
+        assert_no_violation(neg, "weights: expected non-negative quadrature weights, got negative entries")
+        if mask is not None:
+            w = torch.where(mask, w, torch.ones((), dtype=dtype, device=device))
+        logw = torch.log(w)
+    if mask is not None:
+        logw = torch.where(mask, logw, torch.full((), -math.inf, dtype=dtype, device=device))
+    return logw
+
+
+def ball_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    pos: torch.Tensor,
+    ball_size: int,
+    mask: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
+    sigma: torch.Tensor | None = None,
+    scale: float | None = None,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """Softmax attention inside contiguous balls of ``ball_size`` tokens, with quadrature weights.
+
+    Equivalent PyTorch for uniform weights, no mask, no distance bias::
+
+        qb, kb, vb = (t.unflatten(2, (P // m, m)) for t in (q, k, v))
+        out = F.scaled_dot_product_attention(qb, kb, vb).flatten(2, 3)
+
+    Args:
+        q, k: ``(B, H, P, D)`` in tree order, ``P`` a multiple of ``ball_size``.
+        v: ``(B, H, P, E)``.
+        pos: ``(B, P, d)`` positions in tree order (used by the distance bias only).
+        ball_size: ``m``, tokens per ball.
+        mask: ``(B, P)`` bool, True for real points. Masked slots never act as keys and may hold
+            anything; their query rows are computed from zeroed inputs.
+        weights: ``(P,)`` or ``(B, P)`` non-negative key weights (None: uniform; only ratios within
+            a ball matter; zero removes a key).
+        sigma: ``(H,)`` distance-bias scales ``σ_h`` (None: no distance bias).
+        scale: score scale, default ``1/sqrt(D)``.
+        backend: force a backend by name (see :func:`sciattn.available_backends`).
+
+    Returns:
+        ``(B, H, P, E)``; zero for a query whose ball holds no admissible key.
+
+    Shapes:
+        q, k ``(B, H, P, D)``, v ``(B, H, P, E)``, pos ``(B, P, d)``, mask ``(B, P)``,
+        weights ``(P,)`` or ``(B, P)``, sigma ``(H,)`` -> ``(B, H, P, E)``.
+    """
+    check_rank("q", q, 4, "(B, H, P, D)")
+    check_rank("k", k, 4, f"(B, H, P, D) like q {_shape(q)}")
+    check_rank("v", v, 4, "(B, H, P, E)")
+    if k.shape != q.shape:
+        raise ValueError(f"k: expected the shape of q {_shape(q)}, got {_shape(k)}")
+    if v.shape[:-1] != q.shape[:-1]:
+        raise ValueError(f"v: expected shape {_shape(q)[:-1] + ('E',)} matching q, got {_shape(v)}")
+    b, h, p, _ = q.shape
+    check_positive_int("ball_size", ball_size)
+    if p == 0 or p % ball_size:
+        raise ValueError(f"q: expected a token count that is a positive multiple of ball_size={ball_size}, got {p}")
+    check_rank("pos", pos, 3, "(B, P, d)")
+    if _shape(pos)[:2] != (b, p):
+        raise ValueError(f"pos: expected shape {(b, p, 'd')} matching q, got {_shape(pos)}")
+    if mask is not None:
+        check_tensor("mask", mask)
+        if _shape(mask) != (b, p):
+            raise ValueError(f"mask: expected shape {(b, p)} matching q, got {_shape(mask)}")
+        if mask.dtype != torch.bool:
+            raise TypeError(f"mask: expected dtype torch.bool, got {mask.dtype}")
+    if weights is not None:
+        check_tensor("weights", weights)
+        if _shape(weights) not in ((p,), (b, p)):
+            raise ValueError(f"weights: expected shape {(p,)} or {(b, p)} matching q, got {_shape(weights)}")
+    if sigma is not None:
+        check_tensor("sigma", sigma)
+        if _shape(sigma) != (h,):
+            raise ValueError(f"sigma: expected shape {(h,)} (one scale per head), got {_shape(sigma)}")
+    chosen = select_backend(
+        "ball", backend, device=q.device, dtype=q.dtype, head_dim=max(q.shape[-1], v.shape[-1]),
+        has_mask=mask is not None, has_weights=weights is not None,
+    )
+    logw = prepare_key_logweights(weights, mask, (b, p), q.dtype, q.device)
+    pos = pos.to(q.dtype)
+    if mask is not None:
+        zero = torch.zeros((), dtype=q.dtype, device=q.device)
+        keep = mask[:, None, :, None]
+        q, k, v = (torch.where(keep, t, zero) for t in (q, k, v))
+        pos = torch.where(mask[..., None], pos, zero)
+    sc = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    return chosen.fn(q, k, v, pos, logw, sigma, ball_size, sc)
+
+
+def ball_sdpa(q, k, v, pos, logw, sigma, ball_size, scale):
+    """The same maths through ``F.scaled_dot_product_attention``: log-weights, mask and distance
+    bias become one additive float mask ``(B, H|1, M, m, m)``; empty balls are zeroed."""
+    lw = logw.unflatten(1, (-1, ball_size))  # (B, M, m)
+    empty = torch.isinf(lw).all(dim=-1)  # (B, M)
+    lw = torch.where(empty[..., None], torch.zeros((), dtype=lw.dtype, device=lw.device), lw)
+    attn = lw[:, None, :, None, :]  # (B, 1, M, 1, m)
+    if sigma is not None:
+        attn = attn - sigma.to(q.dtype).view(1, -1, 1, 1, 1) * ball_distances(pos, ball_size).to(q.dtype)
+    qb, kb, vb = (to_balls(t, ball_size) for t in (q, k, v))
+    out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=attn.expand(*qb.shape[:-1], ball_size), scale=scale)
+    out = torch.where(empty[:, None, :, None, None], torch.zeros((), dtype=out.dtype, device=out.device), out)
+    return out.flatten(2, 3)
+
+
+@functools.cache
+def _compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def _ball_block_mask(p: int, ball_size: int, mask_mod, device, block: int = 128):
+    """Block-diagonal :class:`BlockMask` built from its block lists (``O(P/block)`` memory, no dense mask)."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    nb = -(-p // block)
+    rows = torch.arange(nb, device=device)
+    if ball_size >= block:  # a ball spans `per` whole blocks
+        per = ball_size // block
+        first = (rows // per) * per
+    else:  # a block holds whole balls: only the diagonal block
+        per = 1
+        first = rows
+    cols = first[:, None] + torch.arange(per, device=device)[None, :]
+    kv_indices = torch.zeros(1, 1, nb, nb, dtype=torch.int32, device=device)
+    kv_indices[0, 0, :, :per] = cols.to(torch.int32)
+    kv_num = torch.full((1, 1, nb), per, dtype=torch.int32, device=device)
+    return BlockMask.from_kv_blocks(kv_num, kv_indices, BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(p, p))
+
+
+def ball_flex(q, k, v, pos, logw, sigma, ball_size, scale):
+    """``flex_attention`` over the flat sequence: block-diagonal block mask, key padding in the
+    ``mask_mod``, log-weights and the distance bias in the ``score_mod``."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    p, d, m = q.shape[2], pos.shape[-1], ball_size
+    valid = torch.isfinite(logw)
+    lw = torch.where(valid, logw, torch.zeros((), dtype=logw.dtype, device=logw.device))
+    x = pos.detach()
+
+    def mask_mod(b, h, qi, ki):
+        return (qi // m == ki // m) & valid[b, ki]
+
+    def score_mod(score, b, h, qi, ki):
+        score = score + lw[b, ki]
+        if sigma is None:
+            return score
+        sq = (x[b, qi, 0] - x[b, ki, 0]) ** 2
+        for a in range(1, d):
+            sq = sq + (x[b, qi, a] - x[b, ki, a]) ** 2
+        return score - sigma[h] * torch.sqrt(sq)
+
+    block_mask = _ball_block_mask(p, m, mask_mod, q.device)
+    if q.device.type == "cpu" and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise RuntimeError(
+            "backend: 'flex' cannot differentiate q, k or v on CPU (PyTorch's flex_attention has no CPU "
+            "backward; gradients of sigma and of the weights do work); use backend='sdpa' or 'reference' "
+            "to train on CPU, or run under torch.no_grad()"
+        )
+    if q.device.type == "cuda":
+        return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    with warnings.catch_warnings():  # eager flex on CPU is the intended (test-only) path
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+
+
+def _flex_missing() -> str | None:
+    return None if has_flex_attention() else "torch.nn.attention.flex_attention is not available"
+
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+register_backend(Backend(
+    op="ball", name="reference", fn=ball_reference, priority=0,
+    tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
+))
+register_backend(Backend(
+    op="ball", name="sdpa", fn=ball_sdpa, priority=10, dtypes=_FLOATS,
+    tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6), torch.float16: (2e-2, 2e-3),
+                torch.bfloat16: (5e-2, 1e-2)},
+))
+register_backend(Backend(
+    op="ball", name="flex", fn=ball_flex, priority=5, dtypes=_FLOATS, available=_flex_missing,
+    tolerances={torch.float64: (1e-10, 1e-11), torch.float32: (1e-5, 1e-6), torch.float16: (2e-2, 2e-3),
+                torch.bfloat16: (5e-2, 1e-2)},
+))

@@ -1,0 +1,138 @@
+"""Erwin U-Net: invariances, receptive fields of balls / rotated trees / pooling, PyG adapter, config."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from sciattn.operators import create_operator
+from sciattn.operators.erwin import Erwin
+
+F64 = torch.float64
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """The CI machine has 2 shared cores; oversubscribed intra-op threads make these small models crawl."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+SMALL = dict(in_channels=3, out_channels=2, spatial_dims=2, c_hidden=[8, 16], ball_sizes=[8, 8], enc_depths=[2, 2],
+             dec_depths=[2], strides=[2], n_heads=2, mlp_ratio=2)
+
+
+def _batch(sizes, n, c=3, d=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.full((len(sizes), n, c), float("nan"), dtype=F64)
+    pos = torch.full((len(sizes), n, d), float("nan"), dtype=F64)
+    w = torch.full((len(sizes), n), float("nan"), dtype=F64)
+    mask = torch.zeros(len(sizes), n, dtype=torch.bool)
+    for b, s in enumerate(sizes):
+        x[b, :s] = torch.randn(s, c, dtype=F64, generator=g)
+        pos[b, :s] = torch.rand(s, d, dtype=F64, generator=g)
+        w[b, :s] = torch.rand(s, dtype=F64, generator=g) + 0.1
+        mask[b, :s] = True
+    return x, pos, mask, w
+
+
+def test_padding_invariance_and_permutation_equivariance_with_mixed_sizes():
+    torch.manual_seed(0)
+    model = Erwin(**SMALL).double()
+    sizes = [45, 5, 20]  # 5 < one ball
+    x, pos, mask, w = _batch(sizes, 48)
+    y = model(x, pos, mask, w)
+    assert torch.isfinite(y[mask]).all()
+    for b, s in enumerate(sizes):
+        alone = model(x[b:b + 1, :s], pos[b:b + 1, :s], None, w[b:b + 1, :s])
+        torch.testing.assert_close(y[b, :s], alone[0], rtol=1e-11, atol=1e-12)
+    perm = torch.randperm(48)
+    yp = model(x[:, perm], pos[:, perm], mask[:, perm], w[:, perm])
+    torch.testing.assert_close(yp[mask[:, perm]], y[:, perm][mask[:, perm]], rtol=1e-11, atol=1e-12)
+    torch.testing.assert_close(model(x, pos, mask, 3.0 * w), y, equal_nan=True)  # only weight ratios matter
+
+
+def _dependence(model, x, pos, i):
+    """Input points whose features change output point ``i`` (nonzero gradient)."""
+    x = x.clone().requires_grad_()
+    model(x, pos)[0, i].sum().backward()
+    return set((x.grad[0].abs().sum(-1) > 0).nonzero().flatten().tolist())
+
+
+def _members(tree, slot, size):
+    start = slot // size * size
+    ids = tree.perm[0, start:start + size][tree.mask[0, start:start + size]]
+    return set(ids.tolist())
+
+
+def test_receptive_fields_of_ball_rotated_tree_and_pooling():
+    torch.manual_seed(1)
+    x, pos = torch.randn(1, 64, 3, dtype=F64), torch.rand(1, 64, 2, dtype=F64)
+    one_level = dict(in_channels=3, out_channels=1, spatial_dims=2, c_hidden=[8], ball_sizes=[8], enc_depths=[2],
+                     dec_depths=[], strides=[], n_heads=2)
+    flat = Erwin(**one_level, rotate=None).double()
+    tree = flat.build_trees(pos).tree
+    i = 10
+    slot = int(tree.inverse[0, i])
+    ball = _members(tree, slot, 8)
+    assert _dependence(flat, x, pos, i) == ball  # exactly its ball, nothing else
+
+    rotated = Erwin(**one_level, rotate=45.0).double()
+    dep = _dependence(rotated, x, pos, i)
+    assert ball < dep  # the rotated block reaches across the ball boundary
+
+    unet = Erwin(**{**SMALL, "out_channels": 1}, rotate=None).double()
+    dep = _dependence(unet, x, pos, i)
+    coarse = _members(unet.build_trees(pos).tree, slot, 16)  # a coarse ball of 8 parents = 16 points
+    assert ball < dep <= coarse
+
+
+def test_pyg_batch_matches_dense_and_given_trees_are_reused():
+    pyg = pytest.importorskip("torch_geometric.data")
+    torch.manual_seed(2)
+    model = Erwin(**SMALL).double()
+    graphs = [pyg.Data(x=torch.randn(s, 3, dtype=F64), pos=torch.rand(s, 2, dtype=F64)) for s in (30, 6, 17)]
+    out = model.forward_pyg(pyg.Batch.from_data_list(graphs))
+    want = torch.cat([model(g.x[None], g.pos[None])[0] for g in graphs])
+    torch.testing.assert_close(out, want, rtol=1e-11, atol=1e-12)
+    x, pos = graphs[0].x[None], graphs[0].pos[None]
+    trees = model.build_trees(pos)
+    torch.testing.assert_close(model(x, pos, trees=trees), model(x, pos))
+
+
+def test_a_few_steps_of_training_reduce_the_loss():
+    torch.manual_seed(3)
+    model = Erwin(**{**SMALL, "in_channels": 1, "out_channels": 1})
+    pos = torch.rand(4, 64, 2)
+    x = torch.ones(4, 64, 1)
+    y = torch.sin(3 * pos[..., :1]) * torch.cos(2 * pos[..., 1:])
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    trees = model.build_trees(pos)
+    losses = []
+    for _ in range(40):
+        loss = (model(x, pos, trees=trees) - y).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_registry_config_is_plain_json_and_errors_name_the_argument():
+    model = create_operator("erwin", **SMALL)
+    assert json.loads(json.dumps(model.config)) == SMALL
+    with pytest.raises(ValueError, match="enc_depths: expected 2 entries"):
+        Erwin(**{**SMALL, "enc_depths": [2]})
+    with pytest.raises(ValueError, match="strides: expected a power of two, got 3"):
+        Erwin(**{**SMALL, "strides": [3]})
+    with pytest.raises(ValueError, match="rotate: expected 0 or None for spatial_dims=1"):
+        Erwin(**{**SMALL, "spatial_dims": 1})
+    model = Erwin(**SMALL)
+    with pytest.raises(ValueError, match="x: expected size 3 along axis 2"):
+        model(torch.randn(1, 10, 4), torch.rand(1, 10, 2))
+    with pytest.raises(ValueError, match=r"mask: expected shape \(1, 10\)"):
+        model(torch.randn(1, 10, 3), torch.rand(1, 10, 2), torch.ones(1, 9, dtype=torch.bool))
