@@ -6,5 +6,17 @@ from .erwin import Erwin
 from .galerkin_transformer import GalerkinTransformer
 from .mano import MANO
 from .registry import create_operator, list_operators, register_operator
+from .spherical_transformer import PlanarTransformer, SphericalTransformer
 
-__all__ = ["BSATransformer", "CoDANO", "Erwin", "GalerkinTransformer", "MANO", "create_operator", "list_operators", "register_operator"]
+__all__ = [
+    "BSATransformer",
+    "CoDANO",
+    "Erwin",
+    "GalerkinTransformer",
+    "MANO",
+    "PlanarTransformer",
+    "SphericalTransformer",
+    "create_operator",
+    "list_operators",
+    "register_operator",
+]

@@ -15,6 +15,7 @@ from .codomain import CodomainAttention, codomain_attention
 from .domain import Grid, PointCloud, SphereGrid
 from .galerkin import GalerkinAttention, galerkin_attention
 from .neighborhood import neighborhood_attention
+from .spherical import SphericalAttention, SphericalNeighborhoodAttention
 from .weighted_softmax import weighted_softmax_attention
 
 __version__ = "0.1.0"
@@ -28,6 +29,8 @@ __all__ = [
     "Grid",
     "PointCloud",
     "SphereGrid",
+    "SphericalAttention",
+    "SphericalNeighborhoodAttention",
     "available_backends",
     "ball_attention",
     "build_ball_tree",

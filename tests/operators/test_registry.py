@@ -20,7 +20,11 @@ SMALL = {
                   dec_depths=[1], strides=[2], n_heads=2, mlp_ratio=2),
     "bsa_transformer": dict(in_channels=2, out_channels=1, spatial_dims=2, width=8, depth=2, n_heads=2, ball_size=8,
                             block_size=2, top_k=2, mlp_ratio=2),
+    "spherical_transformer": dict(in_channels=2, out_channels=1, nlat=9, nlon=16, embed_dim=8, n_layers=1, n_heads=2),
+    "planar_transformer": dict(in_channels=2, out_channels=1, nlat=9, nlon=16, embed_dim=8, n_layers=1, n_heads=2),
 }
+# Operators on a sphere grid run on the (nlat, nlon) grid they were built for.
+FIXED_GRID = {"spherical_transformer": (9, 16), "planar_transformer": (9, 16)}
 # Operators on point clouds take features (B, N, C) and positions (B, N, d); the rest take grid fields.
 POINT_INPUT = {"erwin", "bsa_transformer"}
 
@@ -41,7 +45,7 @@ def test_every_registered_operator_has_a_smoke_config():
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_forward_backward_finite_and_resolution_change(name):
     model = create_operator(name, **SMALL[name])
-    out, shape = _run(model, name, 2, (12, 12))
+    out, shape = _run(model, name, 2, FIXED_GRID.get(name, (12, 12)))
     assert out.shape == shape
     assert torch.isfinite(out).all()
     out.square().mean().backward()
@@ -49,6 +53,10 @@ def test_forward_backward_finite_and_resolution_change(name):
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
     assert any(g.abs().sum() > 0 for g in grads)
     model.eval()
+    if name in FIXED_GRID:
+        with pytest.raises(ValueError, match="runs only on the grid it was built for"):
+            model(torch.randn(1, SMALL[name]["in_channels"], 24, 20))
+        return
     with torch.no_grad():
         fine, shape = _run(model, name, 1, (24, 20))
     assert fine.shape == shape and torch.isfinite(fine).all()
@@ -61,7 +69,7 @@ def test_config_is_plain_json(name):
 
 
 def test_unknown_operator_name_lists_the_registered_ones():
-    with pytest.raises(ValueError, match=r"name: expected a registered operator, one of \['bsa_transformer', 'codano', 'erwin', 'galerkin_transformer', 'mano'"):
+    with pytest.raises(ValueError, match=r"name: expected a registered operator, one of \['bsa_transformer', 'codano', 'erwin', 'galerkin_transformer', 'mano', 'planar_transformer'"):
         create_operator("galerkin_transfomer", in_channels=1, out_channels=1)
 
 

@@ -1,0 +1,127 @@
+"""Spherical transformer and its planar baseline: equivariance, global/neighbourhood consistency,
+matching sizes, fixed-grid contract and errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from sciattn.operators import create_operator
+from sciattn.operators.spherical_transformer import (
+    PlanarTransformer,
+    SphericalTransformer,
+    planar_sincos_embedding,
+    spherical_harmonic_embedding,
+)
+from sciattn.quadrature import sphere_quadrature
+
+F64 = torch.float64
+SMALL = dict(in_channels=3, out_channels=2, nlat=9, nlon=16, embed_dim=8, n_layers=2, n_heads=2)
+
+
+def _n_params(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("attention", ["global", "neighborhood"])
+def test_planar_baseline_has_the_same_parameter_count(attention):
+    sph = SphericalTransformer(**SMALL, attention=attention)
+    pla = PlanarTransformer(**SMALL, attention=attention)
+    assert _n_params(sph) == _n_params(pla)
+    assert [tuple(p.shape) for p in sph.parameters()] == [tuple(p.shape) for p in pla.parameters()]
+
+
+@pytest.mark.parametrize("name", ["spherical_transformer", "planar_transformer"])
+@pytest.mark.parametrize("attention", ["global", "neighborhood"])
+def test_registry_forward_backward_and_plain_json_config(name, attention):
+    cfg = dict(SMALL, attention=attention)
+    model = create_operator(name, **cfg)
+    assert json.loads(json.dumps(model.config)) == cfg
+    x = torch.randn(2, 3, 9, 16)
+    out = model(x)
+    assert out.shape == (2, 2, 9, 16) and torch.isfinite(out).all()
+    out.square().mean().backward()
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert sum(bool(g.abs().sum() > 0) for g in grads) > len(grads) // 2
+
+
+def test_neighborhood_variant_with_cutoff_pi_equals_the_global_variant():
+    glob = SphericalTransformer(**SMALL, attention="global").double()
+    neigh = SphericalTransformer(**SMALL, attention="neighborhood", theta_cutoff=math.pi).double()
+    neigh.load_state_dict(glob.state_dict())
+    x = torch.randn(2, 3, 9, 16, dtype=F64)
+    torch.testing.assert_close(neigh(x), glob(x), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("attention", ["global", "neighborhood"])
+def test_spherical_model_commutes_with_longitude_rolls_and_planar_does_not(attention):
+    """Without a positional embedding, every layer of the spherical model commutes with rotations by
+    the internal longitude spacing (2 input columns); the planar image model has edges at λ = 0."""
+    x = torch.randn(1, 3, 9, 16, dtype=F64)
+    sph = SphericalTransformer(**SMALL, attention=attention, pos_embed="none").double()
+    out = sph(x)
+    for shift in (2, 6):
+        torch.testing.assert_close(sph(x.roll(shift, -1)), out.roll(shift, -1), rtol=1e-10, atol=1e-12)
+    pla = PlanarTransformer(**SMALL, attention=attention, pos_embed="none").double()
+    assert (pla(x.roll(2, -1)) - pla(x).roll(2, -1)).abs().max() > 1e-4
+
+
+def test_zonal_input_gives_a_zonal_output_without_longitude_downsampling():
+    """With scale_factor=1 (internal grid equiangular, input Legendre–Gauss) every longitude shift is a
+    symmetry of every layer, so a zonal input gives a zonal output."""
+    cfg = dict(SMALL, nlat=8, scale_factor=1)
+    model = SphericalTransformer(**cfg, grid="legendre-gauss", grid_internal="equiangular", pos_embed="none").double()
+    theta = sphere_quadrature(8, "legendre-gauss")[0]
+    x = torch.stack([torch.cos(k * theta) for k in (1, 2, 3)])[None, :, :, None].expand(1, 3, 8, 16)
+    out = model(x.contiguous())
+    torch.testing.assert_close(out, out[..., :1].expand_as(out), rtol=1e-10, atol=1e-12)
+    assert (out[0, 0, 0, 0] - out[0, 0, -1, 0]).abs() > 1e-6  # but it does vary with latitude
+
+
+def test_residual_prediction_adds_the_input():
+    cfg = dict(SMALL, out_channels=3, residual_prediction=True)
+    model = SphericalTransformer(**cfg)
+    torch.nn.init.zeros_(model.proj[-1].weight)
+    torch.nn.init.zeros_(model.proj[-1].bias)
+    x = torch.randn(2, 3, 9, 16)
+    torch.testing.assert_close(model(x), x)
+
+
+def test_positional_embeddings_are_the_named_functions():
+    emb = spherical_harmonic_embedding(9, 16, "equiangular", 4).double()  # Y_00, Y_1-1, Y_10, Y_11
+    theta = sphere_quadrature(9, "equiangular")[0][:, None]
+    lam = torch.arange(16, dtype=F64) * 2 * math.pi / 16
+    torch.testing.assert_close(emb[0, 0], torch.ones(9, 16, dtype=F64), atol=1e-6, rtol=0)
+    for got, want in zip(emb[0, 1:], (torch.sin(theta) * torch.sin(lam), torch.cos(theta).expand(9, 16),
+                                      torch.sin(theta) * torch.cos(lam))):
+        torch.testing.assert_close(got.abs(), want.abs(), atol=1e-6, rtol=0)
+        assert (got * want).sum() > 0  # same sign convention
+    pe = planar_sincos_embedding(3, 5, 4)
+    torch.testing.assert_close(pe[0, :, 2, 4], torch.tensor([math.sin(2), math.cos(2), math.sin(4), math.cos(4)]))
+
+
+def test_fixed_grid_and_argument_errors_are_named():
+    model = SphericalTransformer(**SMALL)
+    with pytest.raises(ValueError, match=r"x: expected shape \(B, 3, 9, 16\): this model runs only on the grid it was "
+                                         r"built for, got \(1, 3, 17, 32\)"):
+        model(torch.randn(1, 3, 17, 32))
+    with pytest.raises(ValueError, match=r"x: expected size 3 along axis 1 \(input channels\), got 2"):
+        model(torch.randn(1, 2, 9, 16))
+    with pytest.raises(ValueError, match="x: expected finite values"):
+        model(torch.full((1, 3, 9, 16), float("nan")))
+    with pytest.raises(ValueError, match=r"scale_factor: expected a divisor of nlon=16 .*got 3"):
+        SphericalTransformer(**SMALL, scale_factor=3)
+    with pytest.raises(ValueError, match=r"attention: expected one of \['global', 'neighborhood'\], got 'local'"):
+        PlanarTransformer(**SMALL, attention="local")
+    with pytest.raises(ValueError, match=r"grid_internal: expected one of .*got 'gauss'"):
+        SphericalTransformer(**SMALL, grid_internal="gauss")
+    with pytest.raises(ValueError, match=r"residual_prediction: expected in_channels == out_channels, got 3 and 2"):
+        SphericalTransformer(**SMALL, residual_prediction=True)
+    with pytest.raises(ValueError, match=r"theta_cutoff: expected a finite positive float \(radians\) or None, got nan"):
+        SphericalTransformer(**SMALL, theta_cutoff=float("nan"))
+    with pytest.raises(ValueError, match=r"window_radius: expected a finite positive number of pixels or None, got -1"):
+        PlanarTransformer(**SMALL, window_radius=-1)
