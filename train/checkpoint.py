@@ -2,11 +2,18 @@
 
 A checkpoint is a dict of tensors and plain data only::
 
-    {"format": "sciattn-checkpoint", "version": 1,
+    {"format": "sciattn-checkpoint", "version": 2,
      "operator": str, "operator_config": JSON str, "run_config": JSON str,
      "model": state_dict, "x_normalizer": {...}, "y_normalizer": {...},
      "optimizer": state_dict | None, "scheduler": state_dict | None,
-     "epoch": int, "rng": ByteTensor, "metrics": JSON str}
+     "epoch": int, "step": int, "rng": ByteTensor, "metrics": JSON str,
+     "training": {...}}
+
+``epoch`` counts completed epochs and ``step`` optimiser steps. ``training`` (version 2, written
+by the trainer) holds what an exact continuation needs beyond the weights: the sampler position
+(``batches_done`` of the current epoch), each rank's RNG states (:func:`capture_rng_state`: torch
+CPU and CUDA, NumPy's global generator, Python's ``random``), the gradient scaler and the running
+sums of the unfinished epoch. Version 1 files (no ``step``/``training``) still load.
 
 It is written to a temporary file in the target directory, flushed to disk and renamed over
 the target, so a killed run leaves either the previous checkpoint or the new one, never a
@@ -17,9 +24,11 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -27,9 +36,39 @@ from sciattn._io import atomic_path, atomic_write_bytes
 from sciattn.operators import create_operator
 from sciattn.pde_data.normalizers import normalizer_from_state, normalizer_to_state
 
-__all__ = ["save_checkpoint", "load_checkpoint", "load_model", "atomic_write_bytes", "atomic_torch_save"]
+__all__ = [
+    "atomic_torch_save", "atomic_write_bytes", "capture_rng_state", "load_checkpoint", "load_model",
+    "restore_rng_state", "save_checkpoint",
+]
 
 FORMAT = "sciattn-checkpoint"
+VERSION = 2
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """This process's RNG states as tensors and plain data (loadable with ``weights_only=True``)."""
+    _, keys, pos, has_gauss, gauss = np.random.get_state()
+    py_version, py_state, py_gauss = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "has_gauss": int(has_gauss),
+                  "cached_gaussian": float(gauss)},
+        "python": {"version": int(py_version), "state": torch.tensor(py_state, dtype=torch.int64),
+                   "gauss": py_gauss},
+    }
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of :func:`capture_rng_state`."""
+    torch.set_rng_state(state["torch"])
+    if state.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(int(v) for v in p["state"].tolist()), p["gauss"]))
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
@@ -50,15 +89,20 @@ def save_checkpoint(
     scheduler: Any | None = None,
     epoch: int = 0,
     metrics: dict[str, Any] | None = None,
+    step: int = 0,
+    training: dict[str, Any] | None = None,
 ) -> Path:
-    """Write a checkpoint of ``model`` (built by ``create_operator``) atomically."""
+    """Write a checkpoint of ``model`` (built by ``create_operator``) atomically.
+
+    ``training``: the trainer's resumption state (tensors and plain data), stored as is.
+    """
     name = getattr(model, "operator_name", None)
     config = getattr(model, "config", None)
     if name is None or config is None:
         raise ValueError("model: expected an operator built by sciattn.operators.create_operator, got one without a config")
     state = {
         "format": FORMAT,
-        "version": 1,
+        "version": VERSION,
         "operator": name,
         "operator_config": json.dumps(config),
         "run_config": json.dumps(run_config or {}),
@@ -68,8 +112,10 @@ def save_checkpoint(
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
         "scheduler": scheduler.state_dict() if scheduler is not None else None,
         "epoch": int(epoch),
+        "step": int(step),
         "rng": torch.get_rng_state(),
         "metrics": json.dumps(metrics or {}),
+        "training": training or {},
     }
     return atomic_torch_save(state, path)
 

@@ -10,21 +10,51 @@ from pathlib import Path
 __all__ = ["main"]
 
 
+def _train_target(args) -> tuple[Path, bool]:
+    """``(run directory, resume?)`` from ``--out`` and ``--resume [RUN_DIR]``."""
+    resume_dir = args.resume if isinstance(args.resume, str) else None
+    if resume_dir and args.out and Path(args.out).resolve() != Path(resume_dir).resolve():
+        raise ValueError(f"--resume, --out: expected one run directory, got --resume {resume_dir!r} and --out {args.out!r}")
+    if resume_dir or args.out:
+        return Path(resume_dir or args.out), bool(args.resume)
+    if args.config is None:
+        raise ValueError("config: expected a TOML file, or --resume RUN_DIR to continue a run with its stored config")
+    return Path("runs") / Path(args.config).stem, bool(args.resume)
+
+
 def _cmd_train(args) -> int:
-    from .config import load_config
+    from .config import from_dict, load_config
     from .run import train_run
 
-    cfg = load_config(args.config, args.set)
-    out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
-    metrics = train_run(cfg, out, resume=args.resume, progress=not args.no_progress)
-    print(json.dumps({"run_dir": str(out), "test": metrics["test"]}, indent=2))
+    out, resume = _train_target(args)
+    if args.config is not None:
+        cfg = load_config(args.config, args.set)
+    else:
+        from .checkpoint import load_checkpoint
+        from .config import apply_overrides
+
+        if not (out / "checkpoint.pt").is_file():
+            raise FileNotFoundError(f"--resume: expected a run directory holding checkpoint.pt, got {str(out)!r}")
+        cfg = from_dict(apply_overrides(json.loads(load_checkpoint(out)["run_config"]), args.set))
+    metrics = train_run(cfg, out, resume=resume, progress=not args.no_progress)
+    if "test" in metrics and not _is_worker():
+        print(json.dumps({"run_dir": str(out), "test": metrics["test"]}, indent=2))
     return 0
+
+
+def _is_worker() -> bool:
+    """A torchrun rank other than 0 (only rank 0 prints results)."""
+    import os
+
+    return int(os.environ.get("RANK", "0")) != 0
 
 
 def _cmd_evaluate(args) -> int:
     from .checkpoint import atomic_write_bytes
     from .run import evaluate_run
 
+    if args.resolutions:
+        return _cmd_sweep(args)
     results = [evaluate_run(args.run_dir, d, fmt=args.format, plot=None) for d in args.data]
     print("| data | resolution | relative L2 | relative H1 | ms/sample |")
     print("|---|---|---|---|---|")
@@ -33,6 +63,27 @@ def _cmd_evaluate(args) -> int:
               f"{r['rel_h1']:.4f} | {1e3 * r['seconds_per_sample']:.2f} |")
     if args.json:
         atomic_write_bytes((json.dumps(results, indent=2) + "\n").encode(), args.json)
+    return 0
+
+
+def _cmd_sweep(args) -> int:
+    from .config import parse_overrides
+    from .sweep import resolution_sweep, sweep_markdown
+
+    if len(args.data) != 1:
+        raise ValueError(f"--data: expected one benchmark name or path with --resolutions, got {len(args.data)}: "
+                         f"{args.data}")
+    params = {key: value for _, key, value in parse_overrides([f"param.{p}" for p in args.param])}
+    report = resolution_sweep(args.run_dir, args.data[0], args.resolutions, split=args.split, root=args.root,
+                              n_samples=args.n_samples, seed=args.seed, params=params, batch_size=args.batch_size,
+                              device=args.device, threshold=args.threshold, max_growth=args.max_growth,
+                              progress=not args.no_progress)
+    print(sweep_markdown(report))
+    print("wrote " + ", ".join(report["files"].values()))
+    if args.json:
+        from .checkpoint import atomic_write_bytes
+
+        atomic_write_bytes((json.dumps(report, indent=2) + "\n").encode(), args.json)
     return 0
 
 
@@ -97,20 +148,42 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sciattn", description="Attention-based neural operators for PDE surrogates.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    t = sub.add_parser("train", help="train an operator from a TOML config")
-    t.add_argument("config", help="TOML file with [model], [data] and [train] sections")
+    t = sub.add_parser("train", help="train an operator from a TOML config (data parallel under torchrun)",
+                       description="Train an operator. Data parallel: torchrun --nproc-per-node N -m sciattn.train.cli "
+                                   "train CONFIG (train.batch_size is the global batch).")
+    t.add_argument("config", nargs="?", help="TOML file with [model], [data] and [train] sections (optional with "
+                                             "--resume RUN_DIR: the run's stored config)")
     t.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a config value (TOML literal); repeatable")
     t.add_argument("--out", help="run directory (default runs/<config name>)")
-    t.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt if present")
+    t.add_argument("--resume", nargs="?", const=True, default=False, metavar="RUN_DIR",
+                   help="continue exactly from RUN_DIR/checkpoint.pt (default RUN_DIR: --out), mid-epoch included")
     t.add_argument("--no-progress", action="store_true", help="hide progress bars")
     t.set_defaults(func=_cmd_train)
 
-    e = sub.add_parser("evaluate", help="evaluate a trained run on data files, each at its own resolution")
+    e = sub.add_parser("evaluate", help="evaluate a trained run on data files, or sweep resolutions",
+                       description="Without --resolutions: each data file at its own resolution. With --resolutions: "
+                                   "the resolution-invariance report of one data set (Markdown, JSON and plots in "
+                                   "RUN_DIR/eval/), with the rollout error and a stability verdict for time series.")
     e.add_argument("run_dir")
-    e.add_argument("--data", nargs="+", required=True, help="data file(s)")
+    e.add_argument("--data", nargs="+", required=True,
+                   help="data file(s); with --resolutions one benchmark name (darcy, burgers, navier_stokes are "
+                        "generated at each resolution) or path")
+    e.add_argument("--resolutions", nargs="+", type=int, metavar="R", help="points per axis to evaluate at")
     e.add_argument("--format", default=None, help="data format (default: detected from the file content)")
     e.add_argument("--json", help="write the results to this JSON file")
+    e.add_argument("--split", default="test", choices=["train", "test"], help="split of a named or file benchmark")
+    e.add_argument("--root", help="folder of named benchmarks and of the generated-data cache (default $SCIATTN_DATA)")
+    e.add_argument("--n-samples", type=int, default=16, help="generated samples per resolution (default 16)")
+    e.add_argument("--seed", type=int, default=None, help="seed of generated samples (default: the run's data seed + 1)")
+    e.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="solver parameter or loader keyword, e.g. --param t_final=5 --param t_in=10; repeatable")
+    e.add_argument("--batch-size", type=int, default=8)
+    e.add_argument("--device", default="cpu")
+    e.add_argument("--threshold", type=float, default=1.0, help="rollout: error above which it is unstable (default 1)")
+    e.add_argument("--max-growth", type=float, default=1.1,
+                   help="rollout: per-frame error growth factor above which it is 'growing' (default 1.1)")
+    e.add_argument("--no-progress", action="store_true")
     e.set_defaults(func=_cmd_evaluate)
 
     d = sub.add_parser("demo", help="Darcy flow: train at 32x32 on the CPU, evaluate zero-shot at 32, 64, 128")
@@ -152,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, TypeError, FileNotFoundError, ConnectionError) as err:
+    except (ValueError, TypeError, FileNotFoundError, ConnectionError, FloatingPointError) as err:
         print(f"sciattn {args.command}: error: {err}", file=sys.stderr)
         return 2
 

@@ -14,6 +14,7 @@ literals, never evaluated as Python.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 
 from sciattn.operators.registry import operator_parameters
 
-__all__ = ["DataConfig", "TrainConfig", "RunConfig", "load_config", "parse_overrides", "ConfigError"]
+__all__ = ["DataConfig", "TrainConfig", "RunConfig", "load_config", "parse_overrides", "ConfigError", "validate_train"]
 
 
 class ConfigError(ValueError):
@@ -52,7 +53,18 @@ class DataConfig:
 
 @dataclass
 class TrainConfig:
-    """Optimisation recipe (AdamW; OneCycle or cosine schedule stepped per batch)."""
+    """Optimisation recipe (AdamW; OneCycle or cosine schedule stepped per optimiser step).
+
+    ``batch_size`` is the global batch of one optimiser step: under ``torchrun`` each of ``W``
+    ranks takes ``batch_size / W`` samples, and ``grad_accum_steps = k`` splits those into ``k``
+    micro-batches whose gradients are accumulated (so ``batch_size`` must be a multiple of
+    ``W · k``). ``grad_clip``: max global gradient norm (``0``: off). ``precision``: ``"fp32"``,
+    ``"bf16"`` autocast, or ``"fp16"`` autocast with loss scaling (CUDA only).
+    ``checkpoint_every_steps``: also checkpoint every that many optimiser steps (``0``: only at
+    epoch ends); a resumed run skips the batches already done in the current epoch.
+    ``tensorboard``: TensorBoard logs when the package is installed; ``wandb``: log to Weights &
+    Biases (project ``wandb_project``) when installed.
+    """
 
     epochs: int = 15
     batch_size: int = 8
@@ -63,9 +75,15 @@ class TrainConfig:
     loss: str = "l2"
     h1_weight: float = 0.0
     grad_clip: float | None = 1.0
+    grad_accum_steps: int = 1
+    precision: str = "fp32"
+    checkpoint_every_steps: int = 0
     seed: int = 0
     device: str = "cpu"
     threads: int | None = None
+    tensorboard: bool = True
+    wandb: bool = False
+    wandb_project: str = "sciattn"
 
 
 @dataclass
@@ -94,6 +112,62 @@ def _section(cls, name: str, values: dict[str, Any]):
     return cls(**values)
 
 
+def _kind(value: Any) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _int(key: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"train.{key}: expected an integer >= {minimum}, got {_kind(value)}")
+
+
+def _number(key: str, value: Any, *, positive: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or (
+        value <= 0 if positive else value < 0
+    ):
+        raise ConfigError(f"train.{key}: expected a finite number {'> 0' if positive else '>= 0'}, got {_kind(value)}")
+
+
+def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"train.{key}: expected one of {list(choices)}, got {_kind(value)}")
+
+
+def validate_train(t: TrainConfig) -> TrainConfig:
+    """Check the type and range of every ``[train]`` value; errors name ``train.<key>``."""
+    from .losses import LOSSES
+    from .precision import PRECISIONS
+
+    _int("epochs", t.epochs, 1)
+    _int("batch_size", t.batch_size, 1)
+    _int("grad_accum_steps", t.grad_accum_steps, 1)
+    _int("checkpoint_every_steps", t.checkpoint_every_steps, 0)
+    _int("seed", t.seed, 0)
+    if t.threads is not None:
+        _int("threads", t.threads, 1)
+    _number("lr", t.lr, positive=True)
+    _number("weight_decay", t.weight_decay, positive=False)
+    _number("pct_start", t.pct_start, positive=True)
+    if t.pct_start >= 1:
+        raise ConfigError(f"train.pct_start: expected a fraction in (0, 1), got {_kind(t.pct_start)}")
+    _number("h1_weight", t.h1_weight, positive=False)
+    if t.grad_clip is not None:
+        _number("grad_clip", t.grad_clip, positive=False)
+    _choice("scheduler", t.scheduler, ("onecycle", "cosine"))
+    _choice("loss", t.loss, LOSSES)
+    _choice("precision", t.precision, PRECISIONS)
+    for key in ("tensorboard", "wandb"):
+        if not isinstance(getattr(t, key), bool):
+            raise ConfigError(f"train.{key}: expected true or false, got {_kind(getattr(t, key))}")
+    for key in ("device", "wandb_project"):
+        if not isinstance(getattr(t, key), str) or not getattr(t, key):
+            raise ConfigError(f"train.{key}: expected a non-empty string, got {_kind(getattr(t, key))}")
+    if t.batch_size % t.grad_accum_steps:
+        raise ConfigError(f"train.batch_size: expected a multiple of train.grad_accum_steps = {t.grad_accum_steps} "
+                          f"(the batch is split into that many micro-batches), got {t.batch_size}")
+    return t
+
+
 def _check_model(model: dict[str, Any]) -> None:
     if "name" not in model:
         raise ConfigError("[model]: missing key 'name' (a registered operator)")
@@ -115,7 +189,7 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
     model = dict(raw.get("model", {}))
     _check_model(model)
     return RunConfig(model, _section(DataConfig, "data", raw.get("data", {})),
-                     _section(TrainConfig, "train", raw.get("train", {})))
+                     validate_train(_section(TrainConfig, "train", raw.get("train", {}))))
 
 
 def _literal(text: str) -> Any:

@@ -1,4 +1,5 @@
-"""Matplotlib figures: sample panels and error against resolution (headless-safe)."""
+"""Matplotlib figures: sample panels, error against resolution, the resolution sweep and rollout
+error against time step (headless-safe)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["plot_sample", "plot_resolution_curve"]
+__all__ = ["plot_sample", "plot_resolution_curve", "plot_resolution_sweep", "plot_rollout"]
 
 
 def _pyplot():
@@ -67,3 +68,59 @@ def plot_resolution_curve(errors: dict[int, float], path: str | Path, train_reso
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _save(fig, plt, path: str | Path) -> Path:
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_resolution_sweep(rows: list[dict], path: str | Path, train_resolution: int | None = None,
+                          title: str = "resolution invariance") -> Path:
+    """Relative L2 and H1 against resolution (rows with ``resolution``, ``rel_l2``, ``rel_h1``); the
+    training resolution is a dashed line, the zero-shot regions below and above it are shaded."""
+    plt = _pyplot()
+    rows = sorted(rows, key=lambda r: r["resolution"])
+    res = [r["resolution"] for r in rows]
+    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    ax.plot(res, [r["rel_l2"] for r in rows], "o-", label="relative L2")
+    ax.plot(res, [r["rel_h1"] for r in rows], "s--", label="relative H1")
+    ax.set_xscale("log", base=2)
+    lo, hi = min(res) / 1.25, max(res) * 1.25
+    ax.set_xlim(lo, hi)
+    if train_resolution is not None:
+        ax.axvline(train_resolution, color="gray", ls="--", label=f"trained at {train_resolution}")
+        if lo < train_resolution:
+            ax.axvspan(lo, train_resolution, color="tab:blue", alpha=0.06, label="zero-shot, coarser")
+        if hi > train_resolution:
+            ax.axvspan(train_resolution, hi, color="tab:orange", alpha=0.08, label="zero-shot, finer")
+    ax.set_xticks(res)
+    ax.set_xticklabels([str(r) for r in res])
+    ax.set_xlabel("resolution (points per axis)")
+    ax.set_ylabel("relative error")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return _save(fig, plt, path)
+
+
+def plot_rollout(curves: dict[int, list[float]], path: str | Path, threshold: float | None = None,
+                 title: str = "autoregressive rollout") -> Path:
+    """Per-frame relative L2 error of a rollout (one curve per resolution), log scale."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    for r in sorted(curves):
+        errors = curves[r]
+        ax.plot(range(1, len(errors) + 1), [max(e, 1e-12) for e in errors], "o-", ms=3, label=f"{r} points")
+    if threshold is not None:
+        ax.axhline(threshold, color="red", ls=":", label=f"threshold {threshold}")
+    ax.set_yscale("log")
+    ax.set_xlabel("predicted time step")
+    ax.set_ylabel("relative L2 error")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return _save(fig, plt, path)

@@ -1,65 +1,73 @@
-"""Keyword-only trainer: AdamW, OneCycle or cosine schedule, relative L2/H1 losses.
+"""Keyword-only trainer: AdamW, OneCycle or cosine schedule, relative L2/H1 losses; one process or
+data parallel under ``torchrun``; mixed precision, gradient accumulation and clipping; exact resume.
 
 The trainer works on datasets of sample dicts ``{"x": (C_in, *spatial), "y": (C_out, *spatial)}``.
 Inputs are encoded with the input normaliser; the model's output is decoded with the output
 normaliser and the loss is computed on physical values, so the reported relative errors are
 those of the decoded prediction (the convention of the FNO and Galerkin Transformer papers).
 
-A checkpoint (``checkpoint.pt``) is written atomically after every epoch with the optimiser,
-scheduler and RNG states, so ``fit(resume=True)`` continues a killed run from its last
-completed epoch.
+One optimiser step on the global batch ``I`` (``batch_size`` samples, ``b`` per rank, split into
+``k = grad_accum_steps`` micro-batches ``I_{r,j}``) minimises the batch mean
+
+    L = (1/|I|) Σ_{i∈I} ℓ_i = Σ_r (1/W) Σ_j (|I_{r,j}| / b) · L_{r,j},   L_{r,j} = mean_{i∈I_{r,j}} ℓ_i,
+
+so each micro-batch loss is weighted by its share of the rank's batch before ``backward`` and DDP
+averages the ranks' gradients: the step equals one step on the whole batch in one process. The
+gradient is then clipped to norm ``grad_clip`` and the optimiser and schedule step.
+
+Persistence (``run_dir``): ``checkpoint.pt`` (atomic; see :mod:`.checkpoint`) after every epoch and
+every ``checkpoint_every_steps`` optimiser steps, ``metrics.json`` and ``metrics.csv`` after every
+epoch, all on rank 0. ``fit(resume=True)`` restores weights, optimiser, schedule, gradient scaler,
+every rank's RNG states and the sampler position, and skips the batches of the current epoch that
+were already trained on, so the continuation equals the uninterrupted run.
+
+A non-finite loss stops training with ``FloatingPointError`` naming the epoch and step; the last
+checkpoint on disk (written before the divergence) is left untouched.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from sciattn._checks import check_choice, check_positive_int
 
-from .checkpoint import atomic_write_bytes, load_checkpoint, save_checkpoint
-from .losses import make_loss, relative_h1, relative_l2
+from .checkpoint import atomic_write_bytes
+from .distributed import (
+    ResumableDistributedSampler,
+    all_reduce_sum,
+    current_context,
+    per_rank_batch,
+    resolve_device,
+    seed_everything,
+)
+from .evaluation import evaluate_dataset, evaluate_sharded
+from .loggers import MetricLogger
+from .losses import make_loss
+from .precision import Precision
+from .train_state import restore_training_state, write_training_state
 
 __all__ = ["Trainer", "evaluate_dataset"]
 
 
-@torch.no_grad()
-def evaluate_dataset(
-    model: nn.Module,
-    dataset: Dataset,
-    *,
-    x_normalizer: nn.Module,
-    y_normalizer: nn.Module,
-    spatial_dims: int,
-    batch_size: int = 32,
-    device: str | torch.device = "cpu",
-) -> dict[str, float]:
-    """Mean per-sample relative L2 and H1 errors of the decoded prediction, and seconds per sample."""
-    model.eval()
-    l2_sum = h1_sum = 0.0
-    n = 0
-    t0 = time.perf_counter()
-    for batch in DataLoader(dataset, batch_size=batch_size):
-        x, y = batch["x"].to(device), batch["y"].to(device)
-        pred = y_normalizer.decode(model(x_normalizer.encode(x)))
-        l2_sum += float(relative_l2(pred, y, spatial_dims)) * x.shape[0]
-        h1_sum += float(relative_h1(pred, y, spatial_dims)) * x.shape[0]
-        n += x.shape[0]
-    seconds = time.perf_counter() - t0
-    return {"rel_l2": l2_sum / n, "rel_h1": h1_sum / n, "seconds_per_sample": seconds / n, "n_samples": n}
-
-
 class Trainer:
-    """Train an operator on grid data.
+    """Train an operator on grid data, in one process or data parallel.
+
+    When a ``torch.distributed`` process group is initialised (``torchrun``, see
+    :mod:`.distributed`) the model is wrapped in ``DistributedDataParallel``, each rank trains on
+    its shard of every global batch, evaluation is sharded and summed over ranks, and only rank 0
+    logs and writes files.
 
     Args:
         model: an operator from :func:`sciattn.operators.create_operator`.
@@ -67,16 +75,23 @@ class Trainer:
         test_data: ``{name: dataset}`` evaluated after every epoch.
         x_normalizer, y_normalizer: fitted on ``train_data`` only.
         spatial_dims: number of spatial axes of the fields.
-        epochs, batch_size, lr, weight_decay: AdamW recipe.
-        scheduler: ``"onecycle"`` or ``"cosine"``, stepped every batch.
+        epochs, batch_size, lr, weight_decay: AdamW recipe; ``batch_size`` is the global batch of
+            one optimiser step (a multiple of world size × ``grad_accum_steps``).
+        scheduler: ``"onecycle"`` or ``"cosine"``, stepped every optimiser step.
         pct_start: warm-up fraction of OneCycle.
         loss: ``"l2"``, ``"h1"`` or ``"l2+h1"``; h1_weight: weight of the H1 term.
-        grad_clip: max gradient norm (``None``: off).
-        run_dir: where ``checkpoint.pt`` and ``metrics.json`` go (``None``: nowhere).
+        grad_clip: max gradient norm (``None`` or ``0``: off).
+        grad_accum_steps: micro-batches per optimiser step.
+        precision: ``"fp32"``, ``"bf16"`` or ``"fp16"`` (CUDA) autocast, see :mod:`.precision`.
+        checkpoint_every_steps: also checkpoint every that many optimiser steps (``0``/``None``: off).
+        run_dir: where ``checkpoint.pt``, ``metrics.json`` and ``metrics.csv`` go (``None``: nowhere).
         run_config: plain dict stored in the checkpoint.
-        seed: seed of the parameter-free randomness (shuffling, dropout).
-        device: torch device.
-        progress: show progress bars.
+        seed: seed of the parameter-free randomness (shuffling; dropout with ``seed + rank``).
+        device: torch device (``"cuda"`` means this rank's local GPU under torchrun).
+        progress: show progress bars (rank 0).
+        log: message sink (rank 0).
+        loggers: streaming metric loggers (:mod:`.loggers`), or a function of the starting optimiser
+            step (known after resuming) that makes them; used on rank 0 only.
     """
 
     def __init__(
@@ -97,33 +112,50 @@ class Trainer:
         loss: str = "l2",
         h1_weight: float = 0.0,
         grad_clip: float | None = 1.0,
+        grad_accum_steps: int = 1,
+        precision: str = "fp32",
+        checkpoint_every_steps: int | None = 0,
         run_dir: str | Path | None = None,
         run_config: dict[str, Any] | None = None,
         seed: int = 0,
         device: str | torch.device = "cpu",
         progress: bool = True,
         log: Callable[[str], None] = print,
+        loggers: Sequence[MetricLogger] | Callable[[int], Sequence[MetricLogger]] | None = None,
     ) -> None:
         check_positive_int("epochs", epochs)
         check_positive_int("batch_size", batch_size)
+        check_positive_int("grad_accum_steps", grad_accum_steps)
         check_choice("scheduler", scheduler, ("onecycle", "cosine"))
-        self.device = torch.device(device)
+        self.ctx = current_context()
+        self.device = resolve_device(device, self.ctx)
         self.model = model.to(self.device)
+        self.net: nn.Module = self.model
+        if self.ctx.distributed:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.net = DistributedDataParallel(self.model, device_ids=ids)
         self.train_data, self.test_data = train_data, test_data
         self.x_normalizer = x_normalizer.to(self.device)
         self.y_normalizer = y_normalizer.to(self.device)
         self.spatial_dims = spatial_dims
         self.epochs, self.batch_size = epochs, batch_size
+        self.rank_batch, self.micro_batch = per_rank_batch(batch_size, self.ctx.world_size, grad_accum_steps)
         self.loss_fn = make_loss(loss, spatial_dims, h1_weight)
         self.grad_clip = grad_clip
+        self.precision = Precision(precision, self.device)
+        self.checkpoint_every_steps = checkpoint_every_steps or 0
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.run_config = run_config or {}
         self.seed = seed
-        self.progress = progress
-        self.log = log
-        self.generator = torch.Generator().manual_seed(seed)
+        self.progress = progress and self.ctx.is_main
+        self.log = log if self.ctx.is_main else (lambda message: None)
+        self._make_loggers = loggers if callable(loggers) else None
+        self.loggers: list[MetricLogger] = list(loggers or []) if self.ctx.is_main and not callable(loggers) else []
+        self.sampler = ResumableDistributedSampler(train_data, num_replicas=self.ctx.world_size, rank=self.ctx.rank,
+                                                   seed=seed, batch_size=self.rank_batch)
+        self.steps_per_epoch = self.sampler.batches_per_epoch
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-        steps = epochs * math.ceil(len(train_data) / batch_size)
+        steps = epochs * self.steps_per_epoch
         if scheduler == "onecycle":
             self.scheduler = torch.optim.lr_scheduler.OneCycleLR(
                 self.optimizer, max_lr=lr, total_steps=steps, pct_start=pct_start, div_factor=1e2,
@@ -131,86 +163,138 @@ class Trainer:
             )
         else:
             self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, T_max=steps)
-        self.epoch = 0
+        sample = train_data[0]["x"]
+        self.train_resolution = list(sample.shape[1:])
+        self.epoch = 0  # completed epochs
+        self.step = 0  # optimiser steps
+        self.batches_done = 0  # optimiser steps done in the current epoch
+        self._partial = {"loss_sum": 0.0, "count": 0, "seconds": 0.0}
+        self._last_saved: tuple[int, int] | None = None
         self.history: list[dict[str, Any]] = []
 
     # -- persistence -------------------------------------------------------------------------
     def _metrics(self) -> dict[str, Any]:
-        return {"epochs_done": self.epoch, "history": self.history,
+        return {"epochs_done": self.epoch, "steps_done": self.step, "train_resolution": self.train_resolution,
+                "world_size": self.ctx.world_size, "history": self.history,
                 "final": self.history[-1] if self.history else {}}
 
+    @property
+    def checkpoint_path(self) -> Path | None:
+        return self.run_dir / "checkpoint.pt" if self.run_dir is not None else None
+
+    def _where(self) -> str:
+        return f"epoch {self.epoch + 1}/{self.epochs}, step {self.step} (batch {self.batches_done}/{self.steps_per_epoch})"
+
+    def _last_good(self) -> str:
+        if self._last_saved is None:
+            return "no checkpoint was written"
+        e, s = self._last_saved
+        return f"the last good checkpoint {str(self.checkpoint_path)!r} (after {e} epoch(s), step {s}) is kept"
+
     def save(self) -> None:
-        if self.run_dir is None:
-            return
-        metrics = self._metrics()
-        save_checkpoint(
-            self.run_dir / "checkpoint.pt", model=self.model, x_normalizer=self.x_normalizer,
-            y_normalizer=self.y_normalizer, run_config=self.run_config, optimizer=self.optimizer,
-            scheduler=self.scheduler, epoch=self.epoch, metrics=metrics,
-        )
-        atomic_write_bytes((json.dumps(metrics, indent=2) + "\n").encode(), self.run_dir / "metrics.json")
+        """Checkpoint (all ranks take part: RNG states are gathered; rank 0 writes), see :mod:`.train_state`."""
+        write_training_state(self)
 
     def resume(self) -> bool:
         """Restore the last checkpoint in ``run_dir``; returns whether one was found."""
-        if self.run_dir is None or not (self.run_dir / "checkpoint.pt").is_file():
-            return False
-        state = load_checkpoint(self.run_dir / "checkpoint.pt")
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["rng"])
-        self.epoch = state["epoch"]
-        self.history = json.loads(state["metrics"]).get("history", [])
-        self.log(f"resumed from {self.run_dir / 'checkpoint.pt'} after epoch {self.epoch}")
-        return True
+        return restore_training_state(self)
 
     # -- loop ---------------------------------------------------------------------------------
+    def _train_step(self, batch: dict[str, torch.Tensor]) -> tuple[float, int]:
+        """One optimiser step on this rank's share of a global batch; returns the global (Σ loss·n, n)."""
+        x, y = batch["x"].to(self.device), batch["y"].to(self.device)
+        n = x.shape[0]
+        self.optimizer.zero_grad(set_to_none=True)
+        chunks = list(zip(x.split(self.micro_batch), y.split(self.micro_batch)))
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        for j, (xc, yc) in enumerate(chunks):
+            last = j == len(chunks) - 1
+            sync = self.net.no_sync() if self.ctx.distributed and not last else contextlib.nullcontext()
+            with sync:
+                with self.precision.autocast():
+                    out = self.net(self.x_normalizer.encode(xc))
+                loss = self.loss_fn(self.y_normalizer.decode(out.float()), yc)
+                self.precision.backward(loss * (xc.shape[0] / n) if len(chunks) > 1 else loss)
+            loss_sum += loss.detach().double() * xc.shape[0]
+        stats = all_reduce_sum(torch.stack([loss_sum, loss_sum.new_tensor(float(n))]), self.ctx)
+        total, count = float(stats[0]), int(stats[1])
+        if not math.isfinite(total):
+            raise FloatingPointError(
+                f"loss: expected a finite value, got {total / count} at epoch {self.epoch + 1}/{self.epochs}, step "
+                f"{self.step + 1} (batch {self.batches_done + 1}/{self.steps_per_epoch}); training stopped and "
+                f"{self._last_good()}; lower train.lr, set train.grad_clip or use train.precision = \"fp32\""
+            )
+        self.precision.unscale_(self.optimizer)
+        if self.grad_clip:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        self.precision.step(self.optimizer)
+        self.scheduler.step()
+        return total, count
+
     def train_epoch(self) -> float:
-        self.model.train()
-        self.generator.manual_seed(self.seed + self.epoch)  # shuffling depends only on (seed, epoch)
-        loader = DataLoader(self.train_data, batch_size=self.batch_size, shuffle=True, generator=self.generator)
-        total, count = 0.0, 0
-        bar = tqdm(loader, desc=f"epoch {self.epoch + 1}/{self.epochs}", leave=False, disable=not self.progress)
+        """Train the rest of the current epoch; returns its mean training loss (over all ranks)."""
+        self.net.train()
+        self.sampler.set_position(self.epoch, self.batches_done)
+        loader = DataLoader(self.train_data, batch_size=self.rank_batch, sampler=self.sampler,
+                            generator=torch.Generator())  # the global RNG stays untouched
+        seconds0, t0 = self._partial["seconds"], time.perf_counter()
+        bar = tqdm(loader, desc=f"epoch {self.epoch + 1}/{self.epochs}", leave=False, disable=not self.progress,
+                   initial=self.batches_done, total=self.steps_per_epoch)
         for batch in bar:
-            x, y = batch["x"].to(self.device), batch["y"].to(self.device)
-            pred = self.y_normalizer.decode(self.model(self.x_normalizer.encode(x)))
-            loss = self.loss_fn(pred, y)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(
-                    f"loss: expected a finite value, got {float(loss)} at epoch {self.epoch + 1}; "
-                    "lower train.lr or set train.grad_clip"
-                )
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if self.grad_clip:
-                nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-            self.optimizer.step()
-            self.scheduler.step()
-            total += float(loss.detach()) * x.shape[0]
-            count += x.shape[0]
-            bar.set_postfix(loss=f"{total / count:.4f}")
-        return total / count
+            total, count = self._train_step(batch)
+            self.step += 1
+            self.batches_done += 1
+            self._partial["loss_sum"] += total
+            self._partial["count"] += count
+            self._partial["seconds"] = seconds0 + time.perf_counter() - t0
+            mean = self._partial["loss_sum"] / self._partial["count"]
+            bar.set_postfix(loss=f"{mean:.4f}")
+            for logger in self.loggers:
+                logger.log_step(self.step, {"loss": total / count, "lr": self.scheduler.get_last_lr()[0]})
+            every = self.checkpoint_every_steps
+            if every and self.step % every == 0 and self.batches_done < self.steps_per_epoch:
+                self.save()
+        loss = self._partial["loss_sum"] / max(self._partial["count"], 1)
+        self.last_epoch_seconds = seconds0 + time.perf_counter() - t0
+        self._partial = {"loss_sum": 0.0, "count": 0, "seconds": 0.0}
+        self.batches_done = 0
+        return loss
 
     def evaluate(self) -> dict[str, dict[str, float]]:
+        """Errors on every test set (sharded over ranks and summed: every sample counted once)."""
         return {
-            name: evaluate_dataset(self.model, ds, x_normalizer=self.x_normalizer, y_normalizer=self.y_normalizer,
-                                   spatial_dims=self.spatial_dims, device=self.device)
+            name: evaluate_sharded(self.model, ds, self.ctx, x_normalizer=self.x_normalizer,
+                                   y_normalizer=self.y_normalizer, spatial_dims=self.spatial_dims, device=self.device)
             for name, ds in self.test_data.items()
         }
+
+    def _write_stopped(self, message: str) -> None:
+        if self.run_dir is not None and self.ctx.is_main:
+            metrics = {**self._metrics(), "stopped": message}
+            atomic_write_bytes((json.dumps(metrics, indent=2) + "\n").encode(), self.run_dir / "metrics.json")
 
     def fit(self, resume: bool = False) -> dict[str, Any]:
         """Train for the remaining epochs; returns the metrics dict also written to ``metrics.json``."""
         if not (resume and self.resume()):
-            torch.manual_seed(self.seed)
-        while self.epoch < self.epochs:
-            t0 = time.perf_counter()
-            train_loss = self.train_epoch()
-            seconds = time.perf_counter() - t0
-            tests = self.evaluate()
-            self.epoch += 1
-            row = {"epoch": self.epoch, "train_loss": train_loss, "seconds": seconds,
-                   **{f"{k}_rel_l2": v["rel_l2"] for k, v in tests.items()}}
-            self.history.append(row)
-            self.log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
-            self.save()
+            seed_everything(self.seed + self.ctx.rank)
+        if self._make_loggers is not None and self.ctx.is_main:
+            self.loggers = list(self._make_loggers(self.step))
+        try:
+            while self.epoch < self.epochs:
+                train_loss = self.train_epoch()
+                tests = self.evaluate()
+                self.epoch += 1
+                row = {"epoch": self.epoch, "step": self.step, "train_loss": train_loss,
+                       "seconds": self.last_epoch_seconds, **{f"{k}_rel_l2": v["rel_l2"] for k, v in tests.items()}}
+                self.history.append(row)
+                self.log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+                self.save()
+                for logger in self.loggers:
+                    logger.log_epoch(self.step, row)
+        except FloatingPointError as err:
+            self._write_stopped(str(err))
+            raise
+        finally:
+            for logger in self.loggers:
+                logger.close()
         return self._metrics()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -110,7 +109,10 @@ def test_export_errors(run, tmp_path):
         export_run(run, tmp_path / "a.pt2", example_shape=(8,))
     bare = tmp_path / "bare"
     bare.mkdir()
-    shutil.copy(run / "checkpoint.pt", bare / "checkpoint.pt")  # no metrics.json: resolution unknown
+    # no metrics.json, and a checkpoint whose metrics lack the training resolution (trainer checkpoints record it)
+    state = torch.load(run / "checkpoint.pt", weights_only=True)
+    metrics = {k: v for k, v in json.loads(state["metrics"]).items() if k != "train_resolution"}
+    torch.save({**state, "metrics": json.dumps(metrics)}, bare / "checkpoint.pt")
     with pytest.raises(ValueError, match="example_shape: the run records no training resolution"):
         export_run(bare, tmp_path / "a.pt2")
     with pytest.raises(FileNotFoundError, match="checkpoint"):

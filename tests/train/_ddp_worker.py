@@ -1,0 +1,49 @@
+"""Helpers for the data-parallel tests: a tiny deterministic problem, and the worker that
+``torch.multiprocessing.spawn`` runs on each gloo rank (imported by name in the child processes,
+so it lives in a plain module, not in the test file)."""
+
+from __future__ import annotations
+
+import torch
+
+from sciattn.operators import create_operator
+from sciattn.pde_data.grid_dataset import GridPairDataset
+from sciattn.pde_data.normalizers import fit_normalizers
+from sciattn.train.trainer import Trainer
+
+N_TRAIN, N_TEST, RES = 16, 6, 8
+
+
+def problem():
+    """Identical in every process: data from a fixed generator, a shift-and-scale target."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(N_TRAIN + N_TEST, 1, RES, RES, generator=g)
+    y = 2.0 * x.roll(1, dims=-1) + 0.5 * x.roll(-1, dims=-2) + 1.0
+    train = GridPairDataset(x[:N_TRAIN], y[:N_TRAIN], {"split": "train"})
+    test = GridPairDataset(x[N_TRAIN:], y[N_TRAIN:], {"split": "test"})
+    return train, test
+
+
+def make_trainer(run_dir, **overrides) -> Trainer:
+    train, test = problem()
+    torch.manual_seed(0)
+    model = create_operator("galerkin_transformer", in_channels=1, out_channels=1, d_model=16, n_layers=1,
+                            n_heads=2, n_modes=4, regressor_width=8)
+    xn, yn = fit_normalizers(train)
+    kw = dict(model=model, train_data=train, test_data={"test": test}, x_normalizer=xn, y_normalizer=yn,
+              spatial_dims=2, epochs=2, batch_size=4, lr=5e-3, seed=7, progress=False, log=lambda m: None,
+              run_dir=run_dir, loggers=None)
+    kw.update(overrides)
+    return Trainer(**kw)
+
+
+def worker(rank: int, world_size: int, store: str, run_dir: str, overrides: dict) -> None:
+    """One gloo rank: join the group through a file store, train, leave."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
+    try:
+        make_trainer(run_dir, **overrides).fit()
+    finally:
+        dist.destroy_process_group()

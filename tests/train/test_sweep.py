@@ -1,0 +1,90 @@
+"""`sciattn evaluate RUN --resolutions ... --data NAME_OR_PATH`: the resolution-invariance report of a
+tiny trained Darcy run, checked against an independent evaluation of the same samples."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from sciattn.pde_data import load
+from sciattn.pde_data.generate import generate_to_netcdf
+from sciattn.pde_data.neuralop_pt import write_neuralop_pt
+from sciattn.train.checkpoint import load_model
+from sciattn.train.cli import main
+from sciattn.train.config import load_config
+from sciattn.train.data import load_at_resolutions
+from sciattn.train.run import train_run
+from sciattn.train.trainer import evaluate_dataset
+
+CONFIG = {
+    "model": {"name": "galerkin_transformer", "d_model": 16, "n_layers": 1, "n_heads": 2, "n_modes": 4,
+              "regressor_width": 8},
+    "data": {"format": "darcy_solver", "train_resolution": 8, "test_resolutions": [8], "n_train": 16, "n_test": 4},
+    "train": {"epochs": 1, "batch_size": 4, "lr": 5e-3, "seed": 3, "tensorboard": False},
+}
+
+
+@pytest.fixture(scope="module")
+def darcy_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    cfg = load_config({**CONFIG, "data": {**CONFIG["data"], "cache_dir": str(root / "cache")}})
+    train_run(cfg, root / "run", progress=False, log=lambda m: None)
+    return root
+
+
+def test_sweep_report_matches_an_independent_evaluation(darcy_run, capsys):
+    root = darcy_run
+    assert main(["evaluate", str(root / "run"), "--data", "darcy", "--resolutions", "16", "4", "8", "--root",
+                 str(root / "data"), "--n-samples", "3", "--no-progress"]) == 0
+    report = json.loads((root / "run" / "eval" / "darcy.json").read_text())
+    rows = {r["resolution"]: r for r in report["rows"]}
+    assert list(rows) == [4, 8, 16] and report["train_resolution"] == 8 and report["seed"] == 1
+    assert [rows[r]["regime"] for r in (4, 8, 16)] == ["zero-shot coarser", "training", "zero-shot finer"]
+    assert rows[8]["ratio_to_training"] == 1.0
+    assert rows[16]["ratio_to_training"] == pytest.approx(rows[16]["rel_l2"] / rows[8]["rel_l2"])
+    assert all(r["ms_per_sample"] > 0 and r["n_samples"] == 3 for r in rows.values())
+    assert report["rollout"] is None  # Darcy is not a time series
+
+    # oracle: the registry's own generated split (one solve at 16, seed 1) evaluated directly
+    model, xn, yn, _ = load_model(root / "run")
+    ds = load("darcy", split="test", resolution=16, root=root / "data", n_train=0, n_test=3, seed=1,
+              fine_resolution=16, progress=False)
+    direct = evaluate_dataset(model, ds, x_normalizer=xn, y_normalizer=yn, spatial_dims=2)
+    assert rows[16]["rel_l2"] == pytest.approx(direct["rel_l2"], rel=1e-6)
+    assert rows[16]["rel_h1"] == pytest.approx(direct["rel_h1"], rel=1e-6)
+
+    md = (root / "run" / "eval" / "darcy.md").read_text()
+    assert "| 16 | zero-shot finer | " in md and "| relative L2 | relative H1 |" in md
+    assert (root / "run" / "eval" / "darcy_resolution.png").stat().st_size > 5000
+    assert f"| 4 | zero-shot coarser | {rows[4]['rel_l2']:.4f} |" in capsys.readouterr().out
+
+
+def test_same_samples_at_every_resolution(tmp_path):
+    sets = load_at_resolutions("darcy", [4, 8], root=tmp_path, n_samples=2, seed=0)
+    torch.testing.assert_close(sets[8].x[:, :, ::2, ::2], sets[4].x)  # restriction of one fine solve
+    torch.testing.assert_close(sets[8].y[:, :, ::2, ::2], sets[4].y)
+    path = tmp_path / "f_16.pt"
+    write_neuralop_pt(path, sets[8].x[:, 0].repeat_interleave(2, -1).repeat_interleave(2, -2),
+                      sets[8].y[:, 0].repeat_interleave(2, -1).repeat_interleave(2, -2))
+    from_file = load_at_resolutions(path, [8, 16])
+    torch.testing.assert_close(from_file[8].x, sets[8].x)  # strided back to the original nodes
+    with pytest.raises(ValueError, match=r"resolution: .*f_16.pt' stores 16 points per axis"):
+        load_at_resolutions(path, [12])
+    nc = generate_to_netcdf("darcy", 2, 8, tmp_path, progress=False)  # NetCDF: loaded as stored, then strided
+    stored = load_at_resolutions(nc, [4, 8])
+    torch.testing.assert_close(stored[4].y, stored[8].y[:, :, ::2, ::2])
+    with pytest.raises(ValueError, match=r"resolutions: .*darcy_8.nc' holds 8x8 points and cannot be restricted to "
+                                         r"16 per axis"):
+        load_at_resolutions(nc, [16])
+
+
+def test_sweep_cli_errors(darcy_run, capsys):
+    root = darcy_run
+    assert main(["evaluate", str(root / "run"), "--data", "darcy", "burgers", "--resolutions", "8"]) == 2
+    assert "--data: expected one benchmark name or path with --resolutions" in capsys.readouterr().err
+    assert main(["evaluate", str(root / "run"), "--data", "burgers", "--resolutions", "16", "--root",
+                 str(root / "data"), "--n-samples", "2", "--no-progress"]) == 2
+    assert "data: the run was trained on 2-D fields (8x8), got 1-D fields (16) from 'burgers'" in \
+        capsys.readouterr().err
