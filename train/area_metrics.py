@@ -23,12 +23,15 @@ Shapes:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from sciattn._checks import check_choice, check_finite, check_rank
+
+from .rollout import stability_verdict
 
 __all__ = ["REDUCTIONS", "area_weighted_l2", "area_weighted_l1", "RolloutResult", "rollout_errors"]
 
@@ -91,6 +94,8 @@ class RolloutResult:
         bound: the stability bound on ``mean_errors``.
         stable: every prediction finite and every ``mean_errors`` entry ``<= bound``.
         first_failure: 0-based index of the first step that is non-finite or above the bound, ``None`` if stable.
+        verdict: the package-wide stability rule (:func:`sciattn.train.rollout.stability_verdict`) applied to
+            ``mean_errors`` with ``threshold = bound``: ``"stable"``, ``"growing"`` or ``"unstable"`` and why.
     """
 
     errors: torch.Tensor
@@ -98,6 +103,7 @@ class RolloutResult:
     bound: float
     stable: bool
     first_failure: int | None
+    verdict: dict
 
 
 def rollout_errors(
@@ -150,4 +156,6 @@ def rollout_errors(
     err = torch.stack(errors)
     mean = err.mean(-1)
     bad = [k for k in range(len(finite)) if not finite[k] or not bool(mean[k] <= bound)]
-    return RolloutResult(err, mean, bound, not bad, bad[0] if bad else None)
+    per_step = [float(e) if finite[k] else math.nan for k, e in enumerate(mean)]
+    verdict = stability_verdict(per_step, threshold=bound)
+    return RolloutResult(err, mean, bound, not bad, bad[0] if bad else None, verdict)

@@ -99,6 +99,7 @@ def test_rollout_of_the_exact_solver_is_stable_and_exact():
     res = rollout_errors(lambda x: s.integrate(x, 2), traj[:, 0], traj[:, 1:], q)
     assert res.errors.shape == (3, 3) and res.mean_errors.shape == (3,)
     assert float(res.errors.max()) < 1e-10 and res.stable and res.first_failure is None
+    assert res.verdict["verdict"] == "stable"
     # persistence: error k is the distance from the initial state to target k, computed independently
     res = rollout_errors(lambda x: x, traj[:, 0], traj[:, 1:], q, metric="l1", relative=False)
     for k in range(3):
@@ -112,6 +113,7 @@ def test_rollout_stability_verdict():
     x0 = 1.0 + torch.rand(2, 1, 4, 8, dtype=F64)
     targets = x0[:, None].expand(2, 4, 1, 4, 8)
     res = rollout_errors(lambda x: 1.5 * x, x0, targets, q)  # relative error 1.5^(k+1) - 1
+    assert res.verdict["verdict"] == "unstable" and "exceeds 1.0 at frame" in res.verdict["reason"]
     torch.testing.assert_close(res.mean_errors, torch.tensor([0.5, 1.25, 2.375, 4.0625], dtype=F64))
     assert not res.stable and res.first_failure == 1 and res.bound == 1.0
     assert rollout_errors(lambda x: 1.5 * x, x0, targets, q, bound=5.0).stable
