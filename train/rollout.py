@@ -34,10 +34,12 @@ from .losses import relative_l2
 
 __all__ = ["rollout_errors", "stability_verdict", "STABILITY_RULE"]
 
+ROUND_OFF = 1e-9  # errors below ROUND_OFF * threshold are not tested for growth
+
 STABILITY_RULE = (
     "unstable: an error is NaN/Inf or above the threshold; growing: below the threshold but the per-frame growth "
     "factor exp(slope of log error against frame, least squares over the second half of the frames) exceeds "
-    "max_growth; stable: otherwise"
+    "max_growth (not tested while the last error is below 1e-9 x threshold); stable: otherwise"
 )
 
 
@@ -97,7 +99,7 @@ def stability_verdict(errors: list[float], *, threshold: float = 1.0, max_growth
         if e > threshold:
             return {**out, "verdict": "unstable", "reason": f"error {e:.3g} exceeds {threshold} at frame {k}"}
     tail = list(range(len(errors) // 2, len(errors)))
-    if len(tail) >= 2:
+    if len(tail) >= 2 and errors[-1] > ROUND_OFF * threshold:  # growth of round-off-level errors is noise
         ks = torch.tensor(tail, dtype=torch.float64) + 1
         logs = torch.tensor([math.log(max(errors[i], 1e-300)) for i in tail], dtype=torch.float64)
         slope = float(((ks - ks.mean()) * (logs - logs.mean())).sum() / ((ks - ks.mean()) ** 2).sum())
