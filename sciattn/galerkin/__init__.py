@@ -1,6 +1,6 @@
 """Galerkin / Fourier attention: softmax-free linear attention as a quadrature (Cao, 2021)."""
 
-from .functional import galerkin_attention
+from .functional import KVNorm, galerkin_attention, head_layer_norm
 from .module import GalerkinAttention
 
-__all__ = ["galerkin_attention", "GalerkinAttention"]
+__all__ = ["GalerkinAttention", "KVNorm", "galerkin_attention", "head_layer_norm"]

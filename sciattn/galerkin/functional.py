@@ -1,15 +1,66 @@
-"""Functional Galerkin attention with quadrature weights, masks and backend dispatch."""
+"""Functional Galerkin attention with quadrature weights, masks, a fused key/value LayerNorm and
+backend dispatch."""
 
 from __future__ import annotations
 
-import torch
+from typing import NamedTuple
 
-from .._checks import check_rank
-from .._dispatch import Backend, register_backend, select_backend
+import torch
+import torch.nn.functional as F
+
+from .._capabilities import has_triton
+from .._checks import check_rank, check_tensor
+from .._dispatch import Backend, register_backend
 from ..domain import normalized_weights
+from ._ops import TritonBackend, galerkin_triton, select_outside_interpreter
 from .reference import galerkin_reference
 
-__all__ = ["galerkin_attention"]
+__all__ = ["galerkin_attention", "KVNorm", "head_layer_norm"]
+
+
+class KVNorm(NamedTuple):
+    """Per-head affine LayerNorms of keys and values, applied inside :func:`galerkin_attention`.
+
+    ``k_weight``/``k_bias`` are ``(H, Dn)`` with ``Dn <= D``: the LayerNorm acts on the first ``Dn``
+    features of every key and the remaining ``D - Dn`` (e.g. concatenated point coordinates) pass
+    through unchanged; likewise ``v_weight``/``v_bias`` ``(H, En)`` for the values. ``eps`` is the
+    LayerNorm epsilon (shared by both)."""
+
+    k_weight: torch.Tensor
+    k_bias: torch.Tensor
+    v_weight: torch.Tensor
+    v_bias: torch.Tensor
+    eps: float
+
+
+def head_layer_norm(t: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    """Affine LayerNorm per head of the first ``weight.shape[-1]`` features; the rest pass through.
+
+    Shapes: t ``(B, H, N, D)``; weight, bias ``(H, Dn)`` with ``Dn <= D``; returns ``(B, H, N, D)``.
+    """
+    dn = weight.shape[-1]
+    head = F.layer_norm(t[..., :dn], (dn,), eps=eps) * weight[:, None, :].to(t.dtype) + bias[:, None, :].to(t.dtype)
+    return head if dn == t.shape[-1] else torch.cat([head, t[..., dn:]], dim=-1)
+
+
+def _check_kv_norm(kv_norm: object, h: int, d: int, e: int) -> KVNorm:
+    if not isinstance(kv_norm, tuple) or len(kv_norm) != 5:
+        raise TypeError(
+            f"kv_norm: expected (k_weight, k_bias, v_weight, v_bias, eps), got {type(kv_norm).__name__} {kv_norm!r}"
+        )
+    norm = KVNorm(*kv_norm)
+    for name, width, full in (("k", d, "D"), ("v", e, "E")):
+        weight, bias = check_tensor(f"kv_norm.{name}_weight", getattr(norm, f"{name}_weight")), getattr(norm, f"{name}_bias")
+        check_tensor(f"kv_norm.{name}_bias", bias)
+        if weight.dim() != 2 or weight.shape[0] != h or not 1 <= weight.shape[1] <= width:
+            raise ValueError(
+                f"kv_norm.{name}_weight: expected shape (H={h}, n) with 1 <= n <= {full}={width}, got {tuple(weight.shape)}"
+            )
+        if bias.shape != weight.shape:
+            raise ValueError(f"kv_norm.{name}_bias: expected shape {tuple(weight.shape)} like {name}_weight, got {tuple(bias.shape)}")
+    if isinstance(norm.eps, bool) or not isinstance(norm.eps, (int, float)) or not norm.eps > 0:
+        raise ValueError(f"kv_norm.eps: expected a positive float, got {norm.eps!r}")
+    return norm
 
 
 def galerkin_attention(
@@ -19,6 +70,7 @@ def galerkin_attention(
     weights: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
     backend: str | None = None,
+    kv_norm: KVNorm | tuple | None = None,
 ) -> torch.Tensor:
     r"""Softmax-free linear attention as a quadrature of an integral operator (Cao, 2021).
 
@@ -30,11 +82,19 @@ def galerkin_attention(
     The weights are normalised per sample to sum to one over the real (unmasked) key points,
     so uniform weights reproduce the paper's ``1/n`` and non-uniform meshes get their true
     quadrature. Galerkin and Fourier attention (Cao's two types) share this integral; they
-    differ only in which of Q, K, V carry the layer norm, which the module applies.
+    differ only in which of Q, K, V carry the layer norm. With ``kv_norm`` the Galerkin type's
+    per-head LayerNorms of K and V are applied inside the operation, ``k_j -> LN_K(k_j)`` and
+    ``v_j -> LN_V(v_j)``, which lets the ``triton`` backend fuse them into its single pass over
+    the points instead of materialising normalised copies.
 
     Equivalent PyTorch for uniform weights and no mask::
 
+        k, v = head_layer_norm(k, kw, kb, eps), head_layer_norm(v, vw, vb, eps)  # if kv_norm
         z = q @ (k.transpose(-1, -2) @ v) / k.shape[-2]
+
+    Backends (``sciattn.available_backends()``) receive ``fn(q, k, v, w, mask, kv_norm)`` with the
+    normalised weights ``w`` ``(B, Nk)`` (zero on padding; fp32 for fp16/bf16 inputs) and must ignore
+    whatever padded rows of ``k`` and ``v`` hold.
 
     Args:
         q: ``(B, H, Nq, D)`` queries.
@@ -45,6 +105,9 @@ def galerkin_attention(
         mask: ``(B, Nk)`` bool, True for real key/value points. Padded points contribute
             nothing, whatever values (even NaN) they hold.
         backend: force a backend by name (see :func:`sciattn.available_backends`).
+        kv_norm: ``(k_weight, k_bias, v_weight, v_bias, eps)`` (a :class:`KVNorm`) to LayerNorm
+            keys and values per head first; the weights are ``(H, Dn)`` / ``(H, En)`` and normalise
+            the first ``Dn`` / ``En`` features only, so concatenated coordinates pass through.
 
     Returns:
         ``(B, H, Nq, E)``.
@@ -71,7 +134,8 @@ def galerkin_attention(
             raise ValueError(f"mask: expected shape ({b}, {nk}) matching the key/value points, got {tuple(mask.shape)}")
         if mask.dtype != torch.bool:
             raise TypeError(f"mask: expected dtype torch.bool, got {mask.dtype}")
-    chosen = select_backend(
+    norm = None if kv_norm is None else _check_kv_norm(kv_norm, h, d, v.shape[-1])
+    chosen = select_outside_interpreter(
         "galerkin",
         backend,
         device=q.device,
@@ -79,21 +143,58 @@ def galerkin_attention(
         head_dim=max(d, v.shape[-1]),
         has_mask=mask is not None,
         has_weights=weights is not None,
+        requires_grad=torch.is_grad_enabled()
+        and any(t is not None and t.requires_grad for t in (q, k, v, weights, *(norm[:4] if norm else ()))),
     )
-    w = normalized_weights(weights, mask, (b, nk), q.dtype, q.device)
+    wdtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    w = normalized_weights(weights, mask, (b, nk), wdtype, q.device)
+    return chosen.fn(q, k, v, w, mask, norm)
+
+
+def _reference_backend(q, k, v, w, mask, norm):
+    """Zero the padding, LayerNorm (if asked), then the plain-PyTorch quadrature."""
     if mask is not None:
         keep = mask[:, None, :, None]
         k = torch.where(keep, k, torch.zeros((), dtype=k.dtype, device=k.device))
         v = torch.where(keep, v, torch.zeros((), dtype=v.dtype, device=v.device))
-    return chosen.fn(q, k, v, w)
+    if norm is not None:
+        k = head_layer_norm(k, norm.k_weight, norm.k_bias, norm.eps)
+        v = head_layer_norm(v, norm.v_weight, norm.v_bias, norm.eps)
+    return galerkin_reference(q, k, v, w.to(q.dtype))
 
 
 register_backend(
     Backend(
         op="galerkin",
         name="reference",
-        fn=galerkin_reference,
+        fn=_reference_backend,
         priority=0,
         tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
+    )
+)
+
+# Probed once at import (without importing triton), so tracing the dispatcher stays cheap.
+_TRITON_MISSING = None if has_triton() else "triton is not installed (pip install sciattn[kernels])"
+
+# The fused kernels: the automatic choice on CUDA. On CPU tensors they run only under Triton's
+# interpreter (TRITON_INTERPRET=1 before their first use) and only when forced with
+# backend="triton": the automatic choice on CPU stays the reference (see TritonBackend).
+register_backend(
+    TritonBackend(
+        op="galerkin",
+        name="triton",
+        fn=galerkin_triton,
+        priority=10,
+        devices=("cuda",),
+        dtypes=(torch.float32, torch.float16, torch.bfloat16),
+        max_head_dim=128,
+        available=lambda: _TRITON_MISSING,
+        # (rtol, atol) against float64 on the same rounded inputs; the tests scale atol by the
+        # largest reference value. fp16/bf16 use TF32 dots with fp32 accumulation.
+        tolerances={
+            torch.float32: (1e-4, 1e-5),
+            torch.float16: (1e-2, 5e-3),
+            torch.bfloat16: (5e-2, 2e-2),
+        },
     )
 )

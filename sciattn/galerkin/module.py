@@ -15,6 +15,11 @@ Differences from the original code, on purpose:
   half of it is dropped even in eval mode; here dropout is an ordinary module on the output
   that respects ``model.eval()``;
 * the ``1/n`` is generalised to quadrature weights and padding masks.
+
+For ``attention_type="galerkin"`` the LayerNorms of K and V are passed to
+:func:`~sciattn.galerkin.galerkin_attention` as ``kv_norm`` (normalising the first ``d_k`` features,
+so the appended coordinates pass through), which the ``triton`` backend fuses into its kernel; the
+result is the same as normalising first, up to rounding.
 """
 
 from __future__ import annotations
@@ -22,11 +27,10 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .._checks import check_choice, check_dim, check_positive_int, check_rank
-from .functional import galerkin_attention
+from .functional import KVNorm, galerkin_attention, head_layer_norm
 
 __all__ = ["GalerkinAttention"]
 
@@ -43,8 +47,7 @@ class _HeadLayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(n_heads, head_dim))
 
     def forward(self, t: torch.Tensor) -> torch.Tensor:
-        t = F.layer_norm(t, t.shape[-1:], eps=self.eps)
-        return t * self.weight[:, None, :] + self.bias[:, None, :]
+        return head_layer_norm(t, self.weight, self.bias, self.eps)
 
 
 class GalerkinAttention(nn.Module):
@@ -144,17 +147,32 @@ class GalerkinAttention(nn.Module):
         else:
             check_rank("context", context, 3, "(B, Nk, d_model)")
             check_dim("context", context, -1, self.d_model, "d_model")
+        if mask is not None:  # padded tokens may hold NaN: zero them so no gradient is NaN·0
+            if mask.dtype != torch.bool or tuple(mask.shape) != tuple(context.shape[:2]):
+                raise ValueError(
+                    f"mask: expected a bool tensor of shape {tuple(context.shape[:2])} (B, Nk), "
+                    f"got {mask.dtype} {tuple(mask.shape)}"
+                )
+            zero = torch.zeros((), dtype=x.dtype, device=x.device)
+            keep = mask[..., None]
+            context = torch.where(keep, context, zero)
+            context_pos = None if context_pos is None else torch.where(keep, context_pos, zero)
+            if self_attention:
+                x, pos = context, context_pos
         q = self._heads(self.q_proj(x))
         k = self._heads(self.k_proj(context))
         v = self._heads(self.v_proj(context))
+        kv_norm = None
         if self.attention_type == "galerkin":
-            k, v = self.norm_a(k), self.norm_b(v)
+            # LN(K), LN(V) happen inside the attention (fused by the triton backend); they act on
+            # the first head_dim features only, so the coordinates appended below pass through.
+            kv_norm = KVNorm(self.norm_a.weight, self.norm_a.bias, self.norm_b.weight, self.norm_b.bias, self.norm_a.eps)
         else:
             q, k = self.norm_a(q), self.norm_b(k)
         q = self._with_pos(q, pos, "pos")
         k = self._with_pos(k, context_pos, "context_pos")
         v = self._with_pos(v, context_pos, "context_pos")
-        z = galerkin_attention(q, k, v, weights=weights, mask=mask, backend=self.backend)
+        z = galerkin_attention(q, k, v, weights=weights, mask=mask, backend=self.backend, kv_norm=kv_norm)
         if self.attention_type == "fourier":
             z = z / math.sqrt(q.shape[-1])
         b, h, nq, e = z.shape
