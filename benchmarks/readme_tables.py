@@ -1,0 +1,70 @@
+"""Copy benchmark result tables into README.md, so README numbers always come from a results file.
+
+README.md marks each table block as::
+
+    <!-- results:NAME -->
+    ...            (replaced by the contents of benchmarks/results/NAME.md)
+    <!-- /results:NAME -->
+
+    python benchmarks/readme_tables.py           # rewrite README.md in place
+    python benchmarks/readme_tables.py --check   # exit 1 if README.md is out of date
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK = re.compile(r"(<!-- results:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /results:(?P=name) -->)", re.S)
+
+
+def demo_table(metrics: dict) -> str:
+    """A Markdown table of ``sciattn demo``'s ``metrics.json``: relative L2 and H1 per test resolution."""
+    rows = sorted(((int(name.split("_")[-1]), m) for name, m in metrics["test"].items()), key=lambda r: r[0])
+    base = rows[0][1]["rel_l2"]
+    lines = [f"{metrics['parameters']:,} parameters, trained at {metrics['train_resolution']} for "
+             f"{metrics['epochs_done']} epochs; evaluated zero-shot on the finer grids.", "",
+             "| resolution | relative L2 | relative H1 | L2 ratio to the training resolution |", "|---|---|---|---|"]
+    lines += [f"| {r} | {m['rel_l2']:.4f} | {m['rel_h1']:.4f} | {m['rel_l2'] / base:.2f} |" for r, m in rows]
+    return "\n".join(lines)
+
+
+def fill(readme: str, results_dir: Path) -> str:
+    """``readme`` with every marked block replaced by its results file (missing files are an error)."""
+
+    def sub(m: re.Match) -> str:
+        path = results_dir / f"{m.group('name')}.md"
+        if m.group("name") == "demo_metrics":
+            import json
+
+            table = demo_table(json.loads((results_dir / "demo_metrics.json").read_text()))
+            return m.group(1) + table + "\n" + m.group(4)
+        if not path.is_file():
+            raise FileNotFoundError(f"README block {m.group('name')!r}: expected results file {path}, not found")
+        return m.group(1) + path.read_text().rstrip("\n") + "\n" + m.group(4)
+
+    return BLOCK.sub(sub, readme)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="only check; exit 1 when README.md differs")
+    args = ap.parse_args(argv)
+    readme = ROOT / "README.md"
+    old = readme.read_text()
+    new = fill(old, ROOT / "benchmarks" / "results")
+    if args.check:
+        if new != old:
+            print("README.md tables differ from benchmarks/results; run python benchmarks/readme_tables.py")
+            return 1
+        return 0
+    readme.write_text(new)
+    print(f"{len(BLOCK.findall(old))} result blocks copied into {readme}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
