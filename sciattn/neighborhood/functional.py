@@ -17,6 +17,12 @@ Equivalent dense PyTorch (quadratic memory, for checking only)::
     allowed[torch.repeat_interleave(torch.arange(Nq), row_offsets.diff()), col_indices] = True
     bias = torch.where(allowed, torch.log(w), -inf)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)  # NaN rows -> 0
+
+Backends (see :func:`sciattn.available_backends`): ``triton`` (:mod:`._triton`: one program per
+query row and batch·head runs an online softmax over the gathered neighbours; the backward
+recomputes the scores and is deterministic under ``torch.use_deterministic_algorithms(True)``;
+the default on CUDA) and ``reference`` (chunked segment softmax in plain PyTorch, the oracle and
+the CPU path).
 """
 
 from __future__ import annotations
@@ -25,8 +31,11 @@ import math
 
 import torch
 
+from .._capabilities import has_triton
 from .._checks import check_rank
-from .._dispatch import Backend, register_backend, select_backend
+from .._dispatch import Backend, register_backend
+from ..galerkin._ops import TritonBackend, select_outside_interpreter
+from ._ops import neighborhood_triton
 from .csr import check_csr
 from .reference import neighborhood_reference
 
@@ -78,7 +87,7 @@ def neighborhood_attention(
             raise TypeError(f"mask: expected dtype torch.bool, got {mask.dtype}")
     if validate:
         check_csr(row_offsets, col_indices, nq, nk)
-    chosen = select_backend(
+    chosen = select_outside_interpreter(
         "neighborhood",
         backend,
         device=q.device,
@@ -90,7 +99,13 @@ def neighborhood_attention(
     )
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-    log_w = torch.zeros(b, nk, dtype=acc, device=q.device) if weights is None else torch.log(weights.to(acc).expand(b, nk))
+    if weights is None:
+        log_w = torch.zeros(b, nk, dtype=acc, device=q.device)
+    else:
+        w = weights.to(acc).expand(b, nk)
+        if mask is not None:  # padded weights are never read, so NaN there cannot reach a gradient
+            w = torch.where(mask, w, torch.ones((), dtype=acc, device=w.device))
+        log_w = torch.log(w)
     if mask is not None:
         log_w = torch.where(mask, log_w, torch.full_like(log_w, -math.inf))
         keep = mask[:, None, :, None]
@@ -111,5 +126,26 @@ register_backend(
             torch.float16: (1e-2, 1e-3),
             torch.bfloat16: (5e-2, 1e-2),
         },
+    )
+)
+
+# Probed once at import (without importing triton), so tracing the dispatcher stays cheap.
+_TRITON_MISSING = None if has_triton() else "triton is not installed (pip install sciattn[kernels])"
+_TRITON_TOLERANCES = {torch.float32: (1e-4, 1e-5), torch.float16: (1e-2, 2e-3), torch.bfloat16: (5e-2, 1e-2)}
+
+# The fused kernels: the automatic choice on CUDA. On CPU tensors they run only under Triton's
+# interpreter (TRITON_INTERPRET=1 before their first use) and only when forced with
+# backend="triton"; the automatic choice on CPU stays the reference (see TritonBackend).
+register_backend(
+    TritonBackend(
+        op="neighborhood",
+        name="triton",
+        fn=neighborhood_triton,
+        priority=10,
+        devices=("cuda",),
+        dtypes=(torch.float32, torch.float16, torch.bfloat16),
+        max_head_dim=128,
+        available=lambda: _TRITON_MISSING,
+        tolerances=_TRITON_TOLERANCES,
     )
 )

@@ -23,9 +23,10 @@ __all__ = ["neighborhood_reference"]
 CHUNK_ELEMENTS = 1 << 22  # floats per gathered (B, H, chunk, C) block
 
 
-def _edge_rows(row_offsets: torch.Tensor, n_rows: int) -> torch.Tensor:
+def _edge_rows(row_offsets: torch.Tensor, n_rows: int, nnz: int) -> torch.Tensor:
     counts = row_offsets.diff()
-    return torch.repeat_interleave(torch.arange(n_rows, device=row_offsets.device), counts)
+    # output_size keeps the length static (no host sync; fullgraph compile works)
+    return torch.repeat_interleave(torch.arange(n_rows, device=row_offsets.device), counts, output_size=nnz)
 
 
 def _chunks(nnz: int, b: int, h: int, c: int):
@@ -104,5 +105,5 @@ def neighborhood_reference(
         log_w ``(B, Nk)`` log key weights, ``-inf`` on padding; row_offsets ``(Nq + 1,)``;
         col_indices ``(nnz,)``. Returns ``(B, H, Nq, E)``, zero for a query with no live key.
     """
-    rows = _edge_rows(row_offsets.to(torch.int64), q.shape[2])
+    rows = _edge_rows(row_offsets.to(torch.int64), q.shape[2], col_indices.shape[0])
     return _NeighborhoodAttention.apply(q, k, v, log_w, rows, col_indices.to(torch.int64), scale)

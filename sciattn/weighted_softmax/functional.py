@@ -17,7 +17,16 @@ Equivalent PyTorch::
 
 Backends (see :func:`sciattn.available_backends`): ``sdpa`` (PyTorch's fused attention with the
 bias as a float mask; default), ``flex`` (``flex_attention`` with the bias as a score mod and the
-padding as a block mask) and ``reference`` (chunked plain PyTorch, the oracle).
+padding as a block mask), ``triton`` (:mod:`._triton`: a fused online-softmax kernel that computes
+the log-weight and distance biases in registers, so neither the scores nor a distance matrix is
+ever stored, and differentiates all of them) and ``reference`` (chunked plain PyTorch, the oracle).
+
+Default order: ``sdpa`` > ``flex`` > ``triton`` > ``reference``. The ``triton`` priority is
+provisional: it stays below PyTorch's kernels until ``benchmarks/kernels.py`` has timed the three
+on a GPU ("build it on flex where that is as fast, in Triton where it is not"). Its advantage that
+needs no measurement is memory: with a distance bias ``sdpa`` materialises a ``(B, H, Nq, Nk)``
+bias and ``flex`` (``flex_attention`` called eagerly, i.e. its unfused path) the scores; ``triton``
+stores neither.
 """
 
 from __future__ import annotations
@@ -27,9 +36,11 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .._capabilities import has_flex_attention
+from .._capabilities import has_flex_attention, has_triton
 from .._checks import check_rank
-from .._dispatch import Backend, register_backend, select_backend
+from .._dispatch import Backend, register_backend
+from ..galerkin._ops import TritonBackend, select_outside_interpreter
+from ._ops import weighted_softmax_triton
 from .reference import distance_bias, weighted_softmax_reference
 
 __all__ = ["weighted_softmax_attention"]
@@ -103,7 +114,7 @@ def weighted_softmax_attention(
     """
     _check_inputs(q, k, v, weights, mask, q_pos, k_pos, distance_scale)
     b, h, nk, d = k.shape
-    chosen = select_backend(
+    chosen = select_outside_interpreter(
         "weighted_softmax",
         backend,
         device=q.device,
@@ -120,7 +131,10 @@ def weighted_softmax_attention(
     if weights is None:
         log_w = torch.zeros(b, nk, dtype=acc, device=q.device)
     else:
-        log_w = torch.log(weights.to(acc).expand(b, nk))
+        w = weights.to(acc).expand(b, nk)
+        if mask is not None:  # padded weights are never read, so NaN there cannot reach a gradient
+            w = torch.where(mask, w, torch.ones((), dtype=acc, device=w.device))
+        log_w = torch.log(w)
     if mask is not None:
         log_w = torch.where(mask, log_w, torch.full_like(log_w, -math.inf))
         keep = mask[:, None, :, None]
@@ -196,5 +210,30 @@ register_backend(
         fn=weighted_softmax_reference,
         priority=0,
         tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
+    )
+)
+
+# Probed once at import (without importing triton), so tracing the dispatcher stays cheap.
+_TRITON_MISSING = None if has_triton() else "triton is not installed (pip install sciattn[kernels])"
+
+# bf16: d(distance_scale) sums dS_ij·‖p_i − p_j‖ over every (b, i, j), and Σ_j dS_ij = 0 per row, so
+# the cancellation amplifies bf16's rounding of the output and its gradient (measured on a
+# (1, 2, 17, 40) case: max error 6.7e-2·max|dλ| in bf16, 2.8e-3 in fp16, 4e-7 in fp32).
+_TRITON_TOLERANCES = {torch.float32: (1e-4, 1e-5), torch.float16: (1e-2, 2e-3), torch.bfloat16: (5e-2, 2e-2)}
+
+# The fused kernels; priority provisional, below sdpa and flex until timed on a GPU (module
+# docstring). On CPU tensors they run only under Triton's interpreter (TRITON_INTERPRET=1 before
+# their first use) and only when forced with backend="triton" (see TritonBackend).
+register_backend(
+    TritonBackend(
+        op="weighted_softmax",
+        name="triton",
+        fn=weighted_softmax_triton,
+        priority=1,
+        devices=("cuda",),
+        dtypes=(torch.float32, torch.float16, torch.bfloat16),
+        max_head_dim=128,
+        available=lambda: _TRITON_MISSING,
+        tolerances=_TRITON_TOLERANCES,
     )
 )

@@ -17,9 +17,13 @@ QUERY_CHUNK = 1024
 
 
 def distance_bias(q_pos: torch.Tensor, k_pos: torch.Tensor, distance_scale: torch.Tensor) -> torch.Tensor:
-    """``-λ_h ‖p_i − p_j‖`` of shape ``(B, H, Nq, Nk)`` from ``(B, Nq, P)``, ``(B, Nk, P)`` and ``(H,)``."""
-    dist = torch.cdist(q_pos, k_pos)  # (B, Nq, Nk)
-    return -distance_scale[None, :, None, None] * dist[:, None]
+    """``-λ_h ‖p_i − p_j‖`` of shape ``(B, H, Nq, Nk)`` from ``(B, Nq, P)``, ``(B, Nk, P)`` and ``(H,)``.
+
+    Distances are taken in at least fp32 and without ``cdist``'s matrix-product shortcut, which loses
+    fp32 accuracy for close points."""
+    acc = torch.promote_types(q_pos.dtype, torch.float32)
+    dist = torch.cdist(q_pos.to(acc), k_pos.to(acc), compute_mode="donot_use_mm_for_euclid_dist")  # (B, Nq, Nk)
+    return -distance_scale.to(acc)[None, :, None, None] * dist[:, None]
 
 
 def weighted_softmax_reference(

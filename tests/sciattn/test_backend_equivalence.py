@@ -165,7 +165,7 @@ def _neighborhood_case(variant: str) -> Case:
 CASE_FACTORIES: dict[str, Callable[[str], Case]] = {"galerkin": _galerkin_case}
 VARIANTS: dict[str, tuple[str, ...]] = {"galerkin": ("plain", "norm")}
 CASE_FACTORIES["weighted_softmax"] = _weighted_softmax_case
-VARIANTS["weighted_softmax"] = ("plain",)  # "distance": once distance_bias avoids cdist's fp32 matmul form
+VARIANTS["weighted_softmax"] = ("plain", "distance")
 CASE_FACTORIES["neighborhood"] = _neighborhood_case
 VARIANTS["neighborhood"] = ("plain",)
 

@@ -1,0 +1,245 @@
+"""The Triton weighted-softmax kernels under ``TRITON_INTERPRET=1``: outputs and every gradient
+against the float64 reference, fp16/bf16, NaN-poisoned padding, head sizes 16..128, bitwise
+reproducibility, ``opcheck`` of the custom ops and ``torch.compile``.
+
+The ``interpreter`` fixture turns the interpreter on for each test (kernels are decorated on first
+use, inside such a test); export ``TRITON_INTERPRET=0`` on a GPU machine to test compiled kernels.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+from sciattn._capabilities import has_triton
+from sciattn._dispatch import backends_for
+from sciattn.weighted_softmax import weighted_softmax_attention
+
+# Not importorskip: importing triton before TRITON_INTERPRET=1 is set would make its library
+# functions compiled-only for the rest of the session.
+pytestmark = pytest.mark.skipif(not has_triton(), reason="triton is not installed")
+
+F64 = torch.float64
+DEVICE = "cuda" if os.environ.get("TRITON_INTERPRET") == "0" and torch.cuda.is_available() else "cpu"
+BACKEND = "triton"
+GRAD_NAMES = ("q", "k", "v", "weights", "q_pos", "k_pos", "distance_scale")
+
+
+@pytest.fixture(autouse=True)
+def interpreter(monkeypatch):
+    if "TRITON_INTERPRET" not in os.environ:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def tolerance(dtype):
+    return next(b for b in backends_for("weighted_softmax") if b.name == BACKEND).tolerances[dtype]
+
+
+def close(got, want, dtype, what):
+    """|got − want| <= atol·max|want| + rtol·|want| with the backend's declared tolerances."""
+    rtol, atol = tolerance(dtype)
+    got, want = got.detach().double().cpu(), want.detach().double().cpu()
+    assert torch.isfinite(got).all(), f"{what}: non-finite values"
+    err = (got - want).abs()
+    bound = atol * float(want.abs().max().clamp_min(1e-12)) + rtol * want.abs()
+    assert bool((err <= bound).all()), f"{what}: max error {float(err.max()):.3g} (rtol={rtol}, atol={atol})"
+
+
+def make_case(b=2, h=2, nq=19, nk=70, d=16, e=24, p=3, pad=9, seed=0):
+    """Float64 inputs with non-uniform weights and positions in [10, 11]^p; the last ``pad`` keys of
+    sample 0 (and 4 more of sample 1) are padding holding NaN in k, v, weights and key positions."""
+    g = torch.Generator().manual_seed(seed)
+    t = {
+        "q": torch.randn(b, h, nq, d, generator=g, dtype=F64),
+        "k": torch.randn(b, h, nk, d, generator=g, dtype=F64),
+        "v": torch.randn(b, h, nk, e, generator=g, dtype=F64),
+        "weights": torch.rand(b, nk, generator=g, dtype=F64) * 2 + 0.05,
+        "q_pos": torch.rand(b, nq, p, generator=g, dtype=F64) + 10,  # off the origin: a |a|²+|b|²−2a·b
+        "k_pos": torch.rand(b, nk, p, generator=g, dtype=F64) + 10,  # distance would lose fp32 accuracy
+        "distance_scale": torch.rand(h, generator=g, dtype=F64) + 0.5,
+    }
+    mask = torch.ones(b, nk, dtype=torch.bool)
+    mask[:, nk - pad :] = False
+    if b > 1:
+        mask[1, : min(4, nk - pad)] = False
+    t["k"] = t["k"].masked_fill(~mask[:, None, :, None], math.nan)
+    t["v"] = t["v"].masked_fill(~mask[:, None, :, None], math.nan)
+    t["weights"] = t["weights"].masked_fill(~mask, math.nan)
+    t["k_pos"] = t["k_pos"].masked_fill(~mask[..., None], math.nan)
+    return {n: x.to(DEVICE) for n, x in t.items()}, mask.to(DEVICE)
+
+
+def run(t, mask, backend, distance=True, scale=None):
+    kw = dict(q_pos=t["q_pos"], k_pos=t["k_pos"], distance_scale=t["distance_scale"]) if distance else {}
+    return weighted_softmax_attention(t["q"], t["k"], t["v"], t["weights"], mask, scale=scale, backend=backend, **kw)
+
+
+def compare_with_reference(t, mask, dtype, distance=True, names=GRAD_NAMES):
+    """Run the kernel in ``dtype`` and the reference in float64 on the same rounded values; compare
+    the output and the gradients of ``names`` for one random cotangent."""
+    names = [n for n in names if distance or n not in ("q_pos", "k_pos", "distance_scale")]
+
+    def inputs(dt, dev):
+        return {n: (x.to(dtype).to(dt) if n in "qkv" else x).to(dev).requires_grad_(n in names) for n, x in t.items()}
+
+    x, ref_x = inputs(dtype, DEVICE), inputs(F64, "cpu")
+    out = run(x, mask, BACKEND, distance)
+    ref = run(ref_x, mask.cpu(), "reference", distance)
+    assert out.dtype == dtype
+    close(out, ref, dtype, "output")
+    cot = torch.randn(ref.shape, generator=torch.Generator().manual_seed(1), dtype=F64)
+    grads = torch.autograd.grad((out * cot.to(DEVICE, dtype)).sum(), [x[n] for n in names])
+    ref_grads = torch.autograd.grad((ref * cot).sum(), [ref_x[n] for n in names])
+    for n, a, r in zip(names, grads, ref_grads):
+        assert a.dtype == x[n].dtype, n
+        close(a, r, dtype, f"grad {n}")
+    return out, grads
+
+
+@pytest.mark.parametrize("distance", [False, True])
+def test_output_and_all_gradients_match_float64_reference(distance):
+    t, mask = make_case()
+    out, grads = compare_with_reference(t, mask, torch.float32, distance)
+    if distance:
+        assert grads[-1].abs().min() > 0  # dλ is really produced
+
+
+@pytest.mark.parametrize("d,e", [(16, 16), (32, 8), (64, 48), (128, 128)])
+def test_head_dims_up_to_128(d, e):
+    t, mask = make_case(b=1, h=1, nq=9, nk=20, d=d, e=e, pad=3, seed=d)
+    compare_with_reference(t, mask, torch.float32, distance=d == 64, names=("q", "k", "v", "weights"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_within_declared_tolerance(dtype):
+    t, mask = make_case(b=1, h=2, nq=17, nk=40, d=32, e=16, pad=5, seed=3)
+    compare_with_reference(t, mask, dtype, distance=True)
+
+
+def test_self_attention_with_shared_positions_has_zero_distance_gradient_on_the_diagonal():
+    t, mask = make_case(b=1, h=2, nq=12, nk=12, pad=0, seed=4)
+    t["k_pos"] = t["q_pos"]  # p_i = p_i: the distance is 0 and not differentiable there
+    compare_with_reference(t, mask, torch.float32, distance=True)
+
+
+def test_queries_with_no_live_key_get_zeros_and_no_gradient():
+    t, mask = make_case(b=2, h=1, nq=5, nk=7, pad=0, seed=5)
+    mask[1] = False
+    x = {n: v.float().requires_grad_() for n, v in t.items()}
+    out = run(x, mask, BACKEND)
+    assert out[1].abs().max() == 0
+    out.sum().backward()
+    assert x["q"].grad[1].abs().max() == 0 and x["q_pos"].grad[1].abs().max() == 0
+
+
+def test_block_edges_one_query_one_key_and_a_key_block_plus_one():
+    for nq, nk in ((1, 3), (3, 65)):  # (one live key would make dq analytically 0)
+        t, mask = make_case(b=1, h=1, nq=nq, nk=nk, d=16, e=16, pad=0, seed=nk)
+        compare_with_reference(t, mask, torch.float32, distance=True, names=("q", "k", "v", "distance_scale"))
+
+
+def test_results_are_bitwise_reproducible():
+    t, mask = make_case(b=1, h=2, nq=9, nk=70, seed=6)
+
+    def once():
+        x = {n: v.float().requires_grad_() for n, v in t.items()}
+        out = run(x, mask, BACKEND)
+        grads = torch.autograd.grad(out.square().sum(), [x[n] for n in GRAD_NAMES])
+        return (out, *grads)
+
+    for a, b in zip(once(), once()):
+        assert torch.equal(a, b)
+
+
+def _op_args(distance):
+    t, mask = make_case(b=1, h=2, nq=5, nk=9, d=16, e=16, pad=2, seed=7)
+    log_w = torch.log(t["weights"].float()).masked_fill(~mask, -math.inf)
+    k = t["k"].float().nan_to_num(0.0)
+    v = t["v"].float().nan_to_num(0.0)
+    pos = (t["q_pos"].float(), t["k_pos"].float().nan_to_num(0.0), t["distance_scale"].float())
+    args = [t["q"].float(), k, v, log_w, 0.3, *(pos if distance else (None, None, None))]
+    for i in (0, 1, 2, 3, 5, 6, 7):
+        if args[i] is not None:
+            args[i] = args[i].clone().requires_grad_()
+    return args
+
+
+@pytest.mark.parametrize("distance", [False, True])
+def test_opcheck_forward_and_backward_ops(distance):
+    from sciattn.weighted_softmax._ops import weighted_softmax_bwd, weighted_softmax_fwd
+
+    args = _op_args(distance)
+    torch.library.opcheck(weighted_softmax_fwd, args)
+    with torch.no_grad():
+        out, lse = weighted_softmax_fwd(*args)
+    plain = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+    bwd_args = [torch.randn_like(out), *plain[:4], out, lse, *plain[4:]]
+    torch.library.opcheck(weighted_softmax_bwd, bwd_args,
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
+
+
+def test_compiles_with_fullgraph_through_the_custom_ops():
+    t, mask = make_case(b=1, h=2, nq=6, nk=11, d=16, e=16, pad=2, seed=8)
+    x = {n: v.float().requires_grad_(n in ("q", "distance_scale")) for n, v in t.items()}
+
+    def f(q, lam):
+        return weighted_softmax_attention(q, x["k"], x["v"], x["weights"], mask, q_pos=x["q_pos"], k_pos=x["k_pos"],
+                                          distance_scale=lam, backend=BACKEND)
+
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(x["q"], x["distance_scale"])
+    want = f(x["q"], x["distance_scale"])
+    assert torch.equal(got, want)
+    g1 = torch.autograd.grad(got.sum(), [x["q"], x["distance_scale"]])
+    g2 = torch.autograd.grad(want.sum(), [x["q"], x["distance_scale"]])
+    for a, b in zip(g1, g2):
+        assert torch.equal(a, b)
+
+
+COMPILE_FOR_SM90 = r"""
+import torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from sciattn.weighted_softmax import _triton as W
+
+def build(fn, dtype, const, warps, stages):
+    sig = {}
+    for n in fn.arg_names:
+        if n in const:
+            sig[n] = "constexpr"
+        elif n in ("H", "NQ", "NK", "D", "E"):
+            sig[n] = "i32"
+        elif n == "scale":
+            sig[n] = "fp32"
+        elif n[0].isupper():
+            sig[n] = "*" + (dtype if n in ("Q", "K", "V", "OUT", "DO", "DQ", "DK", "DV") else "fp32")
+        else:
+            sig[n] = "i64"
+    triton.compile(ASTSource(fn, sig, const), target=GPUTarget("cuda", 90, 32),
+                   options=dict(num_warps=warps, num_stages=stages))
+
+for dtype, tdt, prec in (("bf16", torch.bfloat16, "ieee"), ("fp32", torch.float32, "tf32x3")):
+    for width in (64, 128):
+        for kernel, fn in (("fwd", W._fwd_kernel), ("dkdv", W._dkdv_kernel), ("dq", W._dq_kernel)):
+            bm, bn, warps, stages = W._config(tdt, width, width, kernel)
+            const = dict(HAS_DIST=True, NPOS=3, PREC=prec, UPCAST=False, BLOCK_M=bm, BLOCK_N=bn,
+                         BLOCK_D=width, BLOCK_E=width)
+            if kernel != "fwd":
+                const["BLOCK_P"] = 4
+            build(fn, dtype, const, warps, stages)
+print("compiled")
+"""
+
+
+@pytest.mark.slow
+def test_kernels_compile_to_sm90_machine_code_without_a_gpu():
+    """The interpreter skips Triton's type checks and code generation; compile every kernel with
+    the launch configurations for H100 (sm_90) through ptxas, which needs no GPU."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and "compiled" in run.stdout, run.stderr[-3000:]
