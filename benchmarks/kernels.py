@@ -439,7 +439,6 @@ def main(argv=None) -> dict:
         raise SystemExit("--device cuda: expected a CUDA device, found none")
     import sciattn
     from sciattn._dispatch import backends_for
-    from sciattn.galerkin._ops import TritonBackend
 
     device, dtype = torch.device(cfg.device), getattr(torch, cfg.dtype)
     if device.type == "cpu":
@@ -454,7 +453,7 @@ def main(argv=None) -> dict:
         series = []
         for b in backends_for(op):
             key = f"{op}/{b.name}"
-            if isinstance(b, TritonBackend) and device.type != "cuda":
+            if b.interpreter_devices is not None and device.type != "cuda":
                 skipped[key] = "Triton kernels are benchmarked on CUDA only (the CPU interpreter is not a speed path)"
                 continue
             why = b.reasons_against(device=device, dtype=dtype, requires_grad=True, **spec.props(cfg))

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 
 import torch
 
-__all__ = ["has_cuda", "has_triton", "has_flex_attention", "has_torch_harmonics", "capability_report"]
+__all__ = ["has_cuda", "has_triton", "triton_interpreter_enabled", "has_flex_attention", "has_torch_harmonics", "capability_report"]
 
 
 @functools.cache
@@ -22,6 +23,11 @@ def has_cuda() -> bool:
 @functools.cache
 def has_triton() -> bool:
     return importlib.util.find_spec("triton") is not None
+
+
+def triton_interpreter_enabled() -> bool:
+    """Whether ``TRITON_INTERPRET`` asks Triton to interpret kernels on the CPU (read on every call)."""
+    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
 
 
 @functools.cache

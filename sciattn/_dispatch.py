@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ._capabilities import triton_interpreter_enabled
+
 __all__ = ["Backend", "BackendError", "register_backend", "select_backend", "available_backends", "backends_for"]
 
 
@@ -40,6 +42,9 @@ class Backend:
         max_head_dim: largest head size (``None``: unbounded).
         supports_mask / supports_weights: whether padding masks / quadrature weights are handled.
         backward_devices: device types where it can also differentiate (``None``: wherever it runs).
+        interpreter_devices: extra device types it runs on through Triton's interpreter while
+            ``TRITON_INTERPRET=1`` is set (for testing kernels on CPU tensors). The automatic choice
+            never lands on an interpreted backend; it must be forced by name.
         available: a zero-argument probe (e.g. "is triton installed"); returns a reason string
             when unavailable, or ``None``.
         rtol / atol: tolerances against the float64 reference, per dtype, used by the tests.
@@ -55,8 +60,18 @@ class Backend:
     supports_mask: bool = True
     supports_weights: bool = True
     backward_devices: tuple[str, ...] | None = None
+    interpreter_devices: tuple[str, ...] | None = None
     available: Callable[[], str | None] = field(default=lambda: None)
     tolerances: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)
+
+    def interpreted_on(self, device: torch.device) -> bool:
+        """Whether on ``device`` this backend would run only through Triton's interpreter."""
+        return (
+            self.interpreter_devices is not None
+            and self.devices is not None
+            and device.type not in self.devices
+            and device.type in self.interpreter_devices
+        )
 
     def reasons_against(
         self,
@@ -73,7 +88,8 @@ class Backend:
         why = self.available()
         if why:
             reasons.append(why)
-        if self.devices is not None and device.type not in self.devices:
+        interpreted = self.interpreted_on(device) and triton_interpreter_enabled()
+        if self.devices is not None and device.type not in self.devices and not interpreted:
             reasons.append(f"device {device.type} not in {self.devices}")
         if self.dtypes is not None and dtype not in self.dtypes:
             reasons.append(f"dtype {dtype} not in {tuple(str(d) for d in self.dtypes)}")
@@ -130,6 +146,8 @@ def select_backend(
     report = []
     for b in candidates:
         reasons = b.reasons_against(**props)
+        if backend is None and not reasons and b.interpreted_on(device):
+            reasons = ["runs here only through the Triton interpreter (force it by name)"]
         if not reasons and (backend is None or b.name == backend):
             return b
         report.append(f"  - {b.name}: {'; '.join(reasons) if reasons else 'ok'}")

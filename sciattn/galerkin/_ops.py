@@ -15,9 +15,9 @@ derivatives (``create_graph=True``) need the reference backend.
 
 Importing this module does not import triton: the kernels (:mod:`._triton`) load on the first call.
 On CPU tensors they run only under Triton's interpreter (``TRITON_INTERPRET=1`` set before the
-first call): :class:`TritonBackend` then also offers the CPU, but only to a caller that forces the
-backend by name (:func:`select_outside_interpreter`), so automatic selection never lands on the slow
-interpreter even when the variable is set for the whole process.
+first call): the backend's ``interpreter_devices`` then add the CPU, but only for a caller that forces
+the backend by name (see :class:`sciattn._dispatch.Backend`), so automatic selection never lands on
+the slow interpreter even when the variable is set for the whole process.
 
 Shapes:
     q ``(B, H, Nq, D)``; k ``(B, H, Nk, D)``; v ``(B, H, Nk, E)``; w ``(B, Nk)`` normalised weights
@@ -25,64 +25,16 @@ Shapes:
     ``(H, En)`` or None; returns z ``(B, H, Nq, E)`` (q's dtype) and M ``(B, H, D, E)`` fp32.
 """
 
-import os
-from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-from .._dispatch import Backend, backends_for, select_backend
-
 __all__ = [
     "galerkin_fwd",
     "galerkin_bwd",
     "galerkin_triton",
-    "interpreter_enabled",
-    "TritonBackend",
-    "select_outside_interpreter",
 ]
-
-
-def interpreter_enabled() -> bool:
-    """Whether ``TRITON_INTERPRET`` asks Triton to interpret kernels on the CPU (read on each call)."""
-    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
-
-
-@dataclass
-class TritonBackend(Backend):
-    """A backend of Triton kernels: its declared ``devices`` (CUDA), plus ``interpreter_devices``
-    while ``TRITON_INTERPRET=1`` is set, so that CPU tensors can be tested under the interpreter.
-
-    Select it with :func:`select_outside_interpreter` (not plain ``select_backend``) so that the
-    interpreter devices are offered only when the backend is forced by name."""
-
-    interpreter_devices: tuple[str, ...] = ("cpu",)
-
-    def interpreted_on(self, device: torch.device) -> bool:
-        """Whether on ``device`` this backend would run through the interpreter."""
-        return self.devices is not None and device.type not in self.devices and device.type in self.interpreter_devices
-
-    def reasons_against(self, *, device: torch.device, **props) -> list[str]:
-        """As :meth:`Backend.reasons_against`, with the interpreter devices added while it is on."""
-        me = self
-        if self.interpreted_on(device) and interpreter_enabled():
-            me = replace(self, devices=tuple(self.devices) + tuple(self.interpreter_devices))
-        return Backend.reasons_against(me, device=device, **props)
-
-
-def select_outside_interpreter(op: str, backend: str | None, **props) -> Backend:
-    """:func:`~sciattn._dispatch.select_backend`, except that the automatic choice (``backend=None``)
-    skips Triton backends that would only run through the interpreter on this device."""
-    chosen = select_backend(op, backend, **props)
-    device = props["device"]
-    if backend is None and isinstance(chosen, TritonBackend) and chosen.interpreted_on(device):
-        for b in backends_for(op):
-            if isinstance(b, TritonBackend) and b.interpreted_on(device):
-                continue
-            if not b.reasons_against(**props):
-                return b
-    return chosen
 
 
 @torch.library.custom_op("sciattn::galerkin_fwd", mutates_args=())

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 
 from .._capabilities import has_triton
 from .._checks import check_rank, check_tensor
-from .._dispatch import Backend, register_backend
+from .._dispatch import Backend, register_backend, select_backend
 from ..domain import normalized_weights
-from ._ops import TritonBackend, galerkin_triton, select_outside_interpreter
+from ._ops import galerkin_triton
 from .reference import galerkin_reference
 
 __all__ = ["galerkin_attention", "KVNorm", "head_layer_norm"]
@@ -135,7 +135,7 @@ def galerkin_attention(
         if mask.dtype != torch.bool:
             raise TypeError(f"mask: expected dtype torch.bool, got {mask.dtype}")
     norm = None if kv_norm is None else _check_kv_norm(kv_norm, h, d, v.shape[-1])
-    chosen = select_outside_interpreter(
+    chosen = select_backend(
         "galerkin",
         backend,
         device=q.device,
@@ -178,9 +178,10 @@ _TRITON_MISSING = None if has_triton() else "triton is not installed (pip instal
 
 # The fused kernels: the automatic choice on CUDA. On CPU tensors they run only under Triton's
 # interpreter (TRITON_INTERPRET=1 before their first use) and only when forced with
-# backend="triton": the automatic choice on CPU stays the reference (see TritonBackend).
+# backend="triton": the automatic choice on CPU stays the reference (interpreter_devices).
 register_backend(
-    TritonBackend(
+    Backend(
+        interpreter_devices=("cpu",),
         op="galerkin",
         name="triton",
         fn=galerkin_triton,

@@ -33,8 +33,7 @@ import torch
 
 from .._capabilities import has_triton
 from .._checks import check_rank
-from .._dispatch import Backend, register_backend
-from ..galerkin._ops import TritonBackend, select_outside_interpreter
+from .._dispatch import Backend, register_backend, select_backend
 from ._ops import neighborhood_triton
 from .csr import check_csr
 from .reference import neighborhood_reference
@@ -87,7 +86,7 @@ def neighborhood_attention(
             raise TypeError(f"mask: expected dtype torch.bool, got {mask.dtype}")
     if validate:
         check_csr(row_offsets, col_indices, nq, nk)
-    chosen = select_outside_interpreter(
+    chosen = select_backend(
         "neighborhood",
         backend,
         device=q.device,
@@ -135,9 +134,10 @@ _TRITON_TOLERANCES = {torch.float32: (1e-4, 1e-5), torch.float16: (1e-2, 2e-3), 
 
 # The fused kernels: the automatic choice on CUDA. On CPU tensors they run only under Triton's
 # interpreter (TRITON_INTERPRET=1 before their first use) and only when forced with
-# backend="triton"; the automatic choice on CPU stays the reference (see TritonBackend).
+# backend="triton"; the automatic choice on CPU stays the reference (interpreter_devices).
 register_backend(
-    TritonBackend(
+    Backend(
+        interpreter_devices=("cpu",),
         op="neighborhood",
         name="triton",
         fn=neighborhood_triton,

@@ -16,7 +16,7 @@ Both pass ``torch.library.opcheck``.
 Importing this module does not import triton: the kernels (:mod:`._triton`) load on the first
 call. CPU tensors run only under Triton's interpreter (``TRITON_INTERPRET=1`` before the first
 call), and only when the ``triton`` backend is forced by name (see
-:class:`~sciattn.galerkin._ops.TritonBackend`).
+:class:`~sciattn._dispatch.Backend` ``interpreter_devices``).
 
 Shapes:
     q ``(B, H, Nq, D)``; k ``(B, H, Nk, D)``; v ``(B, H, Nk, E)``; log_w ``(B, Nk)`` (``−inf`` on

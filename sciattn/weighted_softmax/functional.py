@@ -38,8 +38,7 @@ import torch.nn.functional as F
 
 from .._capabilities import has_flex_attention, has_triton
 from .._checks import check_rank
-from .._dispatch import Backend, register_backend
-from ..galerkin._ops import TritonBackend, select_outside_interpreter
+from .._dispatch import Backend, register_backend, select_backend
 from ._ops import weighted_softmax_triton
 from .reference import distance_bias, weighted_softmax_reference
 
@@ -114,7 +113,7 @@ def weighted_softmax_attention(
     """
     _check_inputs(q, k, v, weights, mask, q_pos, k_pos, distance_scale)
     b, h, nk, d = k.shape
-    chosen = select_outside_interpreter(
+    chosen = select_backend(
         "weighted_softmax",
         backend,
         device=q.device,
@@ -223,9 +222,10 @@ _TRITON_TOLERANCES = {torch.float32: (1e-4, 1e-5), torch.float16: (1e-2, 2e-3), 
 
 # The fused kernels; priority provisional, below sdpa and flex until timed on a GPU (module
 # docstring). On CPU tensors they run only under Triton's interpreter (TRITON_INTERPRET=1 before
-# their first use) and only when forced with backend="triton" (see TritonBackend).
+# their first use) and only when forced with backend="triton" (interpreter_devices).
 register_backend(
-    TritonBackend(
+    Backend(
+        interpreter_devices=("cpu",),
         op="weighted_softmax",
         name="triton",
         fn=weighted_softmax_triton,

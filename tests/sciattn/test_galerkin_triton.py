@@ -18,8 +18,8 @@ import torch
 
 from sciattn import BackendError, GalerkinAttention, galerkin_attention
 from sciattn._capabilities import has_triton
-from sciattn._dispatch import backends_for
-from sciattn.galerkin._ops import interpreter_enabled, select_outside_interpreter
+from sciattn._capabilities import triton_interpreter_enabled as interpreter_enabled
+from sciattn._dispatch import backends_for, select_backend
 from sciattn.galerkin.functional import KVNorm, head_layer_norm
 
 # Not importorskip: importing triton here, at collection, before any test sets TRITON_INTERPRET=1,
@@ -223,9 +223,9 @@ def test_compiles_fullgraph_through_the_custom_op(device):
 def test_automatic_choice_is_triton_on_cuda_and_reference_on_cpu_even_under_the_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     props = dict(dtype=torch.float16, head_dim=64, has_mask=True, has_weights=True)
-    assert select_outside_interpreter("galerkin", None, device=torch.device("cuda"), **props).name == "triton"
-    assert select_outside_interpreter("galerkin", None, device=torch.device("cpu"), **props).name == "reference"
-    assert select_outside_interpreter("galerkin", "triton", device=torch.device("cpu"), **props).name == "triton"
+    assert select_backend("galerkin", None, device=torch.device("cuda"), **props).name == "triton"
+    assert select_backend("galerkin", None, device=torch.device("cpu"), **props).name == "reference"
+    assert select_backend("galerkin", "triton", device=torch.device("cpu"), **props).name == "triton"
     # A layer on CPU with backend=None is the reference path, bit for bit.
     layer = GalerkinAttention(8, 2)
     x = torch.randn(1, 5, 8)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from sciattn import BackendError
-from sciattn.galerkin._ops import select_outside_interpreter
+from sciattn._dispatch import select_backend
 from sciattn.neighborhood import csr_from_pairs, csr_within_distance, neighborhood_attention
 from sciattn.weighted_softmax import weighted_softmax_attention
 
@@ -192,11 +192,11 @@ def test_forced_kernel_on_cpu_lists_why_each_backend_was_refused(monkeypatch):
 def test_default_backend_is_reference_on_cpu_and_the_kernel_on_cuda(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # even with the interpreter on, CPU defaults to the reference
     props = dict(dtype=torch.float32, head_dim=64, has_mask=True, has_weights=True, requires_grad=True)
-    assert select_outside_interpreter("neighborhood", None, device=torch.device("cpu"), **props).name == "reference"
-    assert select_outside_interpreter("neighborhood", "triton", device=torch.device("cpu"), **props).name == "triton"
-    assert select_outside_interpreter("neighborhood", None, device=torch.device("cuda"), **props).name == "triton"
+    assert select_backend("neighborhood", None, device=torch.device("cpu"), **props).name == "reference"
+    assert select_backend("neighborhood", "triton", device=torch.device("cpu"), **props).name == "triton"
+    assert select_backend("neighborhood", None, device=torch.device("cuda"), **props).name == "triton"
     cuda64 = dict(props, dtype=F64)
-    assert select_outside_interpreter("neighborhood", None, device=torch.device("cuda"), **cuda64).name == "reference"
+    assert select_backend("neighborhood", None, device=torch.device("cuda"), **cuda64).name == "reference"
 
 
 @pytest.mark.slow

@@ -13,8 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from sciattn import BackendError
-from sciattn._dispatch import backends_for
-from sciattn.galerkin._ops import select_outside_interpreter
+from sciattn._dispatch import backends_for, select_backend
 from sciattn.weighted_softmax import weighted_softmax_attention
 
 F64 = torch.float64
@@ -230,10 +229,10 @@ def test_forced_backend_that_cannot_run_lists_why_each_was_refused(monkeypatch):
 def test_default_backend_on_cpu_is_sdpa_with_and_without_gradients(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreted kernels are never an automatic choice
     props = dict(device=torch.device("cpu"), dtype=torch.float32, head_dim=64, has_mask=True, has_weights=True)
-    assert select_outside_interpreter("weighted_softmax", None, **props).name == "sdpa"
-    assert select_outside_interpreter("weighted_softmax", None, requires_grad=True, **props).name == "sdpa"
-    assert select_outside_interpreter("weighted_softmax", "triton", requires_grad=True, **props).name == "triton"
-    assert select_outside_interpreter("weighted_softmax", None, **{**props, "device": torch.device("cuda")}).name == "sdpa"
+    assert select_backend("weighted_softmax", None, **props).name == "sdpa"
+    assert select_backend("weighted_softmax", None, requires_grad=True, **props).name == "sdpa"
+    assert select_backend("weighted_softmax", "triton", requires_grad=True, **props).name == "triton"
+    assert select_backend("weighted_softmax", None, **{**props, "device": torch.device("cuda")}).name == "sdpa"
 
 
 def test_compiles_with_fullgraph_on_cpu_forward_and_backward():
