@@ -17,7 +17,7 @@ LOSSES = ("l2", "h1", "l2+h1")
 
 
 def relative_l2(pred: torch.Tensor, target: torch.Tensor, spatial_dims: int) -> torch.Tensor:
-    """Mean over samples of ``‖pred − target‖₂ / ‖target‖₂`` (norms over space, summed over channels)."""
+    """Mean over samples and channels of ``‖pred − target‖₂ / ‖target‖₂`` (norms over space)."""
     return LpLoss(d=spatial_dims, p=2, reduction="mean")(pred, target)
 
 
