@@ -255,3 +255,55 @@ register_benchmark(Benchmark(
     loader=_generated_shallow_water,
     resolutions="nlat (default 32) on an nlat x 2 nlat grid (equiangular by default)",
 ))
+
+
+def _generated_darcy_irregular(root: Path, split: str, resolution: int | None, n_train: int = 1000,
+                               n_test: int = 100, seed: int = 0, fine_resolution: int = 128, progress: bool = True,
+                               **kwargs):
+    from .irregular import generate_darcy_irregular
+
+    ds = generate_darcy_irregular(n_train + n_test, resolution or 1024, fine_resolution=fine_resolution, seed=seed,
+                                  cache_dir=root / "generated", progress=progress, **kwargs)
+    sl = slice(0, n_train) if split == "train" else slice(n_train, n_train + n_test)
+    return type(ds)(ds.samples[sl], {**ds.meta, "split": split})
+
+
+def _generated_navier_stokes_irregular(root: Path, split: str, resolution: int | None, n_train: int = 1000,
+                                       n_test: int = 200, t_in: int = 10, seed: int = 0, fine_resolution: int = 64,
+                                       progress: bool = True, **kwargs):
+    from .irregular import generate_navier_stokes_irregular
+    from .navier_stokes import NS_DEFAULTS
+
+    steps = int(kwargs.get("record_steps", NS_DEFAULTS["record_steps"]))
+    if not 0 < t_in < steps:
+        raise ValueError(f"t_in: expected 1..{steps - 1} of the {steps} recorded steps, got {t_in}")
+    kwargs.setdefault("inputs", range(1, t_in + 1))
+    kwargs.setdefault("outputs", range(t_in + 1, steps + 1))
+    ds = generate_navier_stokes_irregular(n_train + n_test, resolution or 1024, fine_resolution=fine_resolution,
+                                          seed=seed, cache_dir=root / "generated", progress=progress, **kwargs)
+    sl = slice(0, n_train) if split == "train" else slice(n_train, n_train + n_test)
+    return type(ds)(ds.samples[sl], {**ds.meta, "split": split})
+
+
+register_benchmark(Benchmark(
+    name="darcy_irregular",
+    source="built-in Darcy solver (FNO recipe) solved at fine_resolution (default 128), evaluated at random points "
+           "(sciattn.pde_data.irregular): coefficient by nearest node, pressure bilinear",
+    files="generated/darcy_<hash>.h5 and generated/darcy_irregular_<hash>.h5 (made on first use)",
+    split="train: first n_train samples; test: the next n_test",
+    shapes="x (N, 1) coefficient in {3, 12}, y (N, 1) pressure, pos (N, 2), weights (N,) Delaunay areas, sum 1",
+    loader=_generated_darcy_irregular,
+    resolutions="points per sample N (default 1024); layout='uniform'|'jittered', weights='delaunay'|'voronoi', "
+                "fixed_points",
+))
+register_benchmark(Benchmark(
+    name="navier_stokes_irregular",
+    source="built-in Navier-Stokes solver on the torus (FNO ns_2d recipe) at fine_resolution (default 64), "
+           "evaluated at random points by trigonometric interpolation (sciattn.pde_data.irregular)",
+    files="generated/navier_stokes_<hash>.h5 and generated/navier_stokes_irregular_<hash>.h5 (made on first use)",
+    split="train: first n_train samples; test: the next n_test",
+    shapes="x (N, t_in) first t_in recorded steps, y (N, T - t_in) the rest (or inputs=/outputs= snapshot "
+           "indices, 0 = w0), pos (N, 2) in [0, 1)^2, weights (N,) periodic Delaunay areas, sum 1",
+    loader=_generated_navier_stokes_irregular,
+    resolutions="points per sample N (default 1024); the same options as darcy_irregular",
+))
