@@ -21,8 +21,9 @@ Equivalent dense PyTorch (quadratic memory, for checking only)::
 Backends (see :func:`sciattn.available_backends`): ``triton`` (:mod:`._triton`: one program per
 query row and batch·head runs an online softmax over the gathered neighbours; the backward
 recomputes the scores and is deterministic under ``torch.use_deterministic_algorithms(True)``;
-the default on CUDA) and ``reference`` (chunked segment softmax in plain PyTorch, the oracle and
-the CPU path).
+the default on CUDA), ``sparse`` (:mod:`._sparse`: scores sampled at the neighbour pairs and a
+sparse-times-dense product with PyTorch's sparse kernels, recompute backward, deterministic; the
+default on CPU) and ``reference`` (chunked segment softmax in plain PyTorch, the oracle).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .._capabilities import has_triton
 from .._checks import check_rank
 from .._dispatch import Backend, register_backend, select_backend
 from ._ops import neighborhood_triton
+from ._sparse import neighborhood_sparse
 from .csr import check_csr
 from .reference import neighborhood_reference
 
@@ -147,5 +149,20 @@ register_backend(
         max_head_dim=128,
         available=lambda: _TRITON_MISSING,
         tolerances=_TRITON_TOLERANCES,
+    )
+)
+register_backend(
+    Backend(
+        op="neighborhood",
+        name="sparse",
+        fn=neighborhood_sparse,
+        priority=5,  # above the reference, below triton: the default on CPU
+        devices=("cpu",),  # plain torch sparse ops; widen to CUDA once checked on a GPU
+        tolerances={
+            torch.float64: (1e-12, 1e-12),
+            torch.float32: (1e-5, 1e-6),
+            torch.float16: (1e-2, 1e-3),
+            torch.bfloat16: (5e-2, 1e-2),
+        },
     )
 )

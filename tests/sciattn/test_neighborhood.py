@@ -189,10 +189,10 @@ def test_forced_kernel_on_cpu_lists_why_each_backend_was_refused(monkeypatch):
         neighborhood_attention(_q, _k, torch.zeros(1, 2, 5, 129), _ro, _ci, backend="triton")
 
 
-def test_default_backend_is_reference_on_cpu_and_the_kernel_on_cuda(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")  # even with the interpreter on, CPU defaults to the reference
+def test_default_backend_is_sparse_on_cpu_and_the_kernel_on_cuda(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # even with the interpreter on, CPU never defaults to triton
     props = dict(dtype=torch.float32, head_dim=64, has_mask=True, has_weights=True, requires_grad=True)
-    assert select_backend("neighborhood", None, device=torch.device("cpu"), **props).name == "reference"
+    assert select_backend("neighborhood", None, device=torch.device("cpu"), **props).name == "sparse"
     assert select_backend("neighborhood", "triton", device=torch.device("cpu"), **props).name == "triton"
     assert select_backend("neighborhood", None, device=torch.device("cuda"), **props).name == "triton"
     cuda64 = dict(props, dtype=F64)
