@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ._capabilities import triton_interpreter_enabled
+from ._capabilities import has_triton, triton_interpreter_enabled
 
-__all__ = ["Backend", "BackendError", "register_backend", "select_backend", "available_backends", "backends_for"]
+__all__ = ["Backend", "BackendError", "register_backend", "triton_backend", "select_backend", "available_backends", "backends_for"]
 
 
 class BackendError(ValueError):
@@ -105,6 +105,29 @@ class Backend:
 
 
 _REGISTRY: dict[str, list[Backend]] = {}
+
+TRITON_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def triton_backend(
+    op: str, fn: Callable, *, priority: int, tolerances: dict[torch.dtype, tuple[float, float]]
+) -> Backend:
+    """The declaration shared by the Triton kernels: CUDA (plus CPU tensors under the interpreter,
+    when forced by name), fp32/fp16/bf16 with fp32 accumulation, head dims up to 128, and a probe
+    that reports a missing ``triton`` without importing it."""
+    missing = None if has_triton() else "triton is not installed (pip install sciattn[kernels])"
+    return Backend(
+        op=op,
+        name="triton",
+        fn=fn,
+        priority=priority,
+        devices=("cuda",),
+        interpreter_devices=("cpu",),
+        dtypes=TRITON_DTYPES,
+        max_head_dim=128,
+        available=lambda: missing,
+        tolerances=tolerances,
+    )
 
 
 def register_backend(backend: Backend) -> Backend:

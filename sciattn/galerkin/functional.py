@@ -8,9 +8,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from .._capabilities import has_triton
 from .._checks import check_rank, check_tensor
-from .._dispatch import Backend, register_backend, select_backend
+from .._dispatch import Backend, register_backend, select_backend, triton_backend
 from ..domain import normalized_weights
 from ._ops import galerkin_triton
 from .reference import galerkin_reference
@@ -173,29 +172,15 @@ register_backend(
     )
 )
 
-# Probed once at import (without importing triton), so tracing the dispatcher stays cheap.
-_TRITON_MISSING = None if has_triton() else "triton is not installed (pip install sciattn[kernels])"
 
 # The fused kernels: the automatic choice on CUDA. On CPU tensors they run only under Triton's
 # interpreter (TRITON_INTERPRET=1 before their first use) and only when forced with
 # backend="triton": the automatic choice on CPU stays the reference (interpreter_devices).
 register_backend(
-    Backend(
-        interpreter_devices=("cpu",),
-        op="galerkin",
-        name="triton",
-        fn=galerkin_triton,
+    triton_backend(
+        "galerkin",
+        galerkin_triton,
         priority=10,
-        devices=("cuda",),
-        dtypes=(torch.float32, torch.float16, torch.bfloat16),
-        max_head_dim=128,
-        available=lambda: _TRITON_MISSING,
-        # (rtol, atol) against float64 on the same rounded inputs; the tests scale atol by the
-        # largest reference value. fp16/bf16 use TF32 dots with fp32 accumulation.
-        tolerances={
-            torch.float32: (1e-4, 1e-5),
-            torch.float16: (1e-2, 5e-3),
-            torch.bfloat16: (5e-2, 2e-2),
-        },
+        tolerances={torch.float32: (1e-4, 1e-5), torch.float16: (1e-2, 5e-3), torch.bfloat16: (5e-2, 2e-2)},
     )
 )

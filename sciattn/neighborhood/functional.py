@@ -32,9 +32,8 @@ import math
 
 import torch
 
-from .._capabilities import has_triton
 from .._checks import check_rank
-from .._dispatch import Backend, register_backend, select_backend
+from .._dispatch import Backend, register_backend, select_backend, triton_backend
 from ._ops import neighborhood_triton
 from ._sparse import neighborhood_sparse
 from .csr import check_csr
@@ -130,27 +129,12 @@ register_backend(
     )
 )
 
-# Probed once at import (without importing triton), so tracing the dispatcher stays cheap.
-_TRITON_MISSING = None if has_triton() else "triton is not installed (pip install sciattn[kernels])"
 _TRITON_TOLERANCES = {torch.float32: (1e-4, 1e-5), torch.float16: (1e-2, 2e-3), torch.bfloat16: (5e-2, 1e-2)}
 
 # The fused kernels: the automatic choice on CUDA. On CPU tensors they run only under Triton's
 # interpreter (TRITON_INTERPRET=1 before their first use) and only when forced with
 # backend="triton"; the automatic choice on CPU stays the reference (interpreter_devices).
-register_backend(
-    Backend(
-        interpreter_devices=("cpu",),
-        op="neighborhood",
-        name="triton",
-        fn=neighborhood_triton,
-        priority=10,
-        devices=("cuda",),
-        dtypes=(torch.float32, torch.float16, torch.bfloat16),
-        max_head_dim=128,
-        available=lambda: _TRITON_MISSING,
-        tolerances=_TRITON_TOLERANCES,
-    )
-)
+register_backend(triton_backend("neighborhood", neighborhood_triton, priority=10, tolerances=_TRITON_TOLERANCES))
 register_backend(
     Backend(
         op="neighborhood",

@@ -36,9 +36,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .._capabilities import has_flex_attention, has_triton
+from .._capabilities import has_flex_attention
 from .._checks import check_rank
-from .._dispatch import Backend, register_backend, select_backend
+from .._dispatch import Backend, register_backend, select_backend, triton_backend
 from ._ops import weighted_softmax_triton
 from .reference import distance_bias, weighted_softmax_reference
 
@@ -212,8 +212,6 @@ register_backend(
     )
 )
 
-# Probed once at import (without importing triton), so tracing the dispatcher stays cheap.
-_TRITON_MISSING = None if has_triton() else "triton is not installed (pip install sciattn[kernels])"
 
 # bf16: d(distance_scale) sums dS_ij·‖p_i − p_j‖ over every (b, i, j), and Σ_j dS_ij = 0 per row, so
 # the cancellation amplifies bf16's rounding of the output and its gradient (measured on a
@@ -223,17 +221,4 @@ _TRITON_TOLERANCES = {torch.float32: (1e-4, 1e-5), torch.float16: (1e-2, 2e-3), 
 # The fused kernels; priority provisional, below sdpa and flex until timed on a GPU (module
 # docstring). On CPU tensors they run only under Triton's interpreter (TRITON_INTERPRET=1 before
 # their first use) and only when forced with backend="triton" (interpreter_devices).
-register_backend(
-    Backend(
-        interpreter_devices=("cpu",),
-        op="weighted_softmax",
-        name="triton",
-        fn=weighted_softmax_triton,
-        priority=1,
-        devices=("cuda",),
-        dtypes=(torch.float32, torch.float16, torch.bfloat16),
-        max_head_dim=128,
-        available=lambda: _TRITON_MISSING,
-        tolerances=_TRITON_TOLERANCES,
-    )
-)
+register_backend(triton_backend("weighted_softmax", weighted_softmax_triton, priority=1, tolerances=_TRITON_TOLERANCES))
