@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 
 import pytest
 import torch
@@ -62,7 +63,14 @@ def test_ball_shards_cover_the_tree_in_whole_balls():
 def test_two_ranks_with_whole_balls_equal_the_full_layer():
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.spawn(_worker, args=(2, _free_port(), results), nprocs=2, join=True)
+        here = os.path.dirname(__file__)
+        sys.path.insert(0, here)  # the spawned workers import this file by name
+        try:
+            import test_ball_distributed as this
+
+            mp.spawn(this._worker, args=(2, _free_port(), results), nprocs=2, join=True)
+        finally:
+            sys.path.remove(here)
         got = sorted(dict(results).values(), key=lambda r: r[0])
     layer, tree, h, target = _setup()
     assert got[0][0] == 0 and 0 < got[1][0] < h.shape[1]  # a real split at a ball boundary

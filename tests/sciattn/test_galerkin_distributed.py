@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 
 import pytest
 import torch
@@ -56,7 +57,14 @@ def _free_port() -> int:
 def test_two_ranks_equal_the_full_layer_outputs_and_gradients():
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.spawn(_worker, args=(2, _free_port(), results), nprocs=2, join=True)
+        here = os.path.dirname(__file__)
+        sys.path.insert(0, here)  # the spawned workers import this file by name
+        try:
+            import test_galerkin_distributed as this
+
+            mp.spawn(this._worker, args=(2, _free_port(), results), nprocs=2, join=True)
+        finally:
+            sys.path.remove(here)
         got = [dict(results)[r] for r in (0, 1)]
     q, k, v, w, mask, target = _inputs()
     full = [t.clone().requires_grad_() for t in (q, k, v, w)]
