@@ -1,32 +1,45 @@
 #!/usr/bin/env bash
-# One prepared check of the Triton attention kernels on a lent GPU machine (about 8 minutes).
+# One prepared check of sciattn on a lent GPU machine (about 9 minutes on an H200).
 #
-#   bash benchmarks/gpu_check.sh            # writes everything under $OUT (default ./gpu_out)
+#   bash benchmarks/gpu_check.sh            # results under $OUT (default ./gpu_out)
 #
-# 1. versions: nvidia-smi, torch (+ CUDA), triton                       -> $OUT/versions.txt
-# 2. kernel tests on CUDA: the Triton test files with compiled kernels   -> $OUT/pytest.txt
-#    (TRITON_INTERPRET=0, so the CPU-interpreter variants skip and the CUDA variants run)
-# 3. benchmarks/kernels.py --device cuda, bf16, 8 heads x 64, N up to 2^20
-#                                         -> $OUT/kernels_cuda.{json,md,png} and $OUT/bench.log
-# Each step has its own time limit, so a hang in one still leaves the others' output.
+# Steps, each with its own time limit so that a hang in one still leaves the others' output:
+# 1. versions: nvidia-smi, python, torch (+ CUDA), triton                   -> versions.txt
+# 2. benchmarks/gpu_targets.py: the kernel targets (Galerkin bandwidth and speed-up, weighted
+#    softmax against flash SDPA, spherical neighbourhood attention at 1°), each checked against
+#    its reference first                                                    -> gpu_targets.{json,md}
+# 3. benchmarks/kernels.py --device cuda: scaling of every backend, 2^14 .. 2^20 -> kernels_cuda.*
+# 4. benchmarks/multipole_scaling.py --device cuda: one multipole layer, 64² .. 1024², dense to 512²
+# 5. benchmarks/balltree_gpu.py: host-sync check, tree build and ball attention scaling
+# 6. benchmarks/gpu_tuning.py: launch-configuration sweep of the three Triton kernels -> gpu_tuning.*
+# 7. pytest of the Triton kernel tests with compiled kernels (TRITON_INTERPRET=0), one process per
+#    file, so that a kernel fault (which poisons the CUDA context) stays inside its file
+# First run (2026-11-30, H200): steps 1-5 took 311 s; step 6 about 90 s.
+# Results are collected in $OUT/results.tgz (re-packed after every step) and the step log in
+# $OUT/steps.txt, so that a run stopped part-way still returns what it measured.
 set -u -o pipefail
 
 cd "$(dirname "$0")/.."
 OUT="${OUT:-./gpu_out}"
 mkdir -p "$OUT"
-PY="${PYTHON:-python}"
+RES="${RES:-/tmp/sciattn_gpu_results}"
+mkdir -p "$RES"
+PY="${PYTHON:-python3}"
 export TRITON_INTERPRET=0           # compiled kernels (the tests interpret only when this is unset or 1)
-export TRITON_DEFAULT_FP_FUSION=1   # silence triton 3.9's default-change warning; keep FMA fusion
 export PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"   # the working tree, without installing anything
 START=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/steps.txt"; }
-
-# sciattn must be importable; install the working tree without touching dependencies if needed.
-if ! "$PY" -c "import sciattn" 2>/dev/null; then
-    stamp "sciattn not importable: pip install -e . --no-deps --no-build-isolation"
-    "$PY" -m pip install -q -e . --no-deps --no-build-isolation > "$OUT/pip.txt" 2>&1 \
-        || export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-fi
+pack() { tar -czf "$OUT/results.tgz" -C "$RES" . 2>/dev/null; }
+step() {  # step NAME LIMIT_SECONDS COMMAND...
+    local name=$1 limit=$2; shift 2
+    stamp "start $name (limit ${limit}s)"
+    timeout "$limit" "$@" > "$RES/$name.log" 2>&1
+    local rc=$?
+    stamp "end $name: exit $rc"
+    tail -n 45 "$RES/$name.log"
+    pack
+}
 
 stamp "versions"
 {
@@ -46,21 +59,20 @@ except ImportError as err:
 import sciattn
 sciattn.available_backends()
 EOF
-} > "$OUT/versions.txt" 2>&1
-cat "$OUT/versions.txt"
+} > "$RES/versions.txt" 2>&1
+cat "$RES/versions.txt"
+pack
 
-stamp "pytest (CUDA variants of the Triton tests)"
-timeout 210 "$PY" -m pytest -q -p no:cacheprovider -rs --durations=15 \
-    tests/sciattn/test_galerkin_triton.py tests/sciattn/test_backend_equivalence.py \
-    > "$OUT/pytest.txt" 2>&1
-echo "pytest exit code $?" >> "$OUT/pytest.txt"
-tail -n 40 "$OUT/pytest.txt"
-
-stamp "benchmarks/kernels.py --device cuda"
-timeout 270 "$PY" benchmarks/kernels.py --device cuda --dtype bfloat16 --heads 8 --head-dim 64 \
-    --min-n 4096 --max-n 1048576 --series-budget 45 --reps 10 --out "$OUT" > "$OUT/bench.log" 2>&1
-echo "kernels.py exit code $?" >> "$OUT/bench.log"
-tail -n 60 "$OUT/bench.log"
-
+step gpu_targets 150 "$PY" benchmarks/gpu_targets.py --out "$RES"
+step kernels 140 "$PY" benchmarks/kernels.py --device cuda --dtype bfloat16 --heads 8 --head-dim 64 \
+    --ops galerkin neighborhood weighted_softmax --backends triton reference sparse sdpa dense_sdpa \
+    --min-n 16384 --max-n 1048576 --dense-max-n 262144 --series-budget 12 --reps 5 --out "$RES"
+step multipole_scaling 60 "$PY" benchmarks/multipole_scaling.py --device cuda --sizes 64 128 256 512 1024 \
+    --dense-max 256 --reps 5 --results "$RES"
+step balltree_gpu 75 "$PY" benchmarks/balltree_gpu.py --reps 5 --results "$RES"
+step gpu_tuning 180 "$PY" benchmarks/gpu_tuning.py --timeout 60 --out "$RES"
+for f in galerkin_triton softmax_triton neighborhood_triton backend_equivalence; do
+    step "pytest_$f" 60 "$PY" -m pytest -q -p no:cacheprovider -rs "tests/sciattn/test_$f.py"
+done
 stamp "done"
-ls -la "$OUT"
+ls -la "$RES"

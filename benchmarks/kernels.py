@@ -11,7 +11,7 @@ the same shape, measure at N = 2^min … 2^max points:
   resident-set high-water mark (reset through ``/proc/self/clear_refs``) on CPU.
 
 A series (op, backend) stops when a case runs out of memory, exceeds ``--max-mem-gb``, or when
-the time spent on it plus the predicted cost of the next size would exceed ``--series-budget``
+the time spent on it (each case's warm-up call, which absorbs compilation, not counted) plus the predicted cost of the next size would exceed ``--series-budget``
 seconds. Fitted log-log exponents of time and memory use the sizes from 2^14 up to the largest N
 measured (≥ 2 points). Results go to ``--out`` (default ``benchmarks/results``) as
 ``kernels_<device>.json``, ``kernels_<device>.md`` and ``kernels_<device>.png``.
@@ -288,7 +288,10 @@ def run_series(spec: OpSpec, op: str, backend: str, cfg, device, dtype, log) -> 
             why = "out of memory" if _is_oom(err) else f"error: {type(err).__name__}: {str(err)[:200]}"
             return rows, f"{why} at N={n}"
         finally:
-            spent += time.perf_counter() - t0
+            elapsed = time.perf_counter() - t0
+        # the warm-up (kernel compilation on first use) is not charged to the series budget
+        elapsed -= row["warmup_s"]
+        spent += elapsed
         row.update(op=op, backend=backend)
         rows.append(row)
         log(json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()}))
@@ -296,7 +299,7 @@ def run_series(spec: OpSpec, op: str, backend: str, cfg, device, dtype, log) -> 
         if peak > cfg.max_mem_gb * 1024:
             return rows, f"memory {peak:.0f} MB > {cfg.max_mem_gb} GB at N={n}"
         # Predict the next size's cost from the growth so far (at least linear).
-        cost = time.perf_counter() - t0
+        cost = elapsed
         growth = 2.0
         if len(rows) >= 2:
             ratio = rows[-1]["forward_backward_s"] / max(rows[-2]["forward_backward_s"], 1e-9)

@@ -270,13 +270,16 @@ def _precision(dtype: torch.dtype, width: int) -> str:
 # (rows per block, warps, pipeline stages) per kernel, for fp16/bf16 and for fp32 inputs, and head
 # tiles up to 64 or 128 wide. Chosen from sm_90 builds (Triton's ptxas, no GPU needed; see the slow
 # test in tests/sciattn/test_galerkin_triton.py) so that no kernel spills registers or exceeds
-# shared memory; not yet tuned for speed on a GPU.
+# shared memory. The 16-bit, 64-wide backward entries are the fastest of the H200 sweep in
+# benchmarks/results/gpu_tuning.md (N = 2^20, 8 heads × 64). Its fastest forward tiles (64 rows with
+# 4 warps, 128 with 8; about 6% faster) spill registers on sm_90, so the forward keeps the
+# spill-free choice; the fp32 and 128-wide entries are not yet timed on a GPU.
 _CONFIGS = {
     "half": {
         "kv": {64: (32, 8, 3), 128: (16, 8, 3)},
         "qm": {64: (64, 4, 3), 128: (32, 8, 3)},
-        "dq_dm": {64: (32, 4, 3), 128: (16, 8, 2)},
-        "dkv": {64: (32, 8, 3), 128: (16, 8, 2)},
+        "dq_dm": {64: (64, 8, 3), 128: (16, 8, 2)},
+        "dkv": {64: (64, 8, 3), 128: (16, 8, 2)},
     },
     "fp32": {
         "kv": {64: (32, 8, 3), 128: (16, 8, 1)},
@@ -292,11 +295,15 @@ def _config(kernel: str, bd: int, be: int, dtype: torch.dtype) -> tuple[int, int
     return table[64 if max(bd, be) <= 64 else 128]
 
 
+PROGRAMS_PER_SM = 4  # programs launched per multiprocessor by the row-split kernels
+
+
 def _splits(n: int, block: int, bh: int, device: torch.device) -> tuple[int, int]:
     """(programs per (b, h), rows per program): enough programs to fill the device, each a
     whole number of blocks. Depends only on the shape and the device, so runs are reproducible."""
     n_blocks = triton.cdiv(max(n, 1), block)
-    target = 4 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+    target = PROGRAMS_PER_SM * sms
     splits = min(n_blocks, max(1, triton.cdiv(target, bh)))
     rows = triton.cdiv(n_blocks, splits) * block
     return triton.cdiv(max(n, 1), rows), rows

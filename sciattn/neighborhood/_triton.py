@@ -210,11 +210,13 @@ def _block(n: int) -> int:
 
 
 def _config(bd: int, be: int, kernel: str) -> tuple[int, int]:
-    """(neighbours per step, warps). Chosen so that ptxas for sm_90 reports no register spills
-    (at most ~200 registers); not yet timed on hardware (benchmarks/kernels.py)."""
-    if kernel == "fwd" or max(bd, be) <= 64:
-        return 32, 4
-    return 16, 4
+    """(neighbours per step, warps). Head tiles up to 64 wide: the fastest of the sweep in
+    ``benchmarks/results/gpu_tuning.md`` (H200, 1° sphere, fp32, 64 channels; a query meets 10-40
+    neighbours, so narrow steps and one or two warps per query keep more queries in flight). Wider
+    tiles keep the spill-free sm_90 choice, not yet timed on hardware."""
+    if max(bd, be) <= 64:
+        return (16, 1) if kernel == "fwd" else (16, 2)
+    return (32, 4) if kernel == "fwd" else (16, 4)
 
 
 def _check_device(t: torch.Tensor) -> None:

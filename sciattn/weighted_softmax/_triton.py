@@ -283,8 +283,12 @@ def _block(n: int) -> int:
 
 
 def _precision(dtype: torch.dtype) -> str:
-    """fp32 inputs keep fp32 accuracy (3xTF32); fp16/bf16 products are exact on tensor cores."""
-    return "tf32x3" if dtype == torch.float32 else "ieee"
+    """fp32 inputs: plain fp32 dots ("ieee"); fp16/bf16 products are exact on tensor cores.
+
+    fp32 once used 3xTF32. On an H200 with Triton 3.6 that build of ``_dkdv_kernel`` read shared
+    memory out of bounds for D = 32, E = 8 (compute-sanitizer: invalid ``__shared__`` read in the
+    ``tl.dot``), and the same inputs run clean with "ieee"; fp32 is not the speed path."""
+    return "ieee"
 
 
 def _upcast(dtype: torch.dtype) -> bool:
@@ -293,10 +297,11 @@ def _upcast(dtype: torch.dtype) -> bool:
 
 # (BLOCK_M, BLOCK_N, warps, stages) per kernel, for 16-bit or fp32 storage and head tiles up to 64
 # or 128 wide. Chosen so that ptxas for sm_90 reports no register spills with the distance bias on
-# (a few hundred bytes remain for fp32 at width 128 in the backward); not yet timed on hardware
-# (benchmarks/kernels.py).
+# (a few hundred bytes remain for fp32 at width 128 in the backward). The 16-bit, 64-wide entry is
+# the fastest of the H200 sweep in benchmarks/results/gpu_tuning.md (N = 2^16, 8 heads × 64: forward
+# 1.06× flash SDPA's time, forward+backward 1.66×); the others are not yet timed on a GPU.
 _CONFIGS = {
-    (True, False): {"fwd": (128, 64, 8, 3), "dkdv": (32, 64, 8, 2), "dq": (64, 32, 8, 2)},
+    (True, False): {"fwd": (64, 128, 4, 3), "dkdv": (64, 64, 4, 3), "dq": (64, 64, 4, 3)},
     (True, True): {"fwd": (64, 32, 8, 2), "dkdv": (32, 64, 8, 2), "dq": (32, 32, 8, 2)},
     (False, False): {"fwd": (128, 32, 8, 3), "dkdv": (16, 64, 8, 2), "dq": (16, 32, 4, 2)},
     (False, True): {"fwd": (32, 32, 8, 2), "dkdv": (16, 32, 4, 2), "dq": (16, 32, 8, 2)},

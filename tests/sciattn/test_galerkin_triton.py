@@ -82,7 +82,7 @@ def _run(t, mask, backend, device, dtype, norm=True):
 
 def _assert_close(got, want, rtol, atol, what):
     """|got - want| <= atol·max|want| + rtol·|want| (atol relative to the reference's scale)."""
-    got, want = got.detach().cpu().double(), want.detach().double()
+    got, want = got.detach().cpu().double(), want.detach().cpu().double()
     assert torch.isfinite(got).all(), f"{what}: non-finite"
     scale = float(want.abs().max())
     err = (got - want).abs()

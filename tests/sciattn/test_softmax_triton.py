@@ -220,7 +220,8 @@ def build(fn, dtype, const, warps, stages):
     triton.compile(ASTSource(fn, sig, const), target=GPUTarget("cuda", 90, 32),
                    options=dict(num_warps=warps, num_stages=stages))
 
-for dtype, tdt, prec in (("bf16", torch.bfloat16, "ieee"), ("fp32", torch.float32, "tf32x3")):
+for dtype, tdt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+    prec = W._precision(tdt)
     for width in (64, 128):
         for kernel, fn in (("fwd", W._fwd_kernel), ("dkdv", W._dkdv_kernel), ("dq", W._dq_kernel)):
             bm, bn, warps, stages = W._config(tdt, width, width, kernel)

@@ -1,0 +1,32 @@
+"""Device timing shared by the benchmark scripts: the median of repeated calls, timed with CUDA
+events on a GPU (device work is asynchronous) and with the host clock on a CPU."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+
+def median_ms(fn, reps: int, warmup: int = 1, cuda: bool | None = None) -> float:
+    """Median milliseconds of ``fn()`` over ``reps`` calls after ``warmup`` untimed calls."""
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    for _ in range(warmup):
+        fn()
+    if cuda:
+        torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        if cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            out.append(a.elapsed_time(b))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            out.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(out)
