@@ -5,7 +5,9 @@ Three measurements, N = 2^10 .. 2^16 points by default (uniform in the unit cube
 1. **Tree build**: :func:`sciattn.balltree.build_ball_tree` (tensor ops, batch of 4 clouds) against
    the C++/OpenMP ``balltree-erwin`` package (import ``balltree``) when it is installed, and against
    the recursive NumPy transcription :func:`sciattn.balltree.reference.ball_tree_numpy` (pure
-   NumPy, no SciPy; one cloud at a time) up to ``--numpy-max``.
+   NumPy, no SciPy; one cloud at a time) up to ``--numpy-max``. The tree computes node centres
+   and radii on first use; a second row times the build with them. balltree-erwin runs in
+   torch's OpenMP runtime with ``--erwin-threads`` threads (default ``--threads``).
 2. **Ball attention** (op ``"ball"``, automatic backend): one head group ``B=1, H=4, D=16`` with
    balls of ``--ball`` points, distance bias and key weights; forward and forward+backward time
    (best of ``--reps``) and peak memory (growth of the resident set, read from
@@ -90,17 +92,24 @@ def peak_memory_mb(fn):
     return (_status_kb("VmHWM:") - base) / 1024
 
 
-def _tree_rows(n, batch, ball, reps, numpy_max, balltree):
+def _tree_rows(n, batch, ball, reps, numpy_max, balltree, erwin_threads):
     pos = torch.rand(batch, n, 3, generator=torch.Generator().manual_seed(n))
     build_ball_tree(pos, None, ball)
     rows = [{"method": "sciattn build_ball_tree (torch)", "n": n, "batch": batch,
-             "seconds": best_time(lambda: build_ball_tree(pos, None, ball), reps)}]
+             "seconds": best_time(lambda: build_ball_tree(pos, None, ball), reps)},
+            {"method": "sciattn build_ball_tree + node centres/radii (torch)", "n": n, "batch": batch,
+             "seconds": best_time(lambda: build_ball_tree(pos, None, ball).radii, reps)}]
     if balltree is not None:
         flat = pos.reshape(-1, 3).double()
         idx = torch.arange(batch).repeat_interleave(n)
+        # balltree-erwin links libgomp.so.1, which resolves to torch's copy (torch is imported
+        # first): its OpenMP pool is the one torch.set_num_threads sizes.
+        torch_threads = torch.get_num_threads()
+        torch.set_num_threads(erwin_threads)
         balltree.build_balltree(flat, idx)
         rows.append({"method": "balltree-erwin (C++/OpenMP)", "n": n, "batch": batch,
                      "seconds": best_time(lambda: balltree.build_balltree(flat, idx), reps)})
+        torch.set_num_threads(torch_threads)
     if n <= numpy_max:
         clouds = [pos[b].numpy() for b in range(batch)]
         rows.append({"method": "NumPy recursive reference", "n": n, "batch": batch,
@@ -108,12 +117,12 @@ def _tree_rows(n, batch, ball, reps, numpy_max, balltree):
     return rows
 
 
-def bench_trees(sizes, reps, numpy_max, batch=4, ball=64):
+def bench_trees(sizes, reps, numpy_max, erwin_threads, batch=4, ball=64):
     try:
         import balltree
     except ImportError:
         balltree = None
-    return [row for n in sizes for row in _tree_rows(n, batch, ball, reps, numpy_max, balltree)]
+    return [row for n in sizes for row in _tree_rows(n, batch, ball, reps, numpy_max, balltree, erwin_threads)]
 
 
 def _attention_row(name, n, ball, reps, h=4, d=16):
@@ -168,15 +177,18 @@ def main() -> None:
     ap.add_argument("--numpy-max", type=int, default=2**14, help="largest N for the NumPy tree reference")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    ap.add_argument("--erwin-threads", type=int, default=None, help="OpenMP threads of balltree-erwin (default: --threads)")
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    erwin_threads = args.threads if args.erwin_threads is None else args.erwin_threads
     start = time.perf_counter()
-    trees = bench_trees(args.sizes, args.reps, args.numpy_max)
+    trees = bench_trees(args.sizes, args.reps, args.numpy_max, erwin_threads)
     attn = bench_attention(args.sizes, args.reps, args.dense_max, args.ball)
     meta = {
         "date": datetime.date.today().isoformat(), "machine": platform.machine(), "torch": torch.__version__,
-        "threads": args.threads, "cpus": os.cpu_count(), "load_average": os.getloadavg(),
+        "threads": args.threads, "erwin_threads": erwin_threads, "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
         "command": "python benchmarks/balltree_scaling.py", "wall_s": round(time.perf_counter() - start, 1),
         "attention": "B=1, H=4, D=16, float32, key weights and distance bias; dense = F.scaled_dot_product_attention",
         "trees": "batch of 4 clouds, uniform in [0,1]^3, ball_size 64",
@@ -195,7 +207,8 @@ def main() -> None:
         f"(load average {meta['load_average'][0]:.1f} at the end), torch {meta['torch']}. "
         f"Command: `{meta['command']}` ({meta['wall_s']} s).",
         "",
-        f"Tree build ({meta['trees']}; best of repeats, seconds per batch):",
+        f"Tree build ({meta['trees']}; best of repeats, seconds per batch; balltree-erwin with "
+        f"{meta['erwin_threads']} OpenMP thread(s), torch with {meta['threads']}):",
         "",
         "| method | N per cloud | seconds |",
         "|---|---|---|",

@@ -17,13 +17,17 @@ Split counts of a node with capacity ``c`` and ``n`` real points (``m`` = ``ball
 
 Hence above the ball level the real memberships are exactly Erwin's (``balltree-erwin``, up to
 ties, which Erwin's ``nth_element`` splits arbitrarily), and inside every ball (and every node
-below it) the real points occupy a contiguous prefix and padding the suffix; every sub-ball (a power-of-two slice of a ball) is still a node of the
-tree, so pooling ``2^k`` consecutive slots groups tree children. Ties are broken by the input
-index: each axis is ranked once by ``(coordinate, index)`` with a stable sort, and every
-level sorts the node's ranks along its split axis (unique keys, hence deterministic).
+below it) the real points occupy a contiguous prefix and padding the suffix; every sub-ball (a
+power-of-two slice of a ball) is still a node of the tree, so pooling ``2^k`` consecutive slots
+groups tree children. Ties are broken by the input index.
 
-Cost: ``log2 P`` levels, each a batched sort of ``P`` keys per cloud, ``O(P log² P)`` work,
-all on the device of ``pos``; the number of levels follows from the shapes only.
+Construction: every axis is sorted once by ``(coordinate, index)`` (a stable sort), giving ``d``
+lists per cloud. A level reads each node's spread from the ends of its lists, takes the list
+along its split axis (the node sorted, no per-level sort), marks the points that go left and
+stable-partitions all ``d`` lists inside every node (a gather, a cumulative sum and a scatter),
+so every child's lists stay sorted. Cost: ``O(d P log P)`` work in ``log2 P`` batched levels,
+all on the device of ``pos``; the number of levels follows from the shapes only. Node centres
+and radii are computed on first use.
 
 Shapes:
     pos ``(B, N, d)``; mask ``(B, N)`` bool (True = real point); the tree holds ``(B, P)`` permutations.
@@ -34,7 +38,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -112,7 +116,9 @@ class BallTree:
         pos: ``(B, P, d)`` positions in tree order in the *input* frame (even for a rotated tree);
             padding slots sit at the centre of their ball (finite, never NaN).
         centers / radii: per level ``k = 0, 1, ...``, nodes of ``ball_size·2^k`` slots:
-            ``(B, P/(ball_size·2^k), d)`` and ``(B, P/(ball_size·2^k))``.
+            ``(B, P/(ball_size·2^k), d)`` and ``(B, P/(ball_size·2^k))`` (see
+            :func:`ball_centers`); computed on first access and kept, since using the tree
+            (ball attention, pooling) does not need them.
         ball_size: slots per ball ``m``; n_points: ``N`` of the input.
     """
 
@@ -120,10 +126,24 @@ class BallTree:
     inverse: torch.Tensor
     mask: torch.Tensor
     pos: torch.Tensor
-    centers: tuple[torch.Tensor, ...]
-    radii: tuple[torch.Tensor, ...]
     ball_size: int
     n_points: int
+    _stats: dict = field(default_factory=dict, init=False, repr=False)  # lazily computed node statistics
+
+    @property
+    def centers(self) -> tuple[torch.Tensor, ...]:
+        return self._node_stats()[0]
+
+    @property
+    def radii(self) -> tuple[torch.Tensor, ...]:
+        return self._node_stats()[1]
+
+    def _node_stats(self) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+        if "levels" not in self._stats:
+            x = self.pos.masked_fill(~self.mask[..., None], 0.0)  # zero on padding, as in the build
+            centers, radii = _level_centers(x, self.mask, self.ball_size)
+            self._stats["levels"] = (tuple(centers), tuple(radii))
+        return self._stats["levels"]
 
     @property
     def padded_size(self) -> int:
@@ -170,11 +190,16 @@ def mixing_index(src: BallTree, dst: BallTree) -> torch.Tensor:
 
 
 def _cloud_sizes(counts: torch.Tensor, ball_size: int, levels: int) -> torch.Tensor:
-    """Per-cloud padded size ``max(2^⌈log2 n⌉, ball_size)`` from counts ``(B,)``, integer ops only."""
-    e = torch.zeros_like(counts)
-    for j in range(levels + 1):
-        e = e + (counts > (1 << j)).to(counts.dtype)
-    return torch.clamp(torch.ones_like(counts) << e, min=ball_size)
+    """Per-cloud padded size ``max(2^⌈log2 n⌉, ball_size)`` from counts ``(B,)``, integer ops only.
+
+    ``n - 1`` with every bit below its highest set bit also set, plus one, is the next power of two.
+    """
+    v = counts - 1
+    shift = 1
+    while shift <= levels:
+        v = v | (v >> shift)
+        shift *= 2
+    return torch.clamp(v + 1, min=ball_size)
 
 
 def _validate(pos, mask, ball_size, rotate, padded_size, check):
@@ -213,6 +238,75 @@ def _validate(pos, mask, ball_size, rotate, padded_size, check):
     return need
 
 
+def _axis_orders(
+    coords: torch.Tensor, valid: torch.Tensor, itype: torch.dtype, per_row: bool | None = None
+) -> torch.Tensor:
+    """Every cloud's point indices sorted along every axis by ``(coordinate, index)``.
+
+    Padding sorts after every real point (key ``+inf``), among itself by index. Coordinates become
+    integers of the same order (IEEE bits, negatives mirrored, so -0.0 ties with 0.0) and every
+    sort is stable, which breaks ties by index. ``per_row`` (default: on CPU for rows of at least
+    2^15 keys or 64-bit keys) sorts each ``(cloud, axis)`` row on its own, a cache-sized radix
+    sort; otherwise keys of at most 32 bits are packed below their row number and sorted in one
+    1-D pass, 64-bit keys in two passes (key, then row).
+
+    Shapes: coords ``(B, d, P)``, valid ``(B, P)`` -> ``(B, d, P)`` of dtype ``itype``.
+    """
+    b, d, p = coords.shape
+    key = coords.masked_fill(~valid[:, None], math.inf)
+    wide = key.dtype.itemsize > 4
+    bits = key.view(torch.int64) if wide else key.to(torch.float32).view(torch.int32)
+    sign = bits >> (8 * bits.element_size() - 1)  # -1 for negative floats, else 0
+    magnitude = bits & (2 ** (8 * bits.element_size() - 1) - 1)
+    rows = magnitude.bitwise_xor_(sign).sub_(sign).view(b * d, p)  # ±|bits|, ordered like the floats
+    if per_row is None:
+        per_row = coords.device.type == "cpu" and (wide or p >= 2**15)
+    if per_row:
+        order = torch.empty(b * d, p, dtype=torch.long, device=coords.device)
+        scratch = torch.empty_like(rows[0])
+        for i in range(b * d):
+            torch.sort(rows[i], stable=True, out=(scratch, order[i]))
+        return order.view(b, d, p).to(itype)
+    if wide:
+        first = torch.sort(rows.view(-1), stable=True).indices
+        order = first.gather(0, torch.sort(first >> (p.bit_length() - 1), stable=True).indices)
+    else:
+        row = torch.arange(b * d, device=coords.device).view(b * d, 1) << 32
+        order = torch.sort((row + rows).add_(1 << 31).view(-1), stable=True).indices
+    return order.view(b, d, p).bitwise_and_(p - 1).to(itype)  # p is a power of two
+
+
+def _widest_axis(spread: torch.Tensor, scale: int, dtype: torch.dtype) -> torch.Tensor:
+    """``scale ·`` the first axis of largest spread: ``(B, d, S)`` -> ``(B, S)`` (argmax over d)."""
+    best = spread[:, 0]
+    out = torch.zeros(best.shape, dtype=dtype, device=spread.device)
+    for a in range(1, spread.shape[1]):
+        wider = spread[:, a] > best
+        if a + 1 < spread.shape[1]:
+            best = torch.maximum(best, spread[:, a])
+        out = torch.where(wider, a * scale, out)
+    return out
+
+
+def _level_centers(tpos: torch.Tensor, tmask: torch.Tensor, ball_size: int):
+    """:func:`ball_centers` of every level ``ball_size·2^k``, for positions that are zero on padding."""
+    b, p, d = tpos.shape
+    maskf = tmask.to(tpos.dtype)
+    diff = torch.empty_like(tpos)
+    centers, radii = [], []
+    size = ball_size
+    while size <= p:
+        m = p // size
+        x = tpos.view(b, m, size, d)
+        centre = x.sum(2) / maskf.view(b, m, size).sum(-1, keepdim=True).clamp_min(1)
+        diff_v = torch.sub(x, centre[:, :, None], out=diff.view(b, m, size, d))
+        dist = torch.linalg.vector_norm(diff_v, dim=-1)
+        centers.append(centre)
+        radii.append(dist.mul_(maskf.view(b, m, size)).amax(-1))
+        size *= 2
+    return centers, radii
+
+
 def build_ball_tree(
     pos: torch.Tensor,
     mask: torch.Tensor | None = None,
@@ -248,62 +342,86 @@ def build_ball_tree(
     levels = p.bit_length() - 1
     valid = torch.ones(b, n, dtype=torch.bool, device=dev) if mask is None else mask
     valid = F.pad(valid, (0, p - n), value=False)
-    base = F.pad(torch.where(valid[:, :n, None], pos, torch.zeros((), dtype=pos.dtype, device=dev)), (0, 0, 0, p - n))
+    base = pos if mask is None else pos.masked_fill(~mask[..., None], 0.0)  # padding at 0, never NaN
+    base = F.pad(base, (0, 0, 0, p - n)) if p > n else base.contiguous()
     coords = base
     if rotate is not None:
         rot = rotation_matrix(rotate, d, pos.dtype, dev) if not isinstance(rotate, torch.Tensor) else rotate
         coords = base @ rot.to(dtype=pos.dtype, device=dev).T
     counts = valid.sum(dim=1)
-    cloud = _cloud_sizes(counts, ball_size, levels).view(b, 1)
+    # Padded size of each cloud; without a mask every cloud has n points, a size known here.
+    if mask is None:
+        cloud = max(1 << max(0, (n - 1).bit_length()), ball_size)
+    else:
+        cloud = _cloud_sizes(counts, ball_size, levels).view(b, 1)
 
-    # Rank every axis once by (coordinate, index); padding ranks after every real point.
-    key = torch.where(valid[..., None], coords, torch.full((), math.inf, dtype=coords.dtype, device=dev))
-    order = torch.sort(key, dim=1, stable=True).indices  # (B, P, d)
-    ar = torch.arange(p, device=dev)
-    rank = torch.empty_like(order).scatter_(1, order, ar.view(1, p, 1).expand(b, p, d))
-    rank = rank.transpose(1, 2).reshape(b, d * p)  # rank of point i along axis a at a * P + i
-
-    cur = ar.view(1, p).expand(b, p)
+    # lists[b, a] holds the points of every node, node after node, sorted along axis a; a level
+    # picks each node's list along its split axis and stable-partitions all d lists. Indices are
+    # int32 while d·P fits (half the memory traffic of int64); buffers are reused across levels.
+    coords_t = coords.transpose(1, 2).contiguous()  # (B, d, P)
+    itype = torch.int32 if d * p < 2**31 else torch.int64
+    lists = _axis_orders(coords_t, valid, itype)  # (B, d, P)
+    spare, cl, step = (torch.empty(b * d * p, dtype=itype, device=dev) for _ in range(3))
+    f = torch.empty(b * d * p, dtype=torch.uint8, device=dev)
+    goes_left = torch.empty(b, p, dtype=torch.uint8, device=dev)
+    chosen, pick = (torch.empty(b, p, dtype=itype, device=dev) for _ in range(2))
+    slot = torch.arange(p, dtype=itype, device=dev)
     seg_n = counts.view(b, 1)
-    neg = torch.full((), -math.inf, dtype=coords.dtype, device=dev)
-    pos_inf = torch.full((), math.inf, dtype=coords.dtype, device=dev)
     c = p
     while c > 1:
         s, half = p // c, c // 2
-        cv = valid.gather(1, cur).view(b, s, c, 1)
-        cc = coords.gather(1, cur[..., None].expand(b, p, d)).view(b, s, c, d)
-        spread = torch.where(cv, cc, neg).amax(2) - torch.where(cv, cc, pos_inf).amin(2)  # (B, S, d)
-        axis = spread.argmax(dim=-1)  # first axis of largest spread; 0 for empty nodes
-        flat = (axis.view(b, s, 1) * p + cur.view(b, s, c)).view(b, p)
-        node_key = rank.gather(1, flat).view(b, s, c)  # rank along the node's axis, unique per cloud
-        srt = torch.sort(node_key, dim=-1, stable=True).indices
-        scur = cur.reshape(b, s, c).gather(2, srt)
+        start = slot[::c]
+        # Spread along a = last minus first real coordinate in the node's list a (0 if empty).
+        last = (start.view(1, 1, s) + (seg_n.view(b, 1, s) - 1).clamp_min(0)).expand(b, d, s)
+        lo = coords_t.gather(2, lists.view(b, d, s, c)[..., 0])
+        spread = coords_t.gather(2, lists.gather(2, last)) - lo
+        offset = _widest_axis(spread, p, itype)  # (B, S): p · first axis of largest spread
+        torch.add(slot.view(1, s, c), offset.view(b, s, 1), out=pick.view(b, s, c))
+        torch.gather(lists.view(b, d * p), 1, pick, out=chosen)  # each node sorted along its axis
+        r = slot[:c].view(1, 1, c)
         if c > ball_size:
-            left = torch.where(c > cloud, seg_n, seg_n // 2)
-        else:
+            if isinstance(cloud, int):
+                left = seg_n if c > cloud else seg_n // 2
+            else:
+                left = torch.where(c > cloud, seg_n, seg_n // 2)
+            # Slot r of the sorted node goes left: the first `left` real points, then padding
+            # until the left child is full (in every child real points first, padding after):
+            # r < left, or n <= r < n + half - left (nested steps, hence the exclusive ors).
+            nn_, nl = seg_n[..., None], left[..., None]
+            flag = ((r < nl) ^ (r >= nn_) ^ (r >= nn_ + (half - nl))).view(torch.uint8).view(b, p)
+        else:  # the same rule with left = min(n, c/2): the first half of the sorted node
             left = torch.clamp(seg_n, max=half)
-        r = torch.arange(c, device=dev).view(1, 1, c)
-        nn_, nl = seg_n[..., None], left[..., None]
-        target = torch.where(
-            r < nl, r, torch.where(r < nn_, half + r - nl, torch.where(r - nn_ < half - nl, nl + r - nn_, r))
-        )
-        cur = torch.empty_like(scur).scatter_(2, target, scur).view(b, p)
+            flag = ((slot & (c - 1)) < half).view(torch.uint8).expand(b, p)
+        if c == 2:  # last level: only the chosen lists are needed, and their flags are known
+            src, fl, k = chosen.view(b, 1, p), flag.view(b, 1, p), 1
+        else:
+            goes_left.scatter_(1, chosen, flag)
+            fl = torch.gather(goes_left, 1, lists.view(b, d * p), out=f.view(b, d * p)).view(b, d, p)
+            src, k = lists, d
+        # Stable partition inside every node: a left-goer in slot j = j0 + r (cl left-goers up to
+        # and including j) moves to j0 + cl - 1, any other to j + half - cl; that is
+        # target = (j + half - cl) + flag · (2 cl - r - half - 1).
+        clk, stepk = cl[: b * k * p].view(b, k, s, c), step[: b * k * p].view(b, k, s, c)
+        torch.cumsum(fl.view(b, k, s, c), -1, dtype=itype, out=clk)
+        torch.add((-half - 1) - r.view(1, 1, 1, c), clk, alpha=2, out=stepk)
+        target = torch.sub(slot.view(1, 1, s, c) + half, clk, out=clk)
+        target.addcmul_(fl.view(b, k, s, c), stepk)
+        out = spare[: b * k * p].view(b, k, p).scatter_(2, target.view(b, k, p), src)
+        lists, spare = out, lists.view(-1)
         seg_n = torch.stack([left, seg_n - left], dim=-1).view(b, 2 * s)
         c = half
 
-    perm = cur
+    perm = lists[:, 0].long()
+    ar = torch.arange(p, device=dev)
     inverse = torch.empty_like(perm).scatter_(1, perm, ar.view(1, p).expand(b, p))
     tmask = valid.gather(1, perm)
-    tpos = base.gather(1, perm[..., None].expand(b, p, d))
-    centers, radii = [], []
-    size = ball_size
-    while size <= p:
-        cen, rad = ball_centers(tpos, tmask, size)
-        centers.append(cen)
-        radii.append(rad)
-        size *= 2
-    tpos = torch.where(tmask[..., None], tpos, centers[0].repeat_interleave(ball_size, dim=1))
-    return BallTree(perm, inverse, tmask, tpos, tuple(centers), tuple(radii), ball_size, n)
+    rows = perm + (torch.arange(b, device=dev) * p).view(b, 1)
+    tpos = base.reshape(b * p, d).index_select(0, rows.view(-1)).view(b, p, d)  # zero on padding
+    m = p // ball_size
+    x, maskf = tpos.view(b, m, ball_size, d), tmask.to(pos.dtype).view(b, m, ball_size)
+    centre = x.sum(2) / maskf.sum(-1, keepdim=True).clamp_min(1)  # as ball_centers (level 0)
+    tpos = torch.where(tmask.view(b, m, ball_size, 1), x, centre.view(b, m, 1, d)).view(b, p, d)
+    return BallTree(perm, inverse, tmask, tpos, ball_size, n)
 
 
 class BallTreeCache:

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from sciattn.balltree import BallTreeCache, build_ball_tree, mixing_index, rotation_matrix
+from sciattn.balltree import BallTreeCache, ball_centers, build_ball_tree, mixing_index, rotation_matrix
 from sciattn.balltree.reference import ball_tree_numpy
+from sciattn.balltree.tree import _axis_orders
 
 MINI_CAR = Path(__file__).resolve().parents[3] / "shared" / "data" / "mini_car.pt"
 
@@ -52,6 +53,74 @@ def test_heavy_ties_on_a_grid_are_broken_by_index_like_the_oracle():
     np.testing.assert_array_equal(_real_order(tree, 0)[:128], _oracle(pos, torch.ones(1, 84, dtype=torch.bool), 0, 8))
     again = build_ball_tree(pos, None, 8)
     assert torch.equal(tree.perm, again.perm)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape,ball,rotate", [((3, 150, 3), 8, None), ((2, 90, 2), 16, 45.0), ((2, 70, 1), 4, None),
+                                               ((1, 40, 3), 1, 30.0)])
+def test_duplicates_and_masks_match_the_oracle_in_every_slot(dtype, shape, ball, rotate):
+    # Coordinates on a coarse grid (many exact ties, -0.0 next to 0.0), masked points holding NaN:
+    # the order of every slot, inside balls too, equals the recursive (coordinate, index) oracle.
+    g = torch.Generator().manual_seed(sum(shape) + ball)
+    pos = (torch.randint(-2, 3, shape, generator=g) * 0.5).to(dtype)
+    zero = pos == 0
+    negative = torch.randint(0, 2, (int(zero.sum()),), generator=g).bool()
+    pos[zero] = torch.where(negative, torch.tensor(-0.0, dtype=dtype), torch.tensor(0.0, dtype=dtype))
+    mask = torch.rand(shape[:2], generator=g) > 0.25
+    mask[:, 1] = True
+    pos[~mask] = float("nan")
+    tree = build_ball_tree(pos, mask, ball, rotate)
+    frame = pos if rotate is None else pos @ rotation_matrix(rotate, shape[2], dtype).T
+    for b in range(shape[0]):
+        want = _oracle(frame, mask, b, ball)
+        got = _real_order(tree, b)
+        np.testing.assert_array_equal(got[: len(want)], want)
+        assert (got[len(want):] == -1).all()
+    again = build_ball_tree(pos, mask, ball, rotate)
+    assert torch.equal(tree.perm, again.perm) and torch.equal(tree.pos, again.pos)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("per_row", [True, False])
+def test_axis_orders_sort_by_coordinate_then_index_on_every_path(dtype, per_row):
+    # Both the per-row radix sorts (CPU default) and the packed / two-pass sorts (accelerators).
+    g = torch.Generator().manual_seed(11)
+    coords = (torch.randint(-3, 4, (2, 3, 64), generator=g) * 0.25).to(dtype)
+    coords[0, 1, :5] = -0.0
+    coords[1, 2] = torch.randn(64, generator=g).to(dtype) * 1e30 if dtype == torch.float64 else coords[1, 2]
+    valid = torch.rand(2, 64, generator=g) > 0.2
+    got = _axis_orders(coords, valid, torch.int32, per_row=per_row)
+    assert got.dtype == torch.int32
+    for b in range(2):
+        for a in range(3):
+            key = np.where(valid[b].numpy(), coords[b, a].double().numpy(), np.inf)
+            want = np.lexsort((np.arange(64), key))
+            np.testing.assert_array_equal(got[b, a].numpy(), want)
+
+
+def test_a_large_cloud_with_ties_matches_the_oracle():
+    # 2^15 slots: the per-row sort path; quantised coordinates give thousands of ties per axis.
+    g = torch.Generator().manual_seed(12)
+    pos = (torch.rand(1, 20000, 3, generator=g) * 40).floor() / 40
+    tree = build_ball_tree(pos, None, 64)
+    assert tree.padded_size == 2**15
+    np.testing.assert_array_equal(_real_order(tree, 0), ball_tree_numpy(pos[0].numpy(), 64))
+
+
+def test_centres_and_radii_are_those_of_ball_centers_computed_once():
+    g = torch.Generator().manual_seed(13)
+    pos = torch.randn(2, 200, 3, generator=g)
+    mask = torch.rand(2, 200, generator=g) > 0.3
+    tree = build_ball_tree(pos, mask, 16)
+    zeroed = torch.where(tree.mask[..., None], tree.pos, torch.zeros(()))
+    assert len(tree.centers) == len(tree.radii) == 5  # node sizes 16, 32, ..., 256
+    for k, (cen, rad) in enumerate(zip(tree.centers, tree.radii)):
+        want_c, want_r = ball_centers(zeroed, tree.mask, 16 * 2**k)
+        assert torch.equal(cen, want_c) and torch.equal(rad, want_r)
+    assert tree.centers is tree.centers and tree.radii is tree.radii  # computed on first use, kept
+    pad = ~tree.mask.view(2, 16, 16)  # padding slots sit at the centre of their ball
+    torch.testing.assert_close(tree.pos.view(2, 16, 16, 3)[pad],
+                               tree.centers[0][:, :, None].expand(2, 16, 16, 3)[pad], rtol=0, atol=0)
 
 
 def test_every_node_is_a_median_split_along_its_widest_axis_and_balls_are_prefix_packed():
