@@ -90,8 +90,31 @@ class _ProjectedAttention(nn.Module):
 
     def _tokens(self, x: torch.Tensor, proj: nn.Linear) -> torch.Tensor:
         """``(B, C, nlat, nlon)`` -> projected ``(B, H, N, C'/H)``."""
-        t = proj(x.flatten(2).transpose(1, 2))  # (B, N, C')
+        return self._heads(proj(self._points(x)))
+
+    @staticmethod
+    def _points(x: torch.Tensor) -> torch.Tensor:
+        """``(B, C, nlat, nlon)`` -> contiguous ``(B, N, C)``: one copy, so the projections run as
+        plain row-major matrix products (a transposed view sends them down a slower path)."""
+        return x.flatten(2).transpose(1, 2).contiguous()
+
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:
         return t.unflatten(-1, (self.n_heads, -1)).transpose(1, 2)
+
+    def _project(self, query, key, value):
+        """q, k, v ``(B, H, N, ·)``. Self-attention (one field for all three) transposes the field
+        once and runs the three projections as one matrix product with the stacked weights."""
+        if query is key and key is value:
+            projs = (self.q_proj, self.k_proj, self.v_proj)
+            weight = torch.cat([p.weight for p in projs])
+            bias = torch.cat([p.bias for p in projs]) if self.q_proj.bias is not None else None
+            qkv = nn.functional.linear(self._points(query), weight, bias)
+            q, k, v = qkv.split([self.k_channels, self.k_channels, self.out_channels], dim=-1)
+            return self._heads(q), self._heads(k), self._heads(v)
+        kt = self._points(key)
+        vt = kt if value is key else self._points(value)
+        qt = kt if query is key else self._points(query)
+        return self._heads(self.q_proj(qt)), self._heads(self.k_proj(kt)), self._heads(self.v_proj(vt))
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None,
                 value: torch.Tensor | None = None) -> torch.Tensor:
@@ -106,7 +129,7 @@ class _ProjectedAttention(nn.Module):
         if query.shape[0] != key.shape[0] or key.shape[0] != value.shape[0]:
             raise ValueError(f"query, key, value: expected one batch size, got {query.shape[0]}, {key.shape[0]}, "
                              f"{value.shape[0]}")
-        q, k, v = self._tokens(query, self.q_proj), self._tokens(key, self.k_proj), self._tokens(value, self.v_proj)
+        q, k, v = self._project(query, key, value)
         out = self._attend(q, k, v)  # (B, H, N_out, E)
         out = self.out_proj(out.transpose(1, 2).flatten(2))  # (B, N_out, C_out)
         return out.transpose(1, 2).reshape(query.shape[0], self.out_channels, *self.out_shape)
