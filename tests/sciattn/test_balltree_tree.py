@@ -280,6 +280,20 @@ def test_build_has_no_host_sync():
     assert torch.equal(eager.mask.sum(1), mask.sum(1))
 
 
+def test_build_on_meta_tensors_needs_no_data_and_checks_with_device_assertions(monkeypatch):
+    # Meta tensors hold no data: any host read (item, bool, nonzero, ...) raises. The input checks
+    # must stay on the device too, as message-less _assert_async (the message overload is not
+    # asynchronous on CUDA).
+    calls = []
+    monkeypatch.setattr(torch, "_assert_async", lambda *args: calls.append(len(args)))
+    pos = torch.rand(3, 300, 3, device="meta")
+    mask = torch.ones(3, 300, dtype=torch.bool, device="meta")
+    for rotate in (None, 45.0):
+        tree = build_ball_tree(pos, mask, 16, rotate=rotate, check=True)
+        assert tree.perm.shape == (3, 512) and tree.perm.device.type == "meta"
+    assert calls and all(n == 1 for n in calls)
+
+
 def test_cache_reuses_the_tree_of_the_same_unmodified_tensor():
     cache = BallTreeCache(maxsize=2)
     pos = torch.rand(1, 30, 2)
