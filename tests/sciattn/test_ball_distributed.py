@@ -40,6 +40,7 @@ def _worker(rank: int, world: int, port: int, results: dict) -> None:
         ((out - target[:, sl]).square() * tree.mask[:, sl, None]).sum().backward()
         all_reduce_gradients(layer)
         results[rank] = (sl.start, out.detach(), {n: p.grad.clone() for n, p in layer.named_parameters()})
+        dist.barrier()  # every rank is done with its collectives before any tears the group down
     finally:
         dist.destroy_process_group()
 

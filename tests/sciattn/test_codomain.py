@@ -167,6 +167,7 @@ def _parallel_worker(rank, world, init_file, out_dir):
         (out * grad_out[:, :, :, sl]).sum().backward()
         torch.save({"out": out.detach(), "grads": [t.grad for t in (*local, w_local)]},
                    os.path.join(out_dir, f"rank{rank}.pt"))
+        dist.barrier()  # every rank is done with its collectives before any tears the group down
     finally:
         dist.destroy_process_group()
 

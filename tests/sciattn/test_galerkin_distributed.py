@@ -43,6 +43,7 @@ def _worker(rank: int, world: int, port: int, results: dict) -> None:
         out = domain_parallel_galerkin_attention(*parts, wr, mask[:, sl])
         _loss(out, target[:, :, sl], mask[:, sl]).backward()
         results[rank] = [out.detach()] + [t.grad for t in (*parts, wr)]
+        dist.barrier()  # every rank is done with its collectives before any tears the group down
     finally:
         dist.destroy_process_group()
 

@@ -45,5 +45,6 @@ def worker(rank: int, world_size: int, store: str, run_dir: str, overrides: dict
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
     try:
         make_trainer(run_dir, **overrides).fit()
+        dist.barrier()  # every rank is done with its collectives before any tears the group down
     finally:
         dist.destroy_process_group()
