@@ -4,10 +4,14 @@ Part A, real data: neuraloperator's 16×16 files (``../shared/data``), 15 epochs
 Part B, built-in solver: trained at 64×64, tested at 64 and zero-shot at 128 (2×) and 256 (4×);
 every sample is solved once at 256×256 and restricted.
 
-All three models use the same trainer and recipe (AdamW, OneCycle, relative L2 + H1, batch 8).
-MANO uses physical windows (1/8 of the domain), so its neighbourhoods are the same at every
-resolution; the Galerkin Transformer uses its latent grid at the training resolution; FNO keeps
-its 8×8 modes.
+All three models use the same trainer and recipe (AdamW, OneCycle, relative L2 + H1, batch 8,
+lr 2e-3). MANO's architecture is read from ``examples/configs/darcy64_mano.toml`` (its
+``[model]`` section): physical windows (1/8 of the domain) and a lift stencil and
+relative-position bias given in physical units, so its neighbourhoods are the same at every
+resolution. Two of those parameters are stated for a training resolution ``n``
+(``lift_spacing = 1/n``, ``rel_pos_bias`` = window cells at ``n``); Part A trains at 16² and
+sets them for 16². The Galerkin Transformer uses its latent grid at the training resolution; FNO
+keeps its 8×8 modes.
 
     python benchmarks/darcy_mano.py [--n-train 500] [--epochs 10] [--data ../shared/data]
 
@@ -27,7 +31,7 @@ import torch
 
 from sciattn.operators import create_operator
 from sciattn.pde_data.normalizers import fit_normalizers
-from sciattn.train.config import DataConfig
+from sciattn.train.config import DataConfig, load_config
 from sciattn.train.data import build_datasets
 from sciattn.train.run import count_parameters
 from sciattn.train.trainer import Trainer, evaluate_dataset
@@ -35,14 +39,25 @@ from sciattn.train.trainer import Trainer, evaluate_dataset
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = dict(batch_size=8, lr=2e-3, weight_decay=1e-4, scheduler="onecycle", loss="l2+h1", h1_weight=1.0,
               grad_clip=1.0)
+MANO_CONFIG = ROOT / "examples" / "configs" / "darcy64_mano.toml"
+
+
+def mano_params(resolution: int) -> dict:
+    """MANO's ``[model]`` parameters from the example config, with the two resolution-stated ones
+    (lift stencil spacing, relative-position table) set for training at ``resolution``."""
+    params = dict(load_config(MANO_CONFIG).model_params)
+    if params.get("lift_stencil", 1) > 1:
+        params["lift_spacing"] = 1.0 / resolution
+    if params.get("rel_pos_bias", 0) and params.get("window_fraction") is not None:
+        params["rel_pos_bias"] = max(1, round(params["window_fraction"] * resolution))
+    return params
 
 
 def models(latent: int) -> dict[str, torch.nn.Module]:
     from neuralop.models import FNO
 
     return {
-        "MANO": create_operator("mano", in_channels=1, out_channels=1, width=64, n_layers=4, n_heads=4,
-                                mlp_ratio=3, window=None, window_fraction=0.125),
+        "MANO": create_operator("mano", in_channels=1, out_channels=1, **mano_params(latent)),
         "Galerkin Transformer": create_operator(
             "galerkin_transformer", in_channels=1, out_channels=1, d_model=32, n_layers=4, n_heads=4, n_modes=12,
             regressor_width=20, regressor_layers=2, latent_resolution=latent, conv_blocks=3),
@@ -93,13 +108,16 @@ def main() -> None:
 
     summary = {"benchmark": "darcy_mano", "date": datetime.date.today().isoformat(),
                "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads, CPU",
-               "torch": torch.__version__, "recipe": RECIPE, "epochs_real": args.epochs_real, "epochs_generated": args.epochs,
+               "torch": torch.__version__, "recipe": RECIPE, "mano_config": {"16": mano_params(16), "64": mano_params(64)},
+               "epochs_real": args.epochs_real, "epochs_generated": args.epochs,
                "n_train_generated": args.n_train, "n_test_generated": args.n_test, "seed": args.seed,
                "real_16": part_a, "generated_64": part_b}
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "darcy_mano.json").write_text(json.dumps(summary, indent=2) + "\n")
     lines = [f"Darcy, one seed ({args.seed}), {summary['date']}, {summary['machine']}, torch {summary['torch']}. "
              "Command: `python benchmarks/darcy_mano.py`.", "",
+             f"Shared recipe: {json.dumps(RECIPE)}. MANO: `[model]` of examples/configs/darcy64_mano.toml, at 64²: "
+             f"`{json.dumps(mano_params(64))}`.", "",
              f"Real neuraloperator 16×16 files, {args.epochs_real} epochs:", "",
              "| model | parameters | test rel. L2 | train seconds |", "|---|---|---|---|"]
     for name, r in part_a.items():

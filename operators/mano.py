@@ -2,10 +2,10 @@
 
 Architecture, for an input ``a`` on a grid with coordinates ``x``::
 
-    h_0 = Lift([a, x])                                   pointwise, C_in + d -> width
+    h_0 = Lift([a, x])                                   pointwise, or a physical stencil
     h_l = h_{l-1} + MultipoleAttention(Norm(h_{l-1}))    multiscale windowed attention
-    h_l = h_l + FFN(Norm(h_l))                           pointwise MLP
-    u   = Proj(h_L)                                      pointwise MLP, width -> C_out
+    h_l = h_l + FFN(Norm(h_l))                           pointwise MLP (or gated GLU)
+    u   = Head(Norm(h_L))                                pointwise MLP, or spectral head
 
 Every block sees the whole domain: :class:`~sciattn.multipole.MultipoleAttention` derives its
 levels from the input size at run time and pads with masks, so the same weights run at any grid
@@ -13,22 +13,52 @@ size (48², 100², 256², non-powers of two included). With ``window_fraction`` 
 fixed fraction of the domain, so a model trained at 64² sees the same physical neighbourhoods at
 256². Norm is a LayerNorm over channels at each point.
 
+Lift. ``lift_stencil=1`` is the MANO code's pointwise lift. ``lift_stencil=k`` (odd) lifts
+``W_2 GELU(Σ_o W_o [a, x](x_i + o·δ))`` over the ``k^d`` offsets ``o ∈ {-(k-1)/2..(k-1)/2}^d``: a
+``k^d`` convolution whose stencil spacing ``δ = lift_spacing`` is a fixed fraction of the domain,
+not a cell, so the lift sees the same physical neighbourhood at every resolution (``δ·n`` cells;
+samples between nodes by linear interpolation, exact when ``δ·n`` is an integer; zero outside
+the domain, as a zero-padded convolution). ``lift_spacing=None`` uses one cell (a plain
+convolution, whose reach shrinks as the grid is refined).
+
+Head. ``head="pointwise"`` is the MANO code's projection, a per-point MLP: whatever grid-scale
+structure the latent field carries (window edges of the finest level, steps of nearest
+upsampling, jumps of a discontinuous input carried by the residual stream) reaches the output.
+``head="spectral"`` maps the latent field through ``head_layers`` blocks
+``GELU(K h + W h)`` with ``K`` a truncated Fourier integral operator (``head_modes`` modes per
+axis, neuraloperator's :class:`SpectralConv`) and ``W`` pointwise, then a pointwise MLP: the
+output is smooth at the scale of the windows and the head is resolution-agnostic (a Fourier
+series has the same modes on every grid). The multipole blocks stay the operator's mixing
+layers; the head only filters and projects their output.
+
+FFN. ``ffn="mlp"`` is ``W_2 GELU(W_1 h)``; ``ffn="glu"`` is ``W_2 (W_1 h ⊙ GELU(W_1' h))`` with
+the hidden width scaled by 2/3 (about the same parameters), which multiplies channels and so
+combines local and aggregated (far-field) features multiplicatively.
+
 Shapes: ``x`` ``(B, C_in, *spatial)`` -> ``(B, C_out, *spatial)``; optional quadrature ``weights``
 ``(*spatial)`` or ``(B, *spatial)`` for the key points of every level.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import torch
+import torch.nn.functional as F
+from neuralop.layers.spectral_convolution import SpectralConv
 from torch import nn
 
-from sciattn._checks import check_dim, check_finite, check_positive_int, check_rank
+from sciattn._checks import check_choice, check_dim, check_finite, check_positive_int, check_rank
 from sciattn.domain import Grid
 from sciattn.multipole import MultipoleAttention
 
 from .registry import register_operator
 
 __all__ = ["MANO"]
+
+HEADS = ("pointwise", "spectral")
+FFNS = ("mlp", "glu")
 
 
 class _ChannelNorm(nn.Module):
@@ -42,17 +72,97 @@ class _ChannelNorm(nn.Module):
         return self.norm(h.movedim(1, -1)).movedim(-1, 1)
 
 
-def _pointwise_mlp(c_in: int, hidden: int, c_out: int, spatial_dims: int) -> nn.Sequential:
-    conv = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}[spatial_dims]
-    return nn.Sequential(conv(c_in, hidden, 1), nn.GELU(), conv(hidden, c_out, 1))
+class _PointwiseMLP(nn.Module):
+    """``W_2 GELU(W_1 h)`` at every point of ``(B, C, *spatial)`` (channels-last linear layers)."""
+
+    def __init__(self, c_in: int, hidden: int, c_out: int):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(c_in, hidden), nn.Linear(hidden, c_out)
+
+    def forward(self, h):
+        return self.fc2(F.gelu(self.fc1(h.movedim(1, -1)))).movedim(-1, 1)
+
+
+class _PointwiseGLU(nn.Module):
+    """``W_2 (W_1 h ⊙ GELU(W_1' h))`` at every point of ``(B, C, *spatial)``."""
+
+    def __init__(self, c_in: int, hidden: int, c_out: int):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(c_in, 2 * hidden), nn.Linear(hidden, c_out)
+
+    def forward(self, h):
+        value, gate = self.fc1(h.movedim(1, -1)).chunk(2, dim=-1)
+        return self.fc2(value * F.gelu(gate)).movedim(-1, 1)
+
+
+def _shift(x: torch.Tensor, axis: int, cells: float) -> torch.Tensor:
+    """``x`` sampled at ``i + cells`` along ``axis`` (linear interpolation, zero outside)."""
+    n = x.shape[axis]
+    low = math.floor(cells)
+    frac = cells - low
+
+    def whole(k: int) -> torch.Tensor:
+        if k == 0:
+            return x
+        if abs(k) >= n:
+            return torch.zeros_like(x)
+        pad = torch.zeros_like(x.narrow(axis, 0, abs(k)))
+        if k > 0:
+            return torch.cat([x.narrow(axis, k, n - k), pad], dim=axis)
+        return torch.cat([pad, x.narrow(axis, 0, n + k)], dim=axis)
+
+    return whole(low) if frac < 1e-9 else (1 - frac) * whole(low) + frac * whole(low + 1)
+
+
+class _StencilLift(nn.Module):
+    """``W_2 GELU(Σ_o W_o u(x + o·δ))`` on ``(B, C, *spatial)``, ``δ`` a fraction of the domain per axis."""
+
+    def __init__(self, c_in: int, width: int, kernel: int, spacing: float | None, spatial_dims: int):
+        super().__init__()
+        self.kernel, self.spacing, self.spatial_dims = kernel, spacing, spatial_dims
+        self.fc1 = nn.Linear(c_in * kernel**spatial_dims, width)
+        self.fc2 = nn.Linear(width, width)
+
+    def forward(self, u):
+        r = (self.kernel - 1) // 2
+        steps = [1.0 if self.spacing is None else self.spacing * n for n in u.shape[2:]]
+        taps = []
+        for offset in itertools.product(range(-r, r + 1), repeat=self.spatial_dims):
+            t = u
+            for a, (o, step) in enumerate(zip(offset, steps)):
+                t = _shift(t, 2 + a, o * step)
+            taps.append(t)
+        h = torch.cat(taps, dim=1).movedim(1, -1)
+        return self.fc2(F.gelu(self.fc1(h))).movedim(-1, 1)
+
+
+class _SpectralHead(nn.Module):
+    """``L × GELU(SpectralConv(h) + W h)`` then a pointwise MLP, on ``(B, C, *spatial)``."""
+
+    def __init__(self, c_in: int, width: int, c_out: int, n_modes: int, n_layers: int, spatial_dims: int):
+        super().__init__()
+        self.lift = nn.Linear(c_in, width)
+        self.spectral = nn.ModuleList(SpectralConv(width, width, n_modes=(n_modes,) * spatial_dims)
+                                      for _ in range(n_layers))
+        self.skips = nn.ModuleList(nn.Linear(width, width) for _ in range(n_layers))
+        self.out = _PointwiseMLP(width, 2 * width, c_out)
+
+    def forward(self, h):
+        h = self.lift(h.movedim(1, -1)).movedim(-1, 1)
+        for spec, skip in zip(self.spectral, self.skips):
+            h = F.gelu(spec(h) + skip(h.movedim(1, -1)).movedim(-1, 1))
+        return self.out(h)
 
 
 class _Block(nn.Module):
-    def __init__(self, width, n_heads, spatial_dims, mlp_ratio, attn_kwargs):
+    def __init__(self, width, n_heads, spatial_dims, mlp_ratio, ffn, attn_kwargs):
         super().__init__()
         self.norm1, self.norm2 = _ChannelNorm(width), _ChannelNorm(width)
         self.attn = MultipoleAttention(width, n_heads, spatial_dims, **attn_kwargs)
-        self.ffn = _pointwise_mlp(width, mlp_ratio * width, width, spatial_dims)
+        if ffn == "glu":
+            self.ffn = _PointwiseGLU(width, max(1, round(mlp_ratio * width * 2 / 3)), width)
+        else:
+            self.ffn = _PointwiseMLP(width, mlp_ratio * width, width)
 
     def forward(self, h, weights):
         h = h + self.attn(self.norm1(h), weights=weights)
@@ -75,6 +185,17 @@ class MANO(nn.Module):
         pool_factor: coarsening factor per axis between levels.
         pool: ``"avg"`` or ``"conv"``; unpool: ``"nearest"``, ``"linear"`` or ``"transposed"``.
         max_levels: cap on the number of levels (``None``: until one window covers the grid).
+        lift_stencil: odd stencil width of the lift per axis (``1``: pointwise).
+        lift_spacing: stencil spacing as a fraction of the domain (``None``: one cell); set it to
+            ``1 / n`` for training resolution ``n``.
+        rel_pos_bias: table nodes per half-window of the relative-position bias of every attention
+            (``0``: none); set it to the window in cells at the training resolution.
+        gate: gate each attention output by ``SiLU(W_g x)`` of its query point.
+        qk_norm: layer-normalise queries and keys over the head dimension.
+        ffn: ``"mlp"`` or ``"glu"`` feed-forward networks.
+        head: ``"pointwise"`` (MLP) or ``"spectral"`` output head (see the module docstring).
+        head_width, head_modes, head_layers: channels, Fourier modes per axis and spectral blocks of
+            the spectral head (unused with ``head="pointwise"``).
     """
 
     def __init__(
@@ -93,21 +214,46 @@ class MANO(nn.Module):
         pool: str = "avg",
         unpool: str = "nearest",
         max_levels: int | None = None,
+        lift_stencil: int = 1,
+        lift_spacing: float | None = None,
+        rel_pos_bias: int = 0,
+        gate: bool = False,
+        qk_norm: bool = False,
+        ffn: str = "mlp",
+        head: str = "pointwise",
+        head_width: int = 16,
+        head_modes: int = 8,
+        head_layers: int = 2,
     ) -> None:
         super().__init__()
         for name, value in [("in_channels", in_channels), ("out_channels", out_channels), ("width", width),
-                            ("n_layers", n_layers), ("mlp_ratio", mlp_ratio)]:
+                            ("n_layers", n_layers), ("mlp_ratio", mlp_ratio), ("head_width", head_width),
+                            ("head_modes", head_modes), ("head_layers", head_layers)]:
             check_positive_int(name, value)
         if spatial_dims not in (1, 2, 3):
             raise ValueError(f"spatial_dims: expected 1, 2 or 3, got {spatial_dims!r}")
+        check_positive_int("lift_stencil", lift_stencil)
+        if lift_stencil % 2 == 0:
+            raise ValueError(f"lift_stencil: expected an odd int (a centred stencil), got {lift_stencil}")
+        if lift_spacing is not None and not (isinstance(lift_spacing, (int, float)) and 0 < lift_spacing <= 1):
+            raise ValueError(f"lift_spacing: expected None or a float in (0, 1], got {lift_spacing!r}")
+        check_choice("ffn", ffn, FFNS)
+        check_choice("head", head, HEADS)
         self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
         attn_kwargs = dict(window=None if window_fraction is not None else window, window_fraction=window_fraction,
-                           pool_factor=pool_factor, pool=pool, unpool=unpool, max_levels=max_levels)
-        self.lift = _pointwise_mlp(in_channels + spatial_dims, width, width, spatial_dims)
-        self.blocks = nn.ModuleList(_Block(width, n_heads, spatial_dims, mlp_ratio, attn_kwargs)
+                           pool_factor=pool_factor, pool=pool, unpool=unpool, max_levels=max_levels,
+                           rel_pos_bias=rel_pos_bias, gate=gate, qk_norm=qk_norm)
+        if lift_stencil == 1:
+            self.lift = _PointwiseMLP(in_channels + spatial_dims, width, width)
+        else:
+            self.lift = _StencilLift(in_channels + spatial_dims, width, lift_stencil, lift_spacing, spatial_dims)
+        self.blocks = nn.ModuleList(_Block(width, n_heads, spatial_dims, mlp_ratio, ffn, attn_kwargs)
                                     for _ in range(n_layers))
         self.norm = _ChannelNorm(width)
-        self.proj = _pointwise_mlp(width, mlp_ratio * width, out_channels, spatial_dims)
+        if head == "spectral":
+            self.proj = _SpectralHead(width, head_width, out_channels, head_modes, head_layers, spatial_dims)
+        else:
+            self.proj = _PointwiseMLP(width, mlp_ratio * width, out_channels)
 
     def forward(
         self, x: torch.Tensor, weights: torch.Tensor | None = None, *, y: torch.Tensor | None = None

@@ -10,6 +10,23 @@ the levels are combined coarse to fine,
     out_{L-1} = A_{L-1},     out_ℓ = A_ℓ + γ_{ℓ+1, h} · Up(out_{ℓ+1}),     y = W_o out_0 ,
 
 with learned per-head level weights ``γ`` (initialised to 1, i.e. near field plus far field).
+Optionally (``gate=True``) the combined field is gated by the query point's own features,
+``y = W_o (SiLU(W_g x) ⊙ out_0)``: a product of a local feature and an aggregate over the
+window hierarchy, which plain softmax attention (a convex combination of values) cannot form.
+
+With ``qk_norm=True`` queries and keys are layer-normalised over the head dimension before the
+scores, ``s_ij = LN_q(q_i)·LN_k(k_j)/sqrt(D)`` (one LayerNorm pair per layer, shared by heads and
+levels): the score scale no longer drifts with the size of the features, so attention is
+sharper at initialisation and its temperature is learned through the LayerNorm gains.
+
+Relative-position bias (``rel_pos_bias=R``): inside every window the score of the pair
+``(i, j)`` gains ``b_h(δ)``, ``δ = (x_i - x_j) / w`` the displacement in units of the window
+(per axis, ``|δ_a| < 1``), read by multilinear interpolation from a learned per-head table on the
+nodes ``δ_a ∈ {-1, -(R-1)/R, …, 1}``. It is the same at every level (the levels are self-similar
+in window units) and depends only on the physical displacement relative to the window, so a model
+trained with ``window_fraction`` sees the same bias at any resolution; with ``R`` equal to the
+window in cells at the training resolution the training displacements fall exactly on nodes.
+The table starts at zero, i.e. as plain attention.
 
 Design choices:
 
@@ -35,6 +52,7 @@ Differences from the MANO code: levels not fixed from an image size, non-power s
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -68,6 +86,10 @@ class MultipoleAttention(nn.Module):
         pool: ``"avg"`` (masked, quadrature-weighted mean) or ``"conv"`` (strided conv).
         unpool: ``"nearest"``, ``"linear"`` or ``"transposed"`` (transposed conv).
         max_levels: cap on the number of levels (``None``: as many as a global receptive field needs).
+        rel_pos_bias: ``R >= 1`` adds the learned relative-position bias (table of ``2R+1`` nodes
+            per axis and head); ``0`` (default) leaves the scores unbiased.
+        gate: multiply the combined attention field by ``SiLU(W_g x)`` before the output projection.
+        qk_norm: layer-normalise queries and keys over the head dimension.
         backend: force a windowed-attention backend.
 
     Shapes:
@@ -87,6 +109,9 @@ class MultipoleAttention(nn.Module):
         pool: str = "avg",
         unpool: str = "nearest",
         max_levels: int | None = None,
+        rel_pos_bias: int = 0,
+        gate: bool = False,
+        qk_norm: bool = False,
         backend: str | None = None,
     ) -> None:
         super().__init__()
@@ -103,6 +128,11 @@ class MultipoleAttention(nn.Module):
         check_choice("unpool", unpool, UNPOOLS)
         if max_levels is not None:
             check_positive_int("max_levels", max_levels)
+        if isinstance(rel_pos_bias, bool) or not isinstance(rel_pos_bias, int) or rel_pos_bias < 0:
+            raise ValueError(f"rel_pos_bias: expected an int >= 0 (0 = off), got {rel_pos_bias!r}")
+        for name, flag in (("gate", gate), ("qk_norm", qk_norm)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
         d = spatial_dims
         if window is not None and window_fraction is not None:
             raise ValueError(
@@ -126,6 +156,14 @@ class MultipoleAttention(nn.Module):
         self.out_proj = nn.Linear(dim, dim)
         rows = (max_levels if max_levels is not None else _DEFAULT_LEVEL_CAPACITY) - 1
         self.level_weight = nn.Parameter(torch.ones(rows, n_heads))
+        self.rel_pos_bias, self.gate = rel_pos_bias, gate
+        # (H, 2R+1, ..., 2R+1): bias on the displacement nodes δ_a = r / R, r = -R..R.
+        self.rel_bias_table = (nn.Parameter(torch.zeros(n_heads, *(2 * rel_pos_bias + 1,) * d))
+                               if rel_pos_bias else None)
+        self.gate_proj = nn.Linear(dim, dim) if gate else None
+        self.qk_norm = qk_norm
+        self.q_norm = nn.LayerNorm(self.head_dim) if qk_norm else None
+        self.k_norm = nn.LayerNorm(self.head_dim) if qk_norm else None
         s = pool_factor
         self.down = getattr(nn, f"Conv{d}d")(dim, dim, s, stride=s, bias=False) if pool == "conv" else None
         self.up = getattr(nn, f"ConvTranspose{d}d")(dim, dim, s, stride=s, bias=False) if unpool == "transposed" else None
@@ -192,12 +230,37 @@ class MultipoleAttention(nn.Module):
             up = self.up(r)
         return up[(slice(None), slice(None)) + tuple(slice(0, n) for n in shape)]
 
+    def relative_bias(self, window: Sequence[int]) -> torch.Tensor | None:
+        """Score bias ``(H, P, P)`` of a window of ``window`` cells (``P`` = their product, cells in
+        C order), ``b_h((x_i - x_j) / w)`` interpolated multilinearly from the table; ``None`` if off."""
+        if self.rel_bias_table is None:
+            return None
+        table, r = self.rel_bias_table, self.rel_pos_bias
+        d, dev = self.spatial_dims, table.device
+        cells = torch.stack(torch.meshgrid(*[torch.arange(w, device=dev) for w in window], indexing="ij"), -1)
+        cells = cells.reshape(-1, d)
+        size = torch.tensor(window, dtype=table.dtype, device=dev)
+        node = ((cells[:, None, :] - cells[None, :, :]).to(table.dtype) / size + 1) * r  # (P, P, d) in [0, 2R]
+        low = node.floor().clamp(0, 2 * r - 1)
+        frac = node - low
+        low = low.long()
+        strides = torch.tensor([(2 * r + 1) ** (d - 1 - a) for a in range(d)], device=dev)
+        flat = table.flatten(1)  # (H, (2R+1)^d)
+        bias = torch.zeros(table.shape[0], *node.shape[:2], dtype=table.dtype, device=dev)
+        for corner in itertools.product((0, 1), repeat=d):
+            c = torch.tensor(corner, device=dev)
+            weight = torch.where(c.bool(), frac, 1 - frac).prod(-1)  # (P, P)
+            bias = bias + weight * flat[:, ((low + c) * strides).sum(-1)]
+        return bias
+
     def _attend(self, x: torch.Tensor, w: torch.Tensor | None, window: tuple[int, ...]) -> torch.Tensor:
         """Project ``x (B, C, *n)`` to heads, attend in windows, return ``(B, C, *n)`` head-major."""
         b, _, *grid = x.shape
         t = self.qkv(x.movedim(1, -1)).unflatten(-1, (3, self.n_heads, self.head_dim))
         q, k, v = (t.select(-3, i).movedim(-2, 1) for i in range(3))  # (B, H, *n, Dh)
-        z = window_attention(q, k, v, window, weights=w, backend=self.backend)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        z = window_attention(q, k, v, window, weights=w, bias=self.relative_bias(window), backend=self.backend)
         return z.movedim(-1, 2).reshape(b, self.dim, *grid)
 
     # ----------------------------------------------------------------------------- forward
@@ -229,10 +292,14 @@ class MultipoleAttention(nn.Module):
             gamma = self.level_weight[min(i, rows) - 1].repeat_interleave(self.head_dim)
             up = self._upsample(r, levels[i - 1][0])
             r = outs[i - 1] + up * gamma.to(r.dtype).reshape(1, -1, *(1,) * d)
-        return self.out_proj(r.movedim(1, -1)).movedim(-1, 1)
+        r = r.movedim(1, -1)
+        if self.gate_proj is not None:
+            r = F.silu(self.gate_proj(x.movedim(1, -1))) * r
+        return self.out_proj(r).movedim(-1, 1)
 
     def extra_repr(self) -> str:
         win = f"window={self.window}" if self.window is not None else f"window_fraction={self.window_fraction}"
         return (f"dim={self.dim}, n_heads={self.n_heads}, spatial_dims={self.spatial_dims}, {win}, "
                 f"pool_factor={self.pool_factor}, pool={self.pool!r}, unpool={self.unpool!r}, "
-                f"max_levels={self.max_levels}")
+                f"max_levels={self.max_levels}, rel_pos_bias={self.rel_pos_bias}, gate={self.gate}, "
+                f"qk_norm={self.qk_norm}")
