@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# One prepared check of sciattn on a lent GPU machine (about 9 minutes on an H200).
+# One prepared check of sciattn on a lent GPU machine (at most about 9 minutes: every step has a limit,
+# and together they fit one 10-minute device call).
 #
 #   bash benchmarks/gpu_check.sh            # results under $OUT (default ./gpu_out)
+#   STEPS="gpu_targets pytest" bash benchmarks/gpu_check.sh      # only some steps
+#   TUNE=1 bash benchmarks/gpu_check.sh     # also the launch-configuration sweep (about 90 s more)
 #
 # Steps, each with its own time limit so that a hang in one still leaves the others' output:
 # 1. versions: nvidia-smi, python, torch (+ CUDA), triton                   -> versions.txt
@@ -11,10 +14,10 @@
 # 3. benchmarks/kernels.py --device cuda: scaling of every backend, 2^14 .. 2^20 -> kernels_cuda.*
 # 4. benchmarks/multipole_scaling.py --device cuda: one multipole layer, 64² .. 1024², dense to 512²
 # 5. benchmarks/balltree_gpu.py: host-sync check, tree build and ball attention scaling
-# 6. benchmarks/gpu_tuning.py: launch-configuration sweep of the three Triton kernels -> gpu_tuning.*
+# 6. benchmarks/gpu_tuning.py (only with TUNE=1): launch-configuration sweep of the Triton kernels
 # 7. pytest of the Triton kernel tests with compiled kernels (TRITON_INTERPRET=0), one process per
 #    file, so that a kernel fault (which poisons the CUDA context) stays inside its file
-# First run (2026-11-30, H200): steps 1-5 took 311 s; step 6 about 90 s.
+# First run (2026-11-30, H200): steps 1-5 took 311 s with the limits then in force; the sweep about 90 s.
 # Results are collected in $OUT/results.tgz (re-packed after every step) and the step log in
 # $OUT/steps.txt, so that a run stopped part-way still returns what it measured.
 set -u -o pipefail
@@ -31,8 +34,12 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"   # the working tree, withou
 START=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/steps.txt"; }
 pack() { tar -czf "$OUT/results.tgz" -C "$RES" . 2>/dev/null; }
-step() {  # step NAME LIMIT_SECONDS COMMAND...
+STEPS="${STEPS:-gpu_targets kernels multipole_scaling balltree_gpu pytest}"
+[ "${TUNE:-0}" = 1 ] && STEPS="$STEPS gpu_tuning"
+want() { local key=$1; [[ $key == pytest_* ]] && key=pytest; [[ " $STEPS " == *" $key "* ]]; }
+step() {  # step NAME LIMIT_SECONDS COMMAND...   (skipped unless NAME, or "pytest" for pytest_*, is in STEPS)
     local name=$1 limit=$2; shift 2
+    want "$name" || { stamp "skip $name"; return; }
     stamp "start $name (limit ${limit}s)"
     timeout "$limit" "$@" > "$RES/$name.log" 2>&1
     local rc=$?
@@ -63,16 +70,16 @@ EOF
 cat "$RES/versions.txt"
 pack
 
-step gpu_targets 150 "$PY" benchmarks/gpu_targets.py --out "$RES"
-step kernels 140 "$PY" benchmarks/kernels.py --device cuda --dtype bfloat16 --heads 8 --head-dim 64 \
+step gpu_targets 130 "$PY" benchmarks/gpu_targets.py --out "$RES"
+step kernels 90 "$PY" benchmarks/kernels.py --device cuda --dtype bfloat16 --heads 8 --head-dim 64 \
     --ops galerkin neighborhood weighted_softmax --backends triton reference sparse sdpa dense_sdpa \
     --min-n 16384 --max-n 1048576 --dense-max-n 262144 --series-budget 12 --reps 5 --out "$RES"
-step multipole_scaling 60 "$PY" benchmarks/multipole_scaling.py --device cuda --sizes 64 128 256 512 1024 \
+step multipole_scaling 40 "$PY" benchmarks/multipole_scaling.py --device cuda --sizes 64 128 256 512 1024 \
     --dense-max 256 --reps 5 --results "$RES"
-step balltree_gpu 75 "$PY" benchmarks/balltree_gpu.py --reps 5 --results "$RES"
-step gpu_tuning 180 "$PY" benchmarks/gpu_tuning.py --timeout 60 --out "$RES"
+step balltree_gpu 60 "$PY" benchmarks/balltree_gpu.py --reps 5 --results "$RES"
+step gpu_tuning 150 "$PY" benchmarks/gpu_tuning.py --timeout 50 --out "$RES"
 for f in galerkin_triton softmax_triton neighborhood_triton backend_equivalence; do
-    step "pytest_$f" 60 "$PY" -m pytest -q -p no:cacheprovider -rs "tests/sciattn/test_$f.py"
+    step "pytest_$f" 45 "$PY" -m pytest -q -p no:cacheprovider -rs "tests/sciattn/test_$f.py"
 done
 stamp "done"
 ls -la "$RES"

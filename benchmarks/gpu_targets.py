@@ -380,7 +380,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--softmax-bwd-n", type=int, default=2**18, help="N of the softmax forward+backward comparison")
     ap.add_argument("--max-call-s", type=float, default=12.0, help="skip softmax cases predicted slower per call")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--sections", nargs="+", default=["ceilings", "galerkin", "weighted_softmax", "sphere_neighborhood"])
+    ap.add_argument("--sections", nargs="+", default=["ceilings", "galerkin", "sphere_neighborhood", "weighted_softmax"])
     ap.add_argument("--check-n", type=int, default=8192, help="N of the correctness checks")
     ap.add_argument("--copy-elems", type=int, default=2**30, help="float32 elements of the copy-bandwidth test")
     ap.add_argument("--matmul-n", type=int, default=8192)
