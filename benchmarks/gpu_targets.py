@@ -43,6 +43,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from _timing import median_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASHEET_HBM_TBPS = {"H200": 4.8, "H100": 3.35}  # vendor datasheets (SXM parts), for the second fraction
@@ -77,15 +78,7 @@ class _Timer:
 
 def event_ms(fn, reps: int, warmup: int = 1) -> float:
     """Median milliseconds of ``fn()`` over ``reps`` runs (CUDA events on CUDA)."""
-    for _ in range(warmup):
-        fn()
-    _sync()
-    times, timer = [], _Timer()
-    for _ in range(reps):
-        timer.start()
-        fn()
-        times.append(timer.stop())
-    return statistics.median(times)
+    return median_ms(fn, reps, warmup, cuda=DEV == "cuda")
 
 
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from sciattn.balltree import BallAttention, build_ball_tree
 from sciattn.balltree.distributed import all_reduce_gradients, ball_shard
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _gloo import gloo_group, run_ranks  # noqa: E402
 
 BALL = 8
 
@@ -31,24 +32,13 @@ def _setup():
 
 
 def _worker(rank: int, world: int, port: int, results: dict) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
+    with gloo_group(rank, world, port):
         layer, tree, h, target = _setup()
         sl = ball_shard(h.shape[1], BALL, rank, world)
         out = layer.attend(h[:, sl], tree.pos[:, sl], tree.mask[:, sl])
         ((out - target[:, sl]).square() * tree.mask[:, sl, None]).sum().backward()
         all_reduce_gradients(layer)
         results[rank] = (sl.start, out.detach(), {n: p.grad.clone() for n, p in layer.named_parameters()})
-        dist.barrier()  # every rank is done with its collectives before any tears the group down
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_ball_shards_cover_the_tree_in_whole_balls():
@@ -62,17 +52,7 @@ def test_ball_shards_cover_the_tree_in_whole_balls():
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 def test_two_ranks_with_whole_balls_equal_the_full_layer():
-    with mp.Manager() as manager:
-        results = manager.dict()
-        here = os.path.dirname(__file__)
-        sys.path.insert(0, here)  # the spawned workers import this file by name
-        try:
-            import test_ball_distributed as this
-
-            mp.spawn(this._worker, args=(2, _free_port(), results), nprocs=2, join=True)
-        finally:
-            sys.path.remove(here)
-        got = sorted(dict(results).values(), key=lambda r: r[0])
+    got = sorted(run_ranks("test_ball_distributed", "_worker").values(), key=lambda r: r[0])
     layer, tree, h, target = _setup()
     assert got[0][0] == 0 and 0 < got[1][0] < h.shape[1]  # a real split at a ball boundary
     out = layer.attend(h, tree.pos, tree.mask)

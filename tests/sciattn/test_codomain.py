@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from sciattn import BackendError
 from sciattn.codomain import (
@@ -22,6 +23,9 @@ from sciattn.codomain import (
 )
 from sciattn.codomain.positional import grid_positions
 from sciattn.domain import Grid
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _gloo import gloo_group, run_ranks  # noqa: E402
 
 F64 = torch.float64
 
@@ -152,12 +156,9 @@ def test_scores_converge_under_refinement_to_the_analytic_integral():
 
 
 # ----------------------------------------------------------------------------- domain parallel
-def _parallel_worker(rank, world, init_file, out_dir):
-    import torch.distributed as dist
-
+def _parallel_worker(rank, world, port, results):
     torch.set_num_threads(1)  # this child process only: two workers share the CPU
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
+    with gloo_group(rank, world, port):
         q, k, v, w, mask, grad_out = _parallel_case()
         bounds = [0, 3, 7]  # uneven split of the 7 points
         sl = slice(bounds[rank], bounds[rank + 1])
@@ -165,11 +166,7 @@ def _parallel_worker(rank, world, init_file, out_dir):
         w_local = w[:, sl].detach().clone().requires_grad_()
         out = codomain_attention(*local, weights=w_local, var_mask=mask, group=dist.group.WORLD)
         (out * grad_out[:, :, :, sl]).sum().backward()
-        torch.save({"out": out.detach(), "grads": [t.grad for t in (*local, w_local)]},
-                   os.path.join(out_dir, f"rank{rank}.pt"))
-        dist.barrier()  # every rank is done with its collectives before any tears the group down
-    finally:
-        dist.destroy_process_group()
+        results[rank] = {"out": out.detach(), "grads": [t.grad for t in (*local, w_local)]}
 
 
 def _parallel_case():
@@ -180,21 +177,13 @@ def _parallel_case():
     return q, k, v, w, mask, _rand(2, 2, 3, 7, 4, g=g)
 
 
-def test_domain_parallel_gloo_matches_one_process_outputs_and_gradients(tmp_path):
-    import torch.multiprocessing as mp
-
-    sys.path.insert(0, os.path.dirname(__file__))  # the spawned workers import this file by name
-    try:
-        import test_codomain as this  # noqa: PLC0415
-
-        mp.spawn(this._parallel_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
-    finally:
-        sys.path.remove(os.path.dirname(__file__))
+def test_domain_parallel_gloo_matches_one_process_outputs_and_gradients():
+    results = run_ranks("test_codomain", "_parallel_worker")
     q, k, v, w, mask, grad_out = _parallel_case()
     full = [t.clone().requires_grad_() for t in (q, k, v, w)]
     out = codomain_attention(*full[:3], weights=full[3], var_mask=mask)
     (out * grad_out).sum().backward()
-    parts = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    parts = [results[r] for r in range(2)]
     torch.testing.assert_close(torch.cat([p["out"] for p in parts], dim=3), out.detach(), rtol=1e-12, atol=1e-12)
     for i, t in enumerate(full):
         dim = 1 if i == 3 else 3

@@ -4,16 +4,17 @@ single-process layer on the full input, outputs and gradients."""
 from __future__ import annotations
 
 import os
-import socket
 import sys
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from sciattn.galerkin import galerkin_attention
 from sciattn.galerkin.distributed import domain_parallel_galerkin_attention
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _gloo import gloo_group, run_ranks  # noqa: E402
 
 
 def _inputs():
@@ -33,9 +34,7 @@ def _loss(out, target, mask):
 
 
 def _worker(rank: int, world: int, port: int, results: dict) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
+    with gloo_group(rank, world, port):
         q, k, v, w, mask, target = _inputs()
         sl = slice(0, 11) if rank == 0 else slice(11, None)  # uneven split
         parts = [t[:, :, sl].clone().requires_grad_() for t in (q, k, v)]
@@ -43,30 +42,13 @@ def _worker(rank: int, world: int, port: int, results: dict) -> None:
         out = domain_parallel_galerkin_attention(*parts, wr, mask[:, sl])
         _loss(out, target[:, :, sl], mask[:, sl]).backward()
         results[rank] = [out.detach()] + [t.grad for t in (*parts, wr)]
-        dist.barrier()  # every rank is done with its collectives before any tears the group down
-    finally:
-        dist.destroy_process_group()
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 def test_two_ranks_equal_the_full_layer_outputs_and_gradients():
-    with mp.Manager() as manager:
-        results = manager.dict()
-        here = os.path.dirname(__file__)
-        sys.path.insert(0, here)  # the spawned workers import this file by name
-        try:
-            import test_galerkin_distributed as this
-
-            mp.spawn(this._worker, args=(2, _free_port(), results), nprocs=2, join=True)
-        finally:
-            sys.path.remove(here)
-        got = [dict(results)[r] for r in (0, 1)]
+    results = run_ranks("test_galerkin_distributed", "_worker")
+    got = [results[r] for r in (0, 1)]
     q, k, v, w, mask, target = _inputs()
     full = [t.clone().requires_grad_() for t in (q, k, v, w)]
     out = galerkin_attention(full[0], full[1], full[2], weights=full[3], mask=mask)
