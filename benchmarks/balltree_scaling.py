@@ -1,6 +1,6 @@
 """Scaling of ball-tree construction and ball attention against dense attention, on CPU.
 
-Three measurements, N = 2^10 .. 2^16 points by default (uniform in the unit cube, d = 3):
+Three measurements, N = 2^10 .. 2^18 points by default (uniform in the unit cube, d = 3):
 
 1. **Tree build**: :func:`sciattn.balltree.build_ball_tree` (tensor ops, batch of 4 clouds) against
    the C++/OpenMP ``balltree-erwin`` package (import ``balltree``) when it is installed, and against
@@ -18,7 +18,15 @@ Three measurements, N = 2^10 .. 2^16 points by default (uniform in the unit cube
 
 Fitted exponents come from a least-squares line in log-log over the sizes each method ran at.
 
-    python benchmarks/balltree_scaling.py [--sizes 1024 ... 65536] [--threads 1]
+glibc serves every allocation above 32 MiB with a fresh ``mmap`` whose pages fault in on first
+touch; from N = 2^17 each ``(B, H, N, D)`` tensor crosses that line, and element-wise work on
+it then costs several times more per point. The committed run therefore sets
+``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` (recorded in the header), which keeps
+such blocks on the reused heap for every method alike; without them the largest sizes time the
+allocator, not the attention::
+
+    MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=8589934592 \
+        python benchmarks/balltree_scaling.py [--sizes 1024 ... 262144] [--threads 1]
 
 Writes benchmarks/results/balltree_scaling.{json,md}.
 """
@@ -171,7 +179,7 @@ def exponents(rows, key):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[2**k for k in range(10, 17)])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[2**k for k in range(10, 19)])
     ap.add_argument("--ball", type=int, default=64)
     ap.add_argument("--dense-max", type=int, default=2**14, help="largest N for dense SDPA")
     ap.add_argument("--numpy-max", type=int, default=2**14, help="largest N for the NumPy tree reference")
@@ -189,6 +197,7 @@ def main() -> None:
         "date": datetime.date.today().isoformat(), "machine": platform.machine(), "torch": torch.__version__,
         "threads": args.threads, "erwin_threads": erwin_threads, "cpus": os.cpu_count(),
         "load_average": os.getloadavg(),
+        "malloc_env": {k: os.environ[k] for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_") if k in os.environ},
         "command": "python benchmarks/balltree_scaling.py", "wall_s": round(time.perf_counter() - start, 1),
         "attention": "B=1, H=4, D=16, float32, key weights and distance bias; dense = F.scaled_dot_product_attention",
         "trees": "batch of 4 clouds, uniform in [0,1]^3, ball_size 64",
@@ -205,7 +214,8 @@ def main() -> None:
     lines = [
         f"CPU, {meta['date']}, {meta['machine']}, {meta['threads']} torch thread(s) on {meta['cpus']} shared cores "
         f"(load average {meta['load_average'][0]:.1f} at the end), torch {meta['torch']}. "
-        f"Command: `{meta['command']}` ({meta['wall_s']} s).",
+        f"Command: `{meta['command']}` ({meta['wall_s']} s). glibc malloc settings: "
+        + (", ".join(f"{k}={v}" for k, v in meta["malloc_env"].items()) or "defaults") + ".",
         "",
         f"Tree build ({meta['trees']}; best of repeats, seconds per batch; balltree-erwin with "
         f"{meta['erwin_threads']} OpenMP thread(s), torch with {meta['threads']}):",

@@ -88,7 +88,9 @@ def rotation_matrix(angle: float, d: int, dtype: torch.dtype = torch.float32, de
         raise ValueError(f"rotate: expected positions with at least 2 dimensions for a rotation angle, got d={d}")
     a = math.radians(float(angle))
     r = torch.eye(d, dtype=dtype, device=device)
-    r[0, 0], r[0, 1], r[1, 0], r[1, 1] = math.cos(a), -math.sin(a), math.sin(a), math.cos(a)
+    # fill_ takes the Python number as a kernel argument; item assignment would copy a host tensor
+    for (i, j), value in (((0, 0), math.cos(a)), ((0, 1), -math.sin(a)), ((1, 0), math.sin(a)), ((1, 1), math.cos(a))):
+        r[i, j].fill_(value)
     return r
 
 

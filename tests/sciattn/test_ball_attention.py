@@ -73,6 +73,26 @@ def test_backends_match_reference_in_outputs_and_gradients(backend):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-11)
 
 
+@pytest.mark.parametrize("with_sigma", [True, False])
+def test_cpu_chunked_sdpa_matches_reference_in_outputs_and_gradients(monkeypatch, with_sigma):
+    """Chunks of 3 balls (not a divisor of B·H·M = 24, so chunks cross clouds and heads)."""
+    from sciattn.balltree import functional
+
+    monkeypatch.setattr(functional, "_CPU_SCORES_PER_CALL", 3 * 16 * 16)
+    q, k, v, pos, mask, w, sigma = _inputs(3)
+    cot = torch.randn(2, 3, 64, 4, dtype=F64, generator=torch.Generator().manual_seed(5))
+
+    def run(name):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v, w, sigma)]
+        sig = leaves[4] if with_sigma else None
+        out = ball_attention(*leaves[:3], pos, 16, mask=mask, weights=leaves[3], sigma=sig, backend=name)
+        (out * cot).sum().backward()
+        return [out.detach()] + [t.grad for t in leaves[: 5 if with_sigma else 4]]
+
+    for got, want in zip(run("sdpa"), run("reference")):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-11)
+
+
 @pytest.mark.parametrize("p,m", [(512, 256), (512, 16), (768, 256), (64, 16), (1024, 128)])
 def test_flex_block_mask_lists_exactly_the_blocks_that_share_a_ball(p, m):
     """Eager flex on CPU evaluates the mask_mod densely, so the block lists (used by the compiled

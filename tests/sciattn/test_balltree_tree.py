@@ -294,6 +294,34 @@ def test_build_on_meta_tensors_needs_no_data_and_checks_with_device_assertions(m
     assert calls and all(n == 1 for n in calls)
 
 
+# aten ops that read device data on the host or copy host data to the device: each forces a
+# host synchronisation (or a blocking copy) on CUDA.
+_HOST_SYNC_OPS = {"_local_scalar_dense", "item", "nonzero", "masked_select", "is_nonzero", "equal", "unique_dim",
+                  "_unique", "_unique2", "unique_consecutive", "bincount", "histc", "lift_fresh", "_assert_async"}
+
+
+def test_build_runs_no_op_that_reads_or_copies_host_data():
+    # check=True on CPU raises host-side on purpose; the device path of the checks is the meta test's.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.add(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    g = torch.Generator().manual_seed(0)
+    pos, mask = torch.rand(3, 300, 3, generator=g), torch.rand(3, 300, generator=g) > 0.2
+    with Record() as rec:
+        tree = build_ball_tree(pos, mask, 16, rotate=45.0, check=False)
+        tree.centers, tree.radii
+    assert "sort" in rec.ops  # the recorder sees the build
+    assert not rec.ops & _HOST_SYNC_OPS, sorted(rec.ops & _HOST_SYNC_OPS)
+
+
 def test_cache_reuses_the_tree_of_the_same_unmodified_tensor():
     cache = BallTreeCache(maxsize=2)
     pos = torch.rand(1, 30, 2)
