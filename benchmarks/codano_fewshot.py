@@ -6,6 +6,9 @@ pairs ``x = state(t=1) -> y = state(t=1.5)`` solved at 64² and restricted to 32
 * pretraining set ``"ns"``: 2-D Navier–Stokes, variables ``(u, v, w)``; 350 train + 50 held out;
 * few-shot set ``"boussinesq"``: the same flow with an active buoyant scalar, ``(u, v, w, theta)``;
   fine-tuning pool = the first 100 pairs (nested subsets of n = 5, 25, 100), test = the last 50.
+  ``--beta`` sets its buoyancy coefficient (default 0.2, the generator's; ``--beta 0`` makes theta a
+  passive scalar, so u, v, w follow the pretraining dynamics and only theta is new). Initial states
+  are drawn from streams seeded by (seed, system, sample), so no few-shot pair repeats a pretraining one.
 
 Protocol (identical for both codomain-attention models, side by side in one run):
 
@@ -25,9 +28,10 @@ a per-variable RMS (``u, v, w`` from the NS training set, ``theta`` from the n f
 which leaves every per-variable relative error unchanged. Loss and metric: relative L2 per sample
 and variable (neuraloperator's ``LpLoss``), averaged over variables ("all") and reported per variable.
 
-    python benchmarks/codano_fewshot.py [--quick] [--cache ~/.cache/sciattn] [--threads 1]
+    python benchmarks/codano_fewshot.py [--quick] [--cache ~/.cache/sciattn] [--threads 1] [--beta 0.2]
 
-Writes benchmarks/results/codano_fewshot.{json,md} (``--quick`` writes nothing unless ``--results``).
+Writes benchmarks/results/codano_fewshot.{json,md}, or codano_fewshot_beta<β>.{json,md} for a
+``--beta`` other than the default (``--quick`` writes nothing unless ``--results``).
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ FULL = dict(res=32, fine=64, ns_train=350, ns_test=50, pool=100, test=50, n_valu
             pretrain_steps=300, finetune_steps=120, batch=8)
 QUICK = dict(res=16, fine=32, ns_train=16, ns_test=8, pool=10, test=10, n_values=[5, 10],
              pretrain_steps=6, finetune_steps=4, batch=4)
+DEFAULT_BETA = 0.2  # the generator's default for "boussinesq"
 LR = dict(pretrain=3e-3, finetune=5e-3, scratch=5e-3)
 WEIGHT_DECAY, GRAD_CLIP, MASK_FRACTION = 1e-4, 1.0, 0.5
 
@@ -136,7 +141,7 @@ def load(args, cfg):
     ns = load_or_generate_coupled_navier_stokes(args.cache, cfg["ns_train"] + cfg["ns_test"], [cfg["res"]],
                                                 system="ns", **common)
     bo = load_or_generate_coupled_navier_stokes(args.cache, cfg["pool"] + cfg["test"], [cfg["res"]],
-                                                system="boussinesq", **common)
+                                                system="boussinesq", beta=args.beta, **common)
     assert list(ns.variables) == NS_VARS and list(bo.variables) == BOUS_VARS
     (nx, ny), (bx, by) = ns.pairs[cfg["res"]], bo.pairs[cfg["res"]]
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
@@ -233,7 +238,9 @@ def markdown(summary) -> str:
     cfg, res = summary["config"], summary["results"]
     ns = cfg["n_values"]
     lines = [
-        f"Few-shot multiphysics (pretrain on Navier–Stokes (u, v, w), fine-tune on Boussinesq (u, v, w, theta)), "
+        f"Few-shot multiphysics (pretrain on Navier–Stokes (u, v, w), fine-tune on Boussinesq (u, v, w, theta) with "
+        f"buoyancy β = {summary.get('beta', DEFAULT_BETA)}"
+        + (", i.e. a passive scalar" if summary.get("beta", DEFAULT_BETA) == 0 else "") + "), "
         f"one seed ({summary['seed']}), {summary['date']}, {summary['machine']}, torch {summary['torch']}, "
         f"neuralop {summary['neuralop']}. Command: `{summary['command']}`. Total wall time "
         f"{summary['total_seconds'] / 60:.1f} min.", "",
@@ -286,6 +293,8 @@ def main() -> None:
     ap.add_argument("--pretrain-steps", type=int, default=None)
     ap.add_argument("--finetune-steps", type=int, default=None)
     ap.add_argument("--n-values", type=int, nargs="+", default=None, help="fine-tuning set sizes (<= pool)")
+    ap.add_argument("--beta", type=float, default=DEFAULT_BETA,
+                    help="buoyancy coefficient of the few-shot system (0: passive scalar)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
@@ -397,6 +406,7 @@ def main() -> None:
         "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads, CPU (2 cores, shared)",
         "torch": torch.__version__, "neuralop": getattr(neuralop, "__version__", "unknown"),
         "command": f"python benchmarks/codano_fewshot.py{' ' + argv if argv else ''}", "seed": args.seed,
+        "beta": args.beta,
         "config": cfg, "lr": LR, "residual": residual, "protocol": protocol, "results": results,
         "ns_persistence": ns_pers, "target_n": int(target_key), "targets": targets, "notes": notes,
         "total_seconds": time.perf_counter() - t_start,
@@ -406,8 +416,9 @@ def main() -> None:
     out = args.results if args.results is not None else (None if args.quick else ROOT / "benchmarks" / "results")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "codano_fewshot.json").write_text(json.dumps(summary, indent=2) + "\n")
-        (out / "codano_fewshot.md").write_text(text)
+        stem = "codano_fewshot" if args.beta == DEFAULT_BETA else f"codano_fewshot_beta{args.beta:g}"
+        (out / f"{stem}.json").write_text(json.dumps(summary, indent=2) + "\n")
+        (out / f"{stem}.md").write_text(text)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,12 @@ against N come from a least-squares line in log-log over the sizes each method r
 
     python benchmarks/multipole_scaling.py [--sizes 64 128 256 512 1024] [--device cpu]
 
+On the CPU, glibc serves every allocation above 32 MiB with a fresh ``mmap`` whose pages fault in
+on first touch; from 512² on, each ``(B, H, N, D)`` tensor of the layer crosses that line and the
+largest grids then time the allocator as much as the attention. The committed CPU run sets
+``MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=8589934592`` for every method alike;
+the header records the settings in force.
+
 Writes benchmarks/results/multipole_scaling.{json,md}.
 """
 
@@ -17,6 +23,7 @@ import argparse
 import datetime
 import json
 import math
+import os
 import platform
 import subprocess
 import sys
@@ -161,7 +168,8 @@ def report(rows, args, cuda, date, machine, torch_version, note) -> None:
     mp = {r["side"]: r for r in rows if r["method"] == "multipole"}
     speedups = {r["side"]: r["forward_backward_s"] / mp[r["side"]]["forward_backward_s"]
                 for r in rows if r["method"] == "dense_sdpa" and r["side"] in mp}
-    summary = {"benchmark": "multipole_scaling", "date": date, "device": args.device,
+    malloc = {k: os.environ[k] for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_") if k in os.environ}
+    summary = {"benchmark": "multipole_scaling", "date": date, "device": args.device, "malloc_env": malloc,
                "machine": machine, "torch": torch_version,
                "layer": "64 channels, 4 heads, batch 1, multipole window 8 cells", "rows": rows,
                "fitted_exponents": fits, "dense_over_multipole_forward_backward": speedups}
@@ -172,7 +180,9 @@ def report(rows, args, cuda, date, machine, torch_version, note) -> None:
     (args.results / f"{stem}.json").write_text(json.dumps(summary, indent=2) + "\n")
     lines = [f"One attention layer, 64 channels, 4 heads, batch 1, {args.device}, {summary['date']}, "
              f"{summary['machine']}, torch {summary['torch']}. Command: `python benchmarks/multipole_scaling.py"
-             + (f" --device {args.device}`." if cuda else "`.") + (f" {note}" if note else ""),
+             + (f" --device {args.device}`." if cuda else "`.") + (f" {note}" if note else "")
+             + ("" if cuda else " glibc malloc settings: " + (", ".join(f"{k}={v}" for k, v in malloc.items())
+                                                              or "defaults") + "."),
              "", "| method | grid | forward (ms) | forward+backward (ms) | peak memory above start (MB"
              + (", CUDA allocator) |" if cuda else ", resident set) |"),
              "|---|---|---|---|---|"]

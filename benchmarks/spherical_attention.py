@@ -13,7 +13,13 @@ prints "torch-harmonics not available". torch-harmonics 0.9.3 pins torch 2.14 bu
 and runs under torch 2.13 when installed with ``pip install --no-deps --target DIR`` and put on
 ``PYTHONPATH``.
 
-    python benchmarks/spherical_attention.py [--threads 1] [--reps 2] [--sizes 64 128]
+A second table times both neighbourhood layers side by side in one process at 64×128 (64 and 128
+channels, default cutoff): every round calls ours and torch-harmonics' layer once each, in
+alternating order, so both see the same machine state; it reports the medians over ``--rounds``
+and the median and quartiles of the per-round ratio (torch-harmonics time / ours). On a shared
+machine that ratio is the number to read; the per-case medians above can drift between subprocesses.
+
+    python benchmarks/spherical_attention.py [--threads 1] [--reps 2] [--sizes 64 128] [--rounds 41]
 
 Writes benchmarks/results/spherical_attention.{json,md}.
 """
@@ -80,6 +86,63 @@ print(json.dumps({"setup_s": setup, "forward_s": f, "forward_backward_s": b, "ed
 """
 
 
+PAIR = r"""
+import json, sys, time, torch
+import torch_harmonics as th
+from sciattn.spherical import SphericalNeighborhoodAttention
+nlat, channels, rounds, threads = (int(a) for a in sys.argv[1:5])
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+shape, grid = (nlat, 2 * nlat), "legendre-gauss"
+layers = {"sciattn": SphericalNeighborhoodAttention(channels, 1, shape, grid_in=grid),
+          "torch_harmonics": th.NeighborhoodAttentionS2(channels, shape, shape, grid_in=grid, grid_out=grid,
+                                                        num_heads=1)}
+x = torch.randn(1, channels, *shape, requires_grad=True)
+def fwd(layer):
+    with torch.no_grad():
+        layer(x)
+def fwd_bwd(layer):
+    layer(x).square().mean().backward()
+out = {}
+for name, step in (("forward", fwd), ("forward_backward", fwd_bwd)):
+    for layer in layers.values():
+        step(layer)  # warm-up
+    times = {k: [] for k in layers}
+    for r in range(rounds):
+        for k in (list(layers) if r % 2 == 0 else list(layers)[::-1]):
+            t = time.perf_counter(); step(layers[k]); times[k].append(time.perf_counter() - t)
+    ratio = sorted(a / b for a, b in zip(times["torch_harmonics"], times["sciattn"]))
+    med = lambda v: sorted(v)[len(v) // 2]
+    out[name] = {"sciattn_s": med(times["sciattn"]), "torch_harmonics_s": med(times["torch_harmonics"]),
+                 "ratio_median": med(ratio), "ratio_q1": ratio[len(ratio) // 4], "ratio_q3": ratio[(3 * len(ratio)) // 4]}
+print(json.dumps(out))
+"""
+
+
+def run_pair(nlat, channels, rounds, threads):
+    args = [sys.executable, "-c", PAIR, str(nlat), str(channels), str(rounds), str(threads)]
+    proc = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def pair_markdown(pairs, rounds):
+    lines = ["", f"Side by side in one process, neighbourhood layers at the default cutoff, {rounds} rounds of "
+             "alternating calls (ratio = torch-harmonics time / ours per round; > 1: ours is faster):", "",
+             "| grid | C | pass | ours (ms) | th (ms) | ratio median | ratio quartiles |", "|---|---|---|---|---|---|---|"]
+    for p in pairs:
+        for name in ("forward", "forward_backward"):
+            r = p["result"].get(name)
+            if r is None:
+                lines.append(f"| {p['grid']} | {p['channels']} | {name} | error: {p['result'].get('error')} |")
+                continue
+            lines.append(f"| {p['grid']} | {p['channels']} | {name.replace('_', '+')} | {1e3 * r['sciattn_s']:.1f} | "
+                         f"{1e3 * r['torch_harmonics_s']:.1f} | {r['ratio_median']:.2f} | "
+                         f"{r['ratio_q1']:.2f} – {r['ratio_q3']:.2f} |")
+    return lines
+
+
 def torch_harmonics_available() -> bool:
     probe = "import torch_harmonics as th; th.AttentionS2; th.NeighborhoodAttentionS2"
     return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
@@ -115,7 +178,7 @@ def _fmt(row, key, scale=1000.0, digits=1):
     return "—" if value is None else f"{value * scale:.{digits}f}"
 
 
-def markdown(meta, rows, have_th):
+def markdown(meta, rows, have_th, pairs=(), rounds=0):
     lines = [
         f"One spherical attention layer (1 head, batch 1, fp32, Legendre–Gauss grid, self-attention with "
         f"projections) on {meta['device']}, {meta['date']}, {meta['machine']}, {meta['threads']} torch thread(s), "
@@ -145,6 +208,8 @@ def markdown(meta, rows, have_th):
         lines += ["", "torch-harmonics not available: no comparison columns."]
     lines += ["", "Times: median of repeats after a warm-up; a case whose first call takes over 5 s is timed once, "
               "warm-up included. Peak MB: growth of the subprocess's maximum resident set size."]
+    if pairs:
+        lines += pair_markdown(pairs, rounds)
     return "\n".join(lines) + "\n"
 
 
@@ -157,6 +222,7 @@ def main() -> None:
     ap.add_argument("--no-torch-harmonics", action="store_true", help="skip the torch-harmonics columns")
     ap.add_argument("--th-global-max", type=int, default=64,
                     help="largest nlat for torch-harmonics' global layer (time budget: it costs as much as ours)")
+    ap.add_argument("--rounds", type=int, default=41, help="rounds of the side-by-side table")
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
     have_th = not args.no_torch_harmonics and torch_harmonics_available()
@@ -179,10 +245,18 @@ def main() -> None:
             row["torch_harmonics"] = run_case("torch_harmonics", kind, nlat, channels, theta, args.reps, args.threads)
         print(json.dumps(row), flush=True)
         rows.append(row)
+    pairs = []
+    if have_th:
+        for channels in (64, 128):
+            pairs.append({"grid": "64×128", "channels": channels,
+                          "result": run_pair(64, channels, args.rounds, args.threads)})
+            print(json.dumps(pairs[-1]), flush=True)
     args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "spherical_attention.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    (args.results / "spherical_attention.md").write_text(markdown(meta, rows, have_th))
-    print(markdown(meta, rows, have_th))
+    (args.results / "spherical_attention.json").write_text(
+        json.dumps({"meta": meta, "rows": rows, "side_by_side": pairs, "rounds": args.rounds}, indent=2))
+    text = markdown(meta, rows, have_th, pairs, args.rounds)
+    (args.results / "spherical_attention.md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from .._capabilities import has_flex_attention
+from .._blocked_sdpa import blocked_sdpa
 from .._checks import check_finite, check_positive_int, check_rank, check_tensor
 from .._dispatch import Backend, register_backend, select_backend
 from .reference import ball_distances, ball_reference
@@ -148,46 +149,20 @@ def ball_attention(
     return chosen.fn(q, k, v, pos, logw, sigma, ball_size, sc)
 
 
-# Score entries per SDPA call on the CPU. Above it the balls go through SDPA in chunks of this
-# many scores (4 MiB in fp32): every temporary then stays in cache and below glibc's mmap
-# threshold, so time and memory grow linearly in P (one call over 2^21 scores was 2-3x slower
-# per point than 2^18). Other devices take one call.
-_CPU_SCORES_PER_CALL = 1 << 20
-
-
 def ball_sdpa(q, k, v, pos, logw, sigma, ball_size, scale):
-    """The same maths through ``F.scaled_dot_product_attention``: log-weights, mask and distance
-    bias become one additive float mask; empty balls are zeroed.
-
-    Balls are batch entries of a 4-D call, ``(B, H·M, m, ·)`` (views of ``(B, H, P, ·)``), so
-    PyTorch's fused kernels apply (its 5-D inputs take the unfused math path). On the CPU the
-    ``B·H·M`` balls are split into chunks of ``_CPU_SCORES_PER_CALL`` scores with ``split``
-    (whose backward is one concatenation), which keeps the cost linear in ``P``.
-    """
-    b, h, p, _ = q.shape
+    """The same maths through fused ``F.scaled_dot_product_attention`` calls over the balls
+    (:func:`sciattn._blocked_sdpa.blocked_sdpa`: 4-D calls, CPU chunks; the distance bias is
+    computed per chunk, once per ball for all heads)."""
     m = ball_size
-    nb = p // m
-    lw = logw.unflatten(1, (nb, m))  # (B, M, m)
-    empty = torch.isinf(lw).all(dim=-1)  # (B, M)
-    lw = torch.where(empty[..., None], torch.zeros((), dtype=lw.dtype, device=lw.device), lw)
-    sig = None if sigma is None else sigma.to(q.dtype).view(1, h, 1, 1, 1)
-    per = nb if q.device.type != "cpu" else max(1, _CPU_SCORES_PER_CALL // (b * h * m * m))
-    parts = []
-    # `split` (backward: one concatenation), not slicing (a zero-filled full-size gradient per slice)
-    starts = range(0, nb, per)
-    for start, qc, kc, vc, lc in zip(starts, *(t.split(per * m, dim=2) for t in (q, k, v)), lw.split(per, dim=1)):
-        mc = qc.shape[2] // m
-        lc = lc[:, None, :, None, :]  # (B, 1, Mc, 1, m)
-        if sig is None:  # the log-weights broadcast over the queries: (B, H·Mc, 1, m)
-            attn = lc.expand(b, h, mc, 1, m).reshape(b, h * mc, 1, m)
-        else:  # distances once per ball for all heads
-            dist = ball_distances(pos[:, start * m : (start + mc) * m], m).to(q.dtype)  # (B, 1, Mc, m, m)
-            attn = (lc - sig * dist).reshape(b, h * mc, m, m)
-        qb, kb, vb = (t.reshape(b, h * mc, m, t.shape[-1]) for t in (qc, kc, vc))
-        parts.append(F.scaled_dot_product_attention(qb, kb, vb, attn_mask=attn, scale=scale).view(b, h, mc * m, -1))
-    out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
-    out = out.reshape(b, h, nb, m, v.shape[-1])
-    out = torch.where(empty[:, None, :, None, None], torch.zeros((), dtype=out.dtype, device=out.device), out)
+    bias = None
+    if sigma is not None:
+        sig = sigma.to(q.dtype).view(1, -1, 1, 1, 1)
+
+        def bias(start: int, count: int) -> torch.Tensor:  # (B, H, count, m, m)
+            return -sig * ball_distances(pos[:, start * m : (start + count) * m], m).to(q.dtype)
+
+    blocks = (t.unflatten(2, (t.shape[2] // m, m)) for t in (q, k, v))
+    out = blocked_sdpa(*blocks, logw.unflatten(1, (-1, m)), bias, scale)
     return out.flatten(2, 3)
 
 

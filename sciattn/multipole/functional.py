@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from .._capabilities import has_flex_attention
+from .._blocked_sdpa import blocked_sdpa
 from .._checks import check_finite, check_positive_int, check_rank, check_tensor
 from .._dispatch import Backend, register_backend, select_backend
 from .reference import from_windows, to_windows, window_reference
@@ -172,15 +173,10 @@ def window_sdpa(
     bias: torch.Tensor | None,
     scale: float,
 ) -> torch.Tensor:
-    """The same maths through ``F.scaled_dot_product_attention``: log-weights, mask and bias
-    become one additive float ``attn_mask``; windows without an admissible key are zeroed."""
-    empty = torch.isinf(logw).all(dim=-1, keepdim=True)  # (B, 1, M, 1)
-    logw = torch.where(empty, torch.zeros((), dtype=logw.dtype, device=logw.device), logw)
-    attn = logw.unsqueeze(-2)  # (B, 1, M, 1, P)
-    if bias is not None:
-        attn = attn + bias
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn.to(q.dtype), scale=scale)
-    return torch.where(empty.unsqueeze(-1), torch.zeros((), dtype=out.dtype, device=out.device), out)
+    """The same maths through fused ``F.scaled_dot_product_attention`` calls over the windows
+    (:func:`sciattn._blocked_sdpa.blocked_sdpa`: 4-D calls, CPU chunks); windows without an
+    admissible key are zeroed."""
+    return blocked_sdpa(q, k, v, logw[:, 0], bias, scale)
 
 
 def window_flex(

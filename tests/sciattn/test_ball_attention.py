@@ -76,9 +76,9 @@ def test_backends_match_reference_in_outputs_and_gradients(backend):
 @pytest.mark.parametrize("with_sigma", [True, False])
 def test_cpu_chunked_sdpa_matches_reference_in_outputs_and_gradients(monkeypatch, with_sigma):
     """Chunks of 3 balls (not a divisor of B·H·M = 24, so chunks cross clouds and heads)."""
-    from sciattn.balltree import functional
+    import sciattn._blocked_sdpa as blocked
 
-    monkeypatch.setattr(functional, "_CPU_SCORES_PER_CALL", 3 * 16 * 16)
+    monkeypatch.setattr(blocked, "CPU_SCORES_PER_CALL", 3 * 16 * 16)
     q, k, v, pos, mask, w, sigma = _inputs(3)
     cot = torch.randn(2, 3, 64, 4, dtype=F64, generator=torch.Generator().manual_seed(5))
 
