@@ -28,10 +28,9 @@ import math
 import warnings
 
 import torch
-import torch.nn.functional as F
 
-from .._capabilities import has_flex_attention
 from .._blocked_sdpa import blocked_sdpa
+from .._capabilities import has_flex_attention
 from .._checks import check_finite, check_positive_int, check_rank, check_tensor
 from .._dispatch import Backend, register_backend, select_backend
 from .reference import ball_distances, ball_reference
