@@ -24,8 +24,9 @@ import torch
 from torch import nn
 
 from .._checks import check_dim, check_positive_int, check_rank
+from .build import build_ball_tree
 from .functional import ball_attention
-from .tree import BallTree, ball_centers, build_ball_tree, check_power_of_two
+from .tree import BallTree, ball_centers, check_power_of_two
 
 __all__ = ["BallAttention", "dense_points_from_pyg", "pyg_from_dense", "check_point_inputs"]
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from sciattn.balltree import BallTreeCache, ball_centers, build_ball_tree, mixing_index, rotation_matrix
+from sciattn.balltree.build import _axis_orders
 from sciattn.balltree.reference import ball_tree_numpy
-from sciattn.balltree.tree import _axis_orders
 
 MINI_CAR = Path(__file__).resolve().parents[3] / "shared" / "data" / "mini_car.pt"
 
