@@ -7,9 +7,10 @@ area-weighted relative L2 of the spherical and the planar neighbourhood transfor
 ``1 − spherical/planar``, and the rollout verdicts, and reports the mean and the spread of the
 gain, so the 15% target is judged on more than one draw.
 
-    python benchmarks/swe_sphere_seeds.py [--seeds 0 1 2] [--work /tmp/swe_seeds]
+    python benchmarks/swe_sphere_seeds.py [--seeds 0 1 2] [--work /tmp/swe_seeds] [--name NAME] [swe_sphere options]
 
-Writes benchmarks/results/swe_sphere_seeds.{json,md}.
+Options it does not know (e.g. ``--epochs 16``) go to every ``swe_sphere.py`` run. Writes
+benchmarks/results/NAME.{json,md} (default ``swe_sphere_seeds``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/swe_seeds"))
     ap.add_argument("--reuse", action="store_true", help="keep a seed's existing swe_sphere.json instead of rerunning")
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--name", default="swe_sphere_seeds", help="stem of the results files")
     args, extra = ap.parse_known_args()
     t0 = time.perf_counter()
     rows = []
@@ -75,8 +77,8 @@ def main() -> None:
               f"{'met' if summary['target_met_by_mean'] else 'not met'} by the mean, "
               f"{'met' if summary['target_met_by_every_seed'] else 'not met'} by every seed."]
     args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "swe_sphere_seeds.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (args.results / "swe_sphere_seeds.md").write_text("\n".join(lines) + "\n")
+    (args.results / f"{args.name}.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (args.results / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
