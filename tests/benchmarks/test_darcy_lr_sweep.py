@@ -1,0 +1,68 @@
+"""The Darcy learning-rate sweep's protocol: a disjoint train/validation split of the training
+samples, the argmin choice of lr per model, and darcy_mano's reading of the chosen values."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from sciattn.pde_data.grid_dataset import GridPairDataset
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield importlib.import_module("darcy_lr_sweep")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_split_is_first_and_last_samples_without_overlap(sweep):
+    fit, val = sweep.split_indices(400, 80)
+    assert fit == list(range(320)) and val == list(range(320, 400))
+    assert not set(fit) & set(val) and sorted(fit + val) == list(range(400))
+    for bad in (0, 400, 401):
+        with pytest.raises(ValueError, match="n_val"):
+            sweep.split_indices(400, bad)
+
+
+def test_subset_holds_exactly_the_indexed_samples(sweep):
+    x = torch.arange(10.0).reshape(10, 1, 1, 1).expand(10, 1, 2, 2).clone()
+    ds = GridPairDataset(x, -x, {"split": "train", "resolution": 2})
+    fit_idx, val_idx = sweep.split_indices(10, 3)
+    fit, val = sweep.subset(ds, fit_idx, "train"), sweep.subset(ds, val_idx, "validation")
+    assert fit.x[:, 0, 0, 0].tolist() == [0, 1, 2, 3, 4, 5, 6] and val.x[:, 0, 0, 0].tolist() == [7, 8, 9]
+    assert torch.equal(val.y, -val.x)
+    assert val.meta["split"] == "validation" and val.meta["resolution"] == 2 and ds.meta["split"] == "train"
+
+
+def test_choose_lrs_is_the_argmin_per_model(sweep):
+    errors = {
+        "A": {1e-3: 0.05, 2e-3: 0.04, 4e-3: 0.045},
+        "B": {1e-3: 0.03, 2e-3: math.nan, 8e-3: 0.02},  # a diverged run never wins
+        "C": {4e-3: 0.07, 2e-3: 0.07},  # tie: the smaller lr
+        "D": {1e-3: math.inf, 2e-3: math.nan},  # all diverged: still an answer
+        "E": {},
+    }
+    assert sweep.choose_lrs(errors) == {"A": 2e-3, "B": 8e-3, "C": 2e-3, "D": 1e-3}
+
+
+def test_darcy_mano_reads_the_chosen_lrs(sweep, tmp_path):
+    darcy_mano = sys.modules["darcy_mano"]
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"chosen_lr": {"MANO": 0.004, "FNO": 0.008, "Other": 1.0}}))
+    assert darcy_mano.load_lrs(path, ("MANO", "FNO")) == {"MANO": 0.004, "FNO": 0.008}
+    with pytest.raises(ValueError, match="Galerkin Transformer"):
+        darcy_mano.load_lrs(path, ("MANO", "Galerkin Transformer"))
+    path.write_text(json.dumps({"runs": []}))
+    with pytest.raises(ValueError, match="chosen_lr"):
+        darcy_mano.load_lrs(path, ("MANO",))
