@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from _timing import malloc_note, malloc_settings
 
 from sciattn.balltree import ball_attention, build_ball_tree
 from sciattn.balltree.reference import ball_tree_numpy
@@ -197,7 +198,7 @@ def main() -> None:
         "date": datetime.date.today().isoformat(), "machine": platform.machine(), "torch": torch.__version__,
         "threads": args.threads, "erwin_threads": erwin_threads, "cpus": os.cpu_count(),
         "load_average": os.getloadavg(),
-        "malloc_env": {k: os.environ[k] for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_") if k in os.environ},
+        "malloc_env": malloc_settings(),
         "command": "python benchmarks/balltree_scaling.py", "wall_s": round(time.perf_counter() - start, 1),
         "attention": "B=1, H=4, D=16, float32, key weights and distance bias; dense = F.scaled_dot_product_attention",
         "trees": "batch of 4 clouds, uniform in [0,1]^3, ball_size 64",
@@ -214,8 +215,7 @@ def main() -> None:
     lines = [
         f"CPU, {meta['date']}, {meta['machine']}, {meta['threads']} torch thread(s) on {meta['cpus']} shared cores "
         f"(load average {meta['load_average'][0]:.1f} at the end), torch {meta['torch']}. "
-        f"Command: `{meta['command']}` ({meta['wall_s']} s). glibc malloc settings: "
-        + (", ".join(f"{k}={v}" for k, v in meta["malloc_env"].items()) or "defaults") + ".",
+        f"Command: `{meta['command']}` ({meta['wall_s']} s). " + malloc_note(meta["malloc_env"]),
         "",
         f"Tree build ({meta['trees']}; best of repeats, seconds per batch; balltree-erwin with "
         f"{meta['erwin_threads']} OpenMP thread(s), torch with {meta['threads']}):",

@@ -39,7 +39,7 @@ from sciattn.train.data import build_datasets  # noqa: E402
 from sciattn.train.run import count_parameters  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL_NAMES = ("MANO", "Galerkin Transformer", "FNO")
+MODEL_NAMES = tuple(models(64))  # the builders are lazy: names only
 
 
 def split_indices(n: int, n_val: int) -> tuple[list[int], list[int]]:

@@ -147,7 +147,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    names = ("MANO", "Galerkin Transformer", "FNO")
+    names = tuple(models(64))
     lrs = load_lrs(args.lr_from, names) if args.lr_from is not None else None
 
     part_a = {}

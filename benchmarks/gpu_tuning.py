@@ -178,30 +178,29 @@ def neighborhood_section() -> dict:
         want = layer(x)
         want_g = torch.autograd.grad(want, [x, *layer.parameters()], cot)
         with torch.no_grad():
-            toks = [layer._tokens(x, p) for p in (layer.q_proj, layer.k_proj, layer.v_proj)]
+            toks = layer._project(x, x, x)
         rows = []
         for bn, warps in ((32, 4), (32, 2), (16, 2), (16, 1), (8, 1), (8, 2)):
-            if True:
-                def run(bn=bn, warps=warps, layer=layer, x=x, cot=cot, want=want, want_g=want_g, toks=toks):
-                    T._config = lambda bd, be, kernel: (bn, warps)
-                    with torch.no_grad():
-                        fwd = ms(lambda: layer(x), 20, 3)
-                        op = ms(lambda: layer._attend(*toks), 20, 3)
-                    times = []
-                    for i in range(13):
-                        y = layer(x)
-                        torch.cuda.synchronize()
-                        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        a.record()
-                        g = torch.autograd.grad(y, [x, *layer.parameters()], cot)
-                        b.record()
-                        torch.cuda.synchronize()
-                        if i >= 3:
-                            times.append(a.elapsed_time(b))
-                    return {"forward_ms": fwd, "op_forward_ms": op, "backward_ms": statistics.median(times), "rel_err_out": rel(layer(x), want),
-                            "rel_err_grads": max(rel(p, r) for p, r in zip(g, want_g))}
+            def run(bn=bn, warps=warps, layer=layer, x=x, cot=cot, want=want, want_g=want_g, toks=toks):
+                T._config = lambda bd, be, kernel: (bn, warps)
+                with torch.no_grad():
+                    fwd = ms(lambda: layer(x), 20, 3)
+                    op = ms(lambda: layer._attend(*toks), 20, 3)
+                times = []
+                for i in range(13):
+                    y = layer(x)
+                    torch.cuda.synchronize()
+                    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    a.record()
+                    g = torch.autograd.grad(y, [x, *layer.parameters()], cot)
+                    b.record()
+                    torch.cuda.synchronize()
+                    if i >= 3:
+                        times.append(a.elapsed_time(b))
+                return {"forward_ms": fwd, "op_forward_ms": op, "backward_ms": statistics.median(times), "rel_err_out": rel(layer(x), want),
+                        "rel_err_grads": max(rel(p, r) for p, r in zip(g, want_g))}
 
-                _try(rows, {"theta": theta, "neighbours_per_step": bn, "warps": warps}, run)
+            _try(rows, {"theta": theta, "neighbours_per_step": bn, "warps": warps}, run)
         T._config = base
         out[str(theta)] = {"rows": rows}
     return out

@@ -23,13 +23,15 @@ import argparse
 import datetime
 import json
 import math
-import os
 import platform
 import subprocess
 import sys
 from pathlib import Path
 
+from _timing import malloc_note, malloc_settings
+
 ROOT = Path(__file__).resolve().parents[1]
+
 
 def measure_case(method: str, n: int, device: str, reps: int) -> dict:
     """One layer on an n × n grid: median forward and forward+backward seconds and peak memory.
@@ -168,7 +170,7 @@ def report(rows, args, cuda, date, machine, torch_version, note) -> None:
     mp = {r["side"]: r for r in rows if r["method"] == "multipole"}
     speedups = {r["side"]: r["forward_backward_s"] / mp[r["side"]]["forward_backward_s"]
                 for r in rows if r["method"] == "dense_sdpa" and r["side"] in mp}
-    malloc = {k: os.environ[k] for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_") if k in os.environ}
+    malloc = malloc_settings()
     summary = {"benchmark": "multipole_scaling", "date": date, "device": args.device, "malloc_env": malloc,
                "machine": machine, "torch": torch_version,
                "layer": "64 channels, 4 heads, batch 1, multipole window 8 cells", "rows": rows,
@@ -181,8 +183,7 @@ def report(rows, args, cuda, date, machine, torch_version, note) -> None:
     lines = [f"One attention layer, 64 channels, 4 heads, batch 1, {args.device}, {summary['date']}, "
              f"{summary['machine']}, torch {summary['torch']}. Command: `python benchmarks/multipole_scaling.py"
              + (f" --device {args.device}`." if cuda else "`.") + (f" {note}" if note else "")
-             + ("" if cuda else " glibc malloc settings: " + (", ".join(f"{k}={v}" for k, v in malloc.items())
-                                                              or "defaults") + "."),
+             + ("" if cuda else " " + malloc_note(malloc)),
              "", "| method | grid | forward (ms) | forward+backward (ms) | peak memory above start (MB"
              + (", CUDA allocator) |" if cuda else ", resident set) |"),
              "|---|---|---|---|---|"]

@@ -164,8 +164,8 @@ class _Block(nn.Module):
         else:
             self.ffn = _PointwiseMLP(width, mlp_ratio * width, width)
 
-    def forward(self, h, weights):
-        h = h + self.attn(self.norm1(h), weights=weights)
+    def forward(self, h, weights, validate):
+        h = h + self.attn(self.norm1(h), weights=weights, validate=validate)
         return h + self.ffn(self.norm2(h))
 
 
@@ -267,6 +267,6 @@ class MANO(nn.Module):
         check_finite("x", x)
         coords = Grid.from_field(x, d).coordinate_channels(x.shape[0], x.dtype, x.device)
         h = self.lift(torch.cat([x, coords], dim=1))
-        for block in self.blocks:
-            h = block(h, weights)
+        for i, block in enumerate(self.blocks):  # the first block checks the weights' values for all
+            h = block(h, weights, validate=i == 0)
         return self.proj(self.norm(h))

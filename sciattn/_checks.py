@@ -21,6 +21,7 @@ __all__ = [
     "check_positive_int",
     "check_choice",
     "check_file",
+    "assert_no_violation",
 ]
 
 
@@ -103,3 +104,20 @@ def check_file(name: str, path: str | os.PathLike) -> Path:
         where = "a directory" if p.is_dir() else "missing"
         raise FileNotFoundError(f"{name}: expected an existing file, got {str(p)!r} ({where})")
     return p
+
+
+def assert_no_violation(bad: torch.Tensor, message: str, exc: type[Exception] = ValueError) -> None:
+    """Raise ``exc(message)`` if any entry of the bool tensor ``bad`` is True.
+
+    On CPU in eager mode this is an ordinary check. Under ``torch.compile`` it is an in-graph
+    ``torch._assert_async`` with the message. On an accelerator in eager mode it is the
+    message-less ``torch._assert_async``, a device-side assertion, so validation never forces a
+    host sync (the message overload is not asynchronous there); a failure then surfaces as a
+    device assertion, and the same call on CPU tensors gives the message.
+    """
+    if torch.compiler.is_compiling():
+        torch._assert_async(~bad.any(), message)
+    elif bad.device.type != "cpu":
+        torch._assert_async(~bad.any())
+    elif bool(bad.any()):
+        raise exc(message)

@@ -21,27 +21,10 @@ from collections import OrderedDict
 import torch
 import torch.nn.functional as F
 
-from .._checks import check_positive_int, check_rank, check_tensor
+from .._checks import assert_no_violation, check_positive_int, check_rank, check_tensor
 from .tree import BallTree, check_power_of_two
 
-__all__ = ["BallTreeCache", "build_ball_tree", "rotation_matrix", "assert_no_violation"]
-
-
-def assert_no_violation(bad: torch.Tensor, message: str, exc: type[Exception] = ValueError) -> None:
-    """Raise ``exc(message)`` if any entry of the bool tensor ``bad`` is True.
-
-    On CPU in eager mode this is an ordinary check. Under ``torch.compile`` it is an in-graph
-    ``torch._assert_async`` with the message. On an accelerator in eager mode it is the
-    message-less ``torch._assert_async``, a device-side assertion, so validation never forces a
-    host sync (the message overload is not asynchronous there); a failure then surfaces as a
-    device assertion, and the same call on CPU tensors gives the message.
-    """
-    if torch.compiler.is_compiling():
-        torch._assert_async(~bad.any(), message)
-    elif bad.device.type != "cpu":
-        torch._assert_async(~bad.any())
-    elif bool(bad.any()):
-        raise exc(message)
+__all__ = ["BallTreeCache", "build_ball_tree", "rotation_matrix"]
 
 
 def rotation_matrix(angle: float, d: int, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:

@@ -31,9 +31,8 @@ import torch
 
 from .._blocked_sdpa import blocked_sdpa
 from .._capabilities import has_flex_attention
-from .._checks import check_finite, check_positive_int, check_rank, check_tensor
+from .._checks import assert_no_violation, check_finite, check_positive_int, check_rank, check_tensor
 from .._dispatch import Backend, register_backend, select_backend
-from .build import assert_no_violation
 from .reference import ball_distances, ball_reference
 
 __all__ = ["ball_attention", "prepare_key_logweights"]

@@ -65,6 +65,7 @@ def window_attention(
     bias: torch.Tensor | None = None,
     scale: float | None = None,
     backend: str | None = None,
+    validate: bool = True,
 ) -> torch.Tensor:
     """Windowed softmax attention with quadrature weights on a 1-, 2- or 3-D grid.
 
@@ -85,6 +86,9 @@ def window_attention(
             ``P = prod(window)``, the same in every window (e.g. a relative-position bias).
         scale: score scale, default ``1/sqrt(D)``.
         backend: force a backend by name (see :func:`sciattn.available_backends`).
+        validate: check that the weights are finite and non-negative (a full pass and, on an
+            accelerator, a host sync; :class:`~sciattn.multipole.MultipoleAttention` checks its
+            input weights once and passes False for the pooled weights of every level).
 
     Returns:
         ``(B, H, *n, E)``; zero for a query whose window holds no admissible key.
@@ -134,10 +138,11 @@ def window_attention(
     valid = None if mask is None else mask
     if weights is not None:
         w = weights.to(dtype=q.dtype, device=q.device).expand(b, *grid)
-        check_finite("weights", w, valid)
-        neg = w < 0 if valid is None else (w < 0) & valid
-        if bool(neg.any()):
-            raise ValueError(f"weights: expected non-negative values, got {int(neg.sum())} negative entries")
+        if validate:
+            check_finite("weights", w, valid)
+            neg = w < 0 if valid is None else (w < 0) & valid
+            if bool(neg.any()):
+                raise ValueError(f"weights: expected non-negative values, got {int(neg.sum())} negative entries")
         if valid is not None:
             w = torch.where(valid, w, torch.ones((), dtype=w.dtype, device=w.device))
         logw = torch.log(w)

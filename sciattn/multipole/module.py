@@ -253,39 +253,48 @@ class MultipoleAttention(nn.Module):
             bias = bias + weight * flat[:, ((low + c) * strides).sum(-1)]
         return bias
 
-    def _attend(self, x: torch.Tensor, w: torch.Tensor | None, window: tuple[int, ...]) -> torch.Tensor:
+    def _attend(self, x: torch.Tensor, w: torch.Tensor | None, window: tuple[int, ...],
+                bias: torch.Tensor | None) -> torch.Tensor:
         """Project ``x (B, C, *n)`` to heads, attend in windows, return ``(B, C, *n)`` head-major."""
         b, _, *grid = x.shape
         t = self.qkv(x.movedim(1, -1)).unflatten(-1, (3, self.n_heads, self.head_dim))
         q, k, v = (t.select(-3, i).movedim(-2, 1) for i in range(3))  # (B, H, *n, Dh)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        z = window_attention(q, k, v, window, weights=w, bias=self.relative_bias(window), backend=self.backend)
+        z = window_attention(q, k, v, window, weights=w, bias=bias, backend=self.backend, validate=False)
         return z.movedim(-1, 2).reshape(b, self.dim, *grid)
 
     # ----------------------------------------------------------------------------- forward
-    def forward(self, x: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, weights: torch.Tensor | None = None, *, validate: bool = True) -> torch.Tensor:
+        """``validate=False`` skips the value checks (finite ``x``, finite non-negative ``weights``;
+        each a full pass and, on an accelerator, a host sync), for callers that checked them once
+        for a stack of layers. Shapes are always checked."""
         d = self.spatial_dims
         check_rank("x", x, 2 + d, f"(B, C, {d} spatial axes)")
         check_dim("x", x, 1, self.dim, "channels")
         b, grid = x.shape[0], tuple(x.shape[2:])
-        check_finite("x", x)
+        if validate:
+            check_finite("x", x)
         if weights is not None:
             check_tensor("weights", weights)
             if tuple(weights.shape) not in (grid, (b, *grid)):
                 raise ValueError(f"weights: expected shape {grid} or {(b, *grid)} matching x, got {tuple(weights.shape)}")
-            check_finite("weights", weights)
-            if bool((weights < 0).any()):
-                raise ValueError("weights: expected non-negative quadrature weights, got negative entries")
+            if validate:
+                check_finite("weights", weights)
+                if bool((weights < 0).any()):
+                    raise ValueError("weights: expected non-negative quadrature weights, got negative entries")
         levels = self.plan(grid)
         outs = []
+        biases: dict[tuple[int, ...], torch.Tensor | None] = {}  # one per distinct window, shared by levels
         feats, w = x, weights
         for i, (_, window) in enumerate(levels):
             if i > 0:
                 if w is None:
                     w = torch.ones((b, *feats.shape[2:]), dtype=x.dtype, device=x.device)
                 feats, w = self._pool(feats, w.to(x.dtype).expand(b, *feats.shape[2:]))
-            outs.append(self._attend(feats, w, window))
+            if window not in biases:
+                biases[window] = self.relative_bias(window)
+            outs.append(self._attend(feats, w, window, biases[window]))
         r = outs[-1]
         rows = self.level_weight.shape[0]
         for i in range(len(levels) - 1, 0, -1):

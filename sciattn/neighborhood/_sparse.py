@@ -117,9 +117,9 @@ def _csr(offsets: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape:
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
-    """``t`` itself when its rows are unit-stride (a strided view, e.g. one slice of a fused q/k/v
-    projection, feeds the forward's sparse kernels as it is: timed faster than copying it first on
-    the spherical layers); a contiguous copy otherwise."""
+    """``t`` itself when its rows are unit-stride (a strided view, e.g. heads split from a
+    token-major projection, feeds the forward's sparse kernels as it is: timed faster than copying
+    it first on the spherical layers); a contiguous copy otherwise."""
     return t if t.stride(-1) == 1 else t.contiguous()
 
 

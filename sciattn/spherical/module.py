@@ -93,8 +93,8 @@ class _ProjectedAttention(nn.Module):
         """A 1×1 projection of the field ``(B, C, nlat, nlon)`` to token-major ``(B, N, C')``.
 
         One batched product with the field's transposed view ``(B, N, C)`` as operand: BLAS reads
-        the transpose in place, where ``F.linear`` would first copy the field (timed 18% slower
-        at 64×128, 128 -> 384 channels, one thread)."""
+        the transpose in place, where ``F.linear`` would first copy the field (the layer's forward
+        timed 16.2 against 18.5 ms at 64×128, 128 channels, one thread)."""
         b, c = x.shape[:2]
         xt = x.reshape(b, c, -1).transpose(1, 2)
         wt = weight.t().expand(b, *weight.t().shape)

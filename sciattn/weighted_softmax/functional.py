@@ -218,6 +218,7 @@ register_backend(
 # (1, 2, 17, 40) case: max error 6.7e-2·max|dλ| in bf16, 2.8e-3 in fp16, 4e-7 in fp32).
 _TRITON_TOLERANCES = {torch.float32: (1e-4, 1e-5), torch.float16: (1e-2, 2e-3), torch.bfloat16: (5e-2, 2e-2)}
 
-# The fused kernels; priority below sdpa and flex (timed on an H200, see the module docstring). On CPU tensors they run only under Triton's interpreter (TRITON_INTERPRET=1 before
-# their first use) and only when forced with backend="triton" (interpreter_devices).
+# The fused kernels; priority below sdpa and flex (timed on an H200, see the module docstring).
+# On CPU tensors they run only under Triton's interpreter (TRITON_INTERPRET=1 before their first
+# use) and only when forced with backend="triton" (interpreter_devices).
 register_backend(triton_backend("weighted_softmax", weighted_softmax_triton, priority=1, tolerances=_TRITON_TOLERANCES))

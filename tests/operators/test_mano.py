@@ -275,6 +275,8 @@ def test_bad_inputs_name_the_problem():
         model(torch.randn(1, 3, 16, 16))
     with pytest.raises(ValueError, match="x: expected finite values"):
         model(torch.full((1, 1, 16, 16), float("nan")))
+    with pytest.raises(ValueError, match="weights: expected non-negative"):  # checked by the first block
+        model(torch.randn(1, 1, 16, 16), weights=-torch.ones(16, 16))
     with pytest.raises(ValueError, match="head"):
         _model(head="fourier")
     with pytest.raises(ValueError, match=r"lift_stencil: expected an odd int"):

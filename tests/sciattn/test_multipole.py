@@ -280,6 +280,16 @@ def test_layer_rejects_non_finite_input_and_bad_weights():
         layer(x, weights=-torch.ones(6, 6))
 
 
+
+def test_layer_validate_false_skips_value_checks_only():
+    layer = MultipoleAttention(4, 2, 2, window=2)
+    x = torch.randn(1, 4, 6, 6)
+    w = torch.rand(6, 6) + 0.1
+    torch.testing.assert_close(layer(x, weights=w, validate=False), layer(x, weights=w))
+    layer(x, weights=-torch.ones(6, 6), validate=False)  # values unchecked: no error
+    with pytest.raises(ValueError, match=r"weights: expected shape \(6, 6\)"):  # shapes always checked
+        layer(x, weights=torch.ones(5, 6), validate=False)
+
 @pytest.mark.parametrize(
     "kwargs,match",
     [
