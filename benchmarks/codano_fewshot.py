@@ -30,8 +30,13 @@ and variable (neuraloperator's ``LpLoss``), averaged over variables ("all") and 
 
     python benchmarks/codano_fewshot.py [--quick] [--cache ~/.cache/sciattn] [--threads 1] [--beta 0.2]
 
+``--theta-like w`` starts theta's positional encoding in both codomain models as a copy of the
+vorticity's (the other scalar the flow advects) instead of a fresh draw, so the pretrained model
+first treats theta as an advected scalar; FNO has no such prior to give.
+
 Writes benchmarks/results/codano_fewshot.{json,md}, or codano_fewshot_beta<β>.{json,md} for a
-``--beta`` other than the default (``--quick`` writes nothing unless ``--results``).
+``--beta`` other than the default, with ``_theta_like_<var>`` appended for ``--theta-like``
+(``--quick`` writes nothing unless ``--results``).
 """
 
 from __future__ import annotations
@@ -78,7 +83,8 @@ class AnchorAdapter(torch.nn.Module):
       zero (CODANO has no mask token); any other keyword (e.g. ``y``) is dropped: CODANO's forward
       has no ``**kwargs``, so ``model(**{"x": x, "y": y})`` (what ``neuralop.Trainer`` does) fails.
     * ``add_variable(name)``: ``_extend_positional_encoding([name])`` (a list: a bare string would be
-      iterated character by character).
+      iterated character by character); ``add_variable(name, like=other)`` then copies ``other``'s
+      encoding into the new one, as ours does (a choice of initial value, not of the maths).
     """
 
     def __init__(self, hidden: int, n_modes: int):
@@ -99,8 +105,11 @@ class AnchorAdapter(torch.nn.Module):
                 domain_padding=None,  # periodic data: no zero padding (the default 0.25 pads for non-periodic)
                 layer_kwargs={"head_codimension": hidden // 2})
 
-    def add_variable(self, name: str) -> None:
+    def add_variable(self, name: str, like: str | None = None) -> None:
         self.model._extend_positional_encoding([name])
+        if like is not None:
+            with torch.no_grad():
+                self.model.positional_encoding[name].copy_(self.model.positional_encoding[like])
 
     def forward(self, x, variables, masked=None, **_ignored):
         if masked is not None:
@@ -240,7 +249,9 @@ def markdown(summary) -> str:
     lines = [
         f"Few-shot multiphysics (pretrain on Navier–Stokes (u, v, w), fine-tune on Boussinesq (u, v, w, theta) with "
         f"buoyancy β = {summary.get('beta', DEFAULT_BETA)}"
-        + (", i.e. a passive scalar" if summary.get("beta", DEFAULT_BETA) == 0 else "") + "), "
+        + (", i.e. a passive scalar" if summary.get("beta", DEFAULT_BETA) == 0 else "")
+        + (f"; theta's encoding starts as a copy of {summary['theta_like']}'s" if summary.get("theta_like") else "")
+        + "), "
         f"one seed ({summary['seed']}), {summary['date']}, {summary['machine']}, torch {summary['torch']}, "
         f"neuralop {summary['neuralop']}. Command: `{summary['command']}`. Total wall time "
         f"{summary['total_seconds'] / 60:.1f} min.", "",
@@ -295,6 +306,9 @@ def main() -> None:
     ap.add_argument("--n-values", type=int, nargs="+", default=None, help="fine-tuning set sizes (<= pool)")
     ap.add_argument("--beta", type=float, default=DEFAULT_BETA,
                     help="buoyancy coefficient of the few-shot system (0: passive scalar)")
+    ap.add_argument("--theta-like", choices=NS_VARS, default=None,
+                    help="start theta's encoding (both codomain models) as a copy of this variable's "
+                         "(default: fresh); w, the vorticity, is the other advected scalar")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
@@ -349,9 +363,9 @@ def main() -> None:
                 lr = LR["scratch"]
             else:
                 model = copy.deepcopy(pretrained[name])
-                model.add_variable("theta")
+                model.add_variable("theta", like=args.theta_like)
                 lr = LR["finetune"]
-                if "zero_shot" not in r:  # pretrained weights, theta's encoding freshly initialised
+                if "zero_shot" not in r:  # pretrained weights, theta's encoding fresh or copied (--theta-like)
                     r["zero_shot"] = evaluate(kind, model, test_set, BOUS_VARS, residual)
             r["parameters"] = count_parameters(model)
             print(f"[fine-tune n={n}] {name}: {r['parameters']:,} parameters", flush=True)
@@ -392,7 +406,9 @@ def main() -> None:
         "Neither codomain model's maths was changed; the adapter only renames arguments, zeroes masked "
         "channels and drops extra keywords. neuralop's Trainer was not used for any model (one shared loop), "
         "so its y= problem is only documented: CODANO.forward(x=..., y=...) raises TypeError.",
-        "Zero-shot rows (n = 0): the pretrained model with a freshly initialised theta encoding.",
+        "Zero-shot rows (n = 0): the pretrained model with a "
+        + ("freshly initialised theta encoding." if args.theta_like is None else
+           f"theta encoding copied from {args.theta_like}'s (--theta-like {args.theta_like}, both codomain models)."),
         "One seed; n = 5 especially depends on which 5 pairs are drawn.",
     ]
     try:  # document the anchor's Trainer-style call failure (G2) without relying on it
@@ -406,7 +422,7 @@ def main() -> None:
         "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads, CPU (2 cores, shared)",
         "torch": torch.__version__, "neuralop": getattr(neuralop, "__version__", "unknown"),
         "command": f"python benchmarks/codano_fewshot.py{' ' + argv if argv else ''}", "seed": args.seed,
-        "beta": args.beta,
+        "beta": args.beta, "theta_like": args.theta_like,
         "config": cfg, "lr": LR, "residual": residual, "protocol": protocol, "results": results,
         "ns_persistence": ns_pers, "target_n": int(target_key), "targets": targets, "notes": notes,
         "total_seconds": time.perf_counter() - t_start,
@@ -417,6 +433,8 @@ def main() -> None:
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         stem = "codano_fewshot" if args.beta == DEFAULT_BETA else f"codano_fewshot_beta{args.beta:g}"
+        if args.theta_like is not None:
+            stem += f"_theta_like_{args.theta_like}"
         (out / f"{stem}.json").write_text(json.dumps(summary, indent=2) + "\n")
         (out / f"{stem}.md").write_text(text)
 

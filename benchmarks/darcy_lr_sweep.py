@@ -16,6 +16,10 @@ the smaller lr; a non-finite error never wins). ``darcy_mano.py --lr-from`` read
 
 Writes benchmarks/results/darcy_lr_sweep.{json,md}; the JSON is rewritten after every run
 (``"complete": false`` until the last one), so an interrupted sweep keeps what finished.
+``--reuse`` extends the existing JSON instead: its runs with the same epochs, seed, split and recipe
+are kept (not rerun), so widening one model's grid costs only the new runs, e.g.
+``--models FNO --lrs 0.016 0.032 --reuse``. A chosen lr at the end of the grid a model was tried on
+is flagged in the table (``edge``): its optimum may lie beyond.
 """
 
 from __future__ import annotations
@@ -65,6 +69,25 @@ def choose_lrs(errors: dict[str, dict[float, float]]) -> dict[str, float]:
     return {name: min(runs.items(), key=key)[0] for name, runs in errors.items() if runs}
 
 
+def reusable_runs(path: Path, summary: dict) -> tuple[list[dict], str | None]:
+    """``(runs, command)`` of the sweep JSON at ``path``, which must have been made under the same
+    protocol as ``summary`` (epochs, seed, split sizes, recipe); ``([], None)`` if there is no such file."""
+    if not path.is_file():
+        return [], None
+    old = json.loads(path.read_text())
+    same = all(old.get(k) == summary[k] for k in ("epochs", "seed", "n_fit", "n_val", "recipe"))
+    if not same:
+        raise ValueError(f"--reuse: {path} was made with another protocol (epochs/seed/split/recipe differ); "
+                         "move it away or drop --reuse")
+    return list(old["runs"]), old["command"]
+
+
+def on_grid_edge(runs: list[dict], name: str, lr: float) -> bool:
+    """Whether ``lr`` is the smallest or the largest lr ``name`` was tried with (its optimum may lie beyond)."""
+    tried = [r["lr"] for r in runs if r["model"] == name]
+    return len(tried) > 1 and lr in (min(tried), max(tried))
+
+
 def write_results(path: Path, summary: dict) -> None:
     path.mkdir(parents=True, exist_ok=True)
     (path / "darcy_lr_sweep.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -92,6 +115,8 @@ def write_results(path: Path, summary: dict) -> None:
             cells.append(f"**{cell}**" if lr == chosen and summary["complete"] else cell)
         params = next(iter(by_lr.values()))["parameters"]
         shown = f"{chosen:g}" if summary["complete"] else "(incomplete)"
+        if summary["complete"] and on_grid_edge(runs, name, chosen):
+            shown += " (edge)"
         lines.append(f"| {name} | {params:,} | " + " | ".join(cells) + f" | {shown} |")
     (path / "darcy_lr_sweep.md").write_text("\n".join(lines) + "\n")
 
@@ -108,6 +133,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", type=Path, default=Path("~/.cache/sciattn").expanduser())
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--reuse", action="store_true", help="keep the runs of the existing sweep JSON (same protocol)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     names = [n for n in MODEL_NAMES if n in args.models]
@@ -123,8 +149,19 @@ def main() -> None:
                "recipe": RECIPE, "epochs": args.epochs, "seed": args.seed, "n_fit": len(fit), "n_val": len(val),
                "lrs": lrs, "models": names, "runs": [], "chosen_lr": {}, "complete": False}
     errors: dict[str, dict[float, float]] = {n: {} for n in names}
+    if args.reuse:
+        old_runs, old_command = reusable_runs(args.results / "darcy_lr_sweep.json", summary)
+        if old_command:
+            summary["command"] = f"{old_command}, then {summary['command']}"
+        for run in old_runs:
+            summary["runs"].append(run)
+            errors.setdefault(run["model"], {})[run["lr"]] = run["val_rel_l2"]
+        summary["models"] = [n for n in MODEL_NAMES if n in errors]
+        summary["lrs"] = sorted({r["lr"] for r in summary["runs"]} | set(lrs))
     for name in names:
         for lr in lrs:
+            if lr in errors[name]:
+                continue
             torch.manual_seed(args.seed)
             model = models(64)[name]()
             xn, yn, seconds = train_model(model, fit, args.epochs, args.seed, lr)

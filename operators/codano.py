@@ -152,11 +152,13 @@ class CoDANO(nn.Module):
     def known_variables(self) -> list[str]:
         return self.encoding.names
 
-    def add_variable(self, name: str) -> list[nn.Parameter]:
+    def add_variable(self, name: str, like: str | None = None) -> list[nn.Parameter]:
         """Make ``name`` usable in ``forward(..., variables=[...])``: adds only its positional
-        encoding (nothing shared changes). Returns the new parameters, e.g. for an optimiser
-        that fine-tunes them; ``model.config["extra_variables"]`` is updated when present."""
-        params = self.encoding.add_variable(name)
+        encoding (nothing shared changes), a copy of known variable ``like``'s when given (the
+        model starts by treating the new field as that analogue), else a fresh one. Returns the
+        new parameters, e.g. for an optimiser that fine-tunes them; ``model.config["extra_variables"]``
+        is updated when present."""
+        params = self.encoding.add_variable(name, like=like)
         self.extra_variables.append(name)
         config = getattr(self, "config", None)
         if isinstance(config, dict):

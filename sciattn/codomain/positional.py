@@ -136,16 +136,25 @@ class VariableEncoding(nn.Module):
             raise ValueError(f"variables: expected names from {self.names}, got unknown {[name]}")
         return self.fields[_PREFIX + name]
 
-    def add_variable(self, name: str) -> list[nn.Parameter]:
-        """Add an encoding for a new variable; returns its parameters (to give to an optimiser)."""
+    def add_variable(self, name: str, like: str | None = None) -> list[nn.Parameter]:
+        """Add an encoding for a new variable; returns its parameters (to give to an optimiser).
+
+        ``like``: an existing variable whose encoding the new one starts from (a copy, trained
+        apart from then on), so the model first treats the new field as that analogue, e.g. a
+        new advected tracer ``like="vorticity"``; ``None`` draws a fresh encoding.
+        """
         if not isinstance(name, str) or not name or "." in name:
             raise ValueError(f"name: expected a non-empty string without '.', got {name!r}")
         if _PREFIX + name in self.fields:
             raise ValueError(f"name: expected a new variable, got {name!r} which is already one of {self.names}")
+        if like is not None and _PREFIX + str(like) not in self.fields:
+            raise ValueError(f"like: expected None or a known variable from {self.names}, got {like!r}")
         field = FourierField(self.channels, self.spatial_dims, self.modes)
         if len(self.fields):  # follow the device and dtype of the existing encodings
             ref = next(iter(self.fields.values())).cos
             field = field.to(device=ref.device, dtype=ref.dtype)
+        if like is not None:
+            field.load_state_dict(self.fields[_PREFIX + like].state_dict())
         self.fields[_PREFIX + name] = field
         return list(field.parameters())
 

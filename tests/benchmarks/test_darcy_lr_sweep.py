@@ -66,3 +66,21 @@ def test_darcy_mano_reads_the_chosen_lrs(sweep, tmp_path):
     path.write_text(json.dumps({"runs": []}))
     with pytest.raises(ValueError, match="chosen_lr"):
         darcy_mano.load_lrs(path, ("MANO",))
+
+
+def test_reuse_keeps_runs_of_the_same_protocol_only(sweep, tmp_path):
+    summary = {"epochs": 10, "seed": 0, "n_fit": 320, "n_val": 80, "recipe": {"lr": 2e-3}}
+    path = tmp_path / "darcy_lr_sweep.json"
+    assert sweep.reusable_runs(path, summary) == ([], None)
+    runs = [{"model": "FNO", "lr": 8e-3, "val_rel_l2": 0.04}]
+    path.write_text(json.dumps({**summary, "runs": runs, "command": "python benchmarks/darcy_lr_sweep.py"}))
+    assert sweep.reusable_runs(path, summary) == (runs, "python benchmarks/darcy_lr_sweep.py")
+    with pytest.raises(ValueError, match="--reuse"):
+        sweep.reusable_runs(path, {**summary, "epochs": 20})
+
+
+def test_grid_edge_flags_the_ends_of_a_models_own_grid(sweep):
+    runs = [{"model": "FNO", "lr": lr} for lr in (1e-3, 4e-3, 1.6e-2)] + [{"model": "MANO", "lr": 3.2e-2}]
+    assert sweep.on_grid_edge(runs, "FNO", 1.6e-2) and sweep.on_grid_edge(runs, "FNO", 1e-3)
+    assert not sweep.on_grid_edge(runs, "FNO", 4e-3)
+    assert not sweep.on_grid_edge(runs, "MANO", 3.2e-2)  # a single run has no grid

@@ -97,6 +97,23 @@ def test_add_variable_then_fine_tune_changes_only_the_new_encoding():
                                    model(x_new, variables=["u", "T", "v", "p"]))
 
 
+def test_a_variable_added_like_an_analogue_is_first_predicted_as_that_analogue():
+    model = _model().eval()
+    model.add_variable("T", like="p")
+    x = torch.randn(2, 3, 8, 8)
+    x = torch.cat([x, x[:, 2:3]], dim=1)  # T carries the same field as p
+    with torch.no_grad():
+        out = model(x, variables=["u", "v", "p", "T"])
+    # same field, same encoding: same token, so (equivariance) the same prediction
+    torch.testing.assert_close(out[:, 3], out[:, 2], rtol=1e-5, atol=1e-6)
+    fresh = _model().eval()
+    fresh.load_state_dict(model.state_dict(), strict=False)
+    fresh.add_variable("T")
+    with torch.no_grad():
+        other = fresh(x, variables=["u", "v", "p", "T"])
+    assert (other[:, 3] - other[:, 2]).abs().max() > 1e-3  # a fresh encoding tells them apart
+
+
 def test_masked_fields_are_invisible_and_the_mask_field_learns():
     model = _model()
     x = torch.randn(2, 3, 8, 8)

@@ -334,3 +334,16 @@ def test_variable_encoding_grows_at_run_time_and_keeps_existing_values():
         enc.add_variable("a.b")
     with pytest.raises(ValueError, match=r"variables: expected names from \['u', 'keys', 'p'\], got unknown \['T'\]"):
         enc(["u", "T"], (8,))
+
+
+def test_a_variable_added_like_another_starts_as_an_independent_copy():
+    enc = VariableEncoding(["u", "w"], channels=3, spatial_dims=2, modes=2)
+    enc.add_variable("theta", like="w")
+    torch.testing.assert_close(enc(["theta"], (8, 8)), enc(["w"], (8, 8)), rtol=0, atol=0)
+    with torch.no_grad():
+        enc.field("theta").cos.add_(1.0)  # trained apart from then on: w keeps its values
+    assert not torch.allclose(enc(["theta"], (8, 8)), enc(["w"], (8, 8)))
+    assert enc.field("w").cos.data_ptr() != enc.field("theta").cos.data_ptr()
+    with pytest.raises(ValueError, match=r"like: expected None or a known variable from \['u', 'w', 'theta'\], got 'T'"):
+        enc.add_variable("p", like="T")
+    assert enc.names == ["u", "w", "theta"]  # the refused call added nothing
