@@ -53,6 +53,9 @@ def main() -> None:
                      "spherical_no_blow_up": t.get("rollout_no_blow_up"),
                      "spherical_amplitude_step10": sph["rollout"]["amplitude_ratio_per_step"][-1],
                      "parameters": sph["parameters"], "equal_parameters": t["equal_parameters"],
+                     "run_seconds": s.get("total_seconds"),
+                     "spherical_per_var": sph["one_step"].get("rel_l2_per_var"),
+                     "planar_per_var": pla["one_step"].get("rel_l2_per_var"),
                      "command": s["command"]})
         print(json.dumps(rows[-1]), flush=True)
     gains = [r["gain"] for r in rows]
@@ -62,15 +65,26 @@ def main() -> None:
                "target_met_by_every_seed": min(gains) >= 0.15,
                "command": "python benchmarks/swe_sphere_seeds.py " + " ".join(sys.argv[1:]),
                "seconds": time.perf_counter() - t0}
-    lines = [f"Spherical vs planar neighbourhood transformer on shallow water, {len(rows)} seeds, {summary['date']}. "
+    run_seconds = [r["run_seconds"] for r in rows if r.get("run_seconds") is not None]
+    summary["run_seconds_total"] = sum(run_seconds) if len(run_seconds) == len(rows) else None
+    spent = summary["run_seconds_total"] if summary["run_seconds_total"] is not None else summary["seconds"]
+    lines = [f"Spherical vs planar neighbourhood transformer on shallow water, {len(rows)} seed"
+             f"{'s' if len(rows) > 1 else ''}, {summary['date']}. "
              f"Command: `{summary['command']}` (each seed: `{rows[0]['command']}` with its own seed; "
-             f"{summary['seconds'] / 60:.0f} min in all).", "",
+             f"{spent / 60:.0f} min in all).", "",
              "| seed | parameters | spherical one-step L2 | planar one-step L2 | gain | spherical / planar L2 at step 10 "
              "| spherical: no blow-up (amplitude at step 10) |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['seed']} | {r['parameters']:,} | {r['spherical_one_step']:.4f} | {r['planar_one_step']:.4f} | "
                      f"{100 * r['gain']:.1f}% | {r['spherical_step10']:.3f} / {r['planar_step10']:.3f} | "
                      f"{'yes' if r['spherical_no_blow_up'] else 'no'} ({r['spherical_amplitude_step10']:.2f}) |")
+    per_var = [r for r in rows if r.get("spherical_per_var") and r.get("planar_per_var")]
+    if per_var:
+        names = list(per_var[0]["spherical_per_var"])
+        lines += ["", "One-step rel. L2 per variable, spherical / planar:", "",
+                  "| seed | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        lines += [f"| {r['seed']} | " + " | ".join(f"{r['spherical_per_var'][v]:.4f} / {r['planar_per_var'][v]:.4f}"
+                                                  for v in names) + " |" for r in per_var]
     std = f" ± {100 * summary['gain_std']:.1f}" if summary["gain_std"] is not None else ""
     lines += ["", f"Gain, mean{' ± standard deviation' if std else ''} over seeds: {100 * summary['gain_mean']:.1f}%{std} "
               f"(smallest {100 * summary['gain_min']:.1f}%). Target (≥ 15%): "

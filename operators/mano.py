@@ -185,6 +185,9 @@ class MANO(nn.Module):
         pool_factor: coarsening factor per axis between levels.
         pool: ``"avg"`` or ``"conv"``; unpool: ``"nearest"``, ``"linear"`` or ``"transposed"``.
         max_levels: cap on the number of levels (``None``: until one window covers the grid).
+        coarse_cells: cells per window on the coarse levels, which then keep a fixed physical
+            resolution (see :class:`~sciattn.multipole.MultipoleAttention`); with
+            ``window_fraction`` only. Set it to the window in cells at the training resolution.
         lift_stencil: odd stencil width of the lift per axis (``1``: pointwise).
         lift_spacing: stencil spacing as a fraction of the domain (``None``: one cell); set it to
             ``1 / n`` for training resolution ``n``.
@@ -214,6 +217,7 @@ class MANO(nn.Module):
         pool: str = "avg",
         unpool: str = "nearest",
         max_levels: int | None = None,
+        coarse_cells: int | list[int] | None = None,
         lift_stencil: int = 1,
         lift_spacing: float | None = None,
         rel_pos_bias: int = 0,
@@ -242,6 +246,7 @@ class MANO(nn.Module):
         self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
         attn_kwargs = dict(window=None if window_fraction is not None else window, window_fraction=window_fraction,
                            pool_factor=pool_factor, pool=pool, unpool=unpool, max_levels=max_levels,
+                           coarse_cells=coarse_cells,
                            rel_pos_bias=rel_pos_bias, gate=gate, qk_norm=qk_norm)
         if lift_stencil == 1:
             self.lift = _PointwiseMLP(in_channels + spatial_dims, width, width)

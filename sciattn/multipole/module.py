@@ -39,6 +39,17 @@ Design choices:
   covers ``f·s^ℓ`` of the domain whatever the resolution, and the number of levels is then
   resolution-invariant. ``window`` (cells) instead keeps the cell count fixed and adds one level
   per refinement by ``s``.
+* **Physical pyramid** (``coarse_cells=c``, with ``window_fraction``). By default the coarse
+  levels keep the input's cell count per window, so their cells shrink as the input is refined:
+  a pooled key at level 1 averages ``s^d`` input cells, i.e. a smaller area on a finer grid, and
+  since softmax is non-linear in the keys (``e^{q·k̄} ≠ mean e^{q·k}``) the far field a model
+  learnt at one resolution changes at another. With ``coarse_cells`` level ``ℓ >= 1`` is instead
+  the grid with ``c`` cells per window, ``n_ℓ = round(c / (f s^ℓ))`` per axis (capped by
+  ``ceil(n_{ℓ-1}/s)`` on coarse inputs), reached by quadrature-weighted block means of the level
+  above (adaptive bins where the ratio is not ``s``): its cells are a fixed fraction of the
+  domain, so only level 0 (a quadrature over a fixed physical window) depends on the input
+  resolution. At the resolution ``n = c / f`` the two pyramids coincide. Needs ``pool="avg"`` and
+  a ``nearest`` or ``linear`` unpool (the learned resamplers assume the factor ``s``).
 * **Shared projections.** One Q/K/V projection serves every level (as in MANO), so the layer
   runs with any number of levels; levels are told apart by ``γ`` and by their pooled inputs.
   ``γ`` has ``max_levels - 1`` rows (15 by default); deeper levels reuse the last row.
@@ -86,6 +97,10 @@ class MultipoleAttention(nn.Module):
         pool: ``"avg"`` (masked, quadrature-weighted mean) or ``"conv"`` (strided conv).
         unpool: ``"nearest"``, ``"linear"`` or ``"transposed"`` (transposed conv).
         max_levels: cap on the number of levels (``None``: as many as a global receptive field needs).
+        coarse_cells: cells per window on the coarse levels (int or ``d`` ints), which then have
+            a fixed physical resolution (the physical pyramid above); needs ``window_fraction``.
+            Set it to the window in cells at the training resolution. ``None``: as many cells
+            as the input level's window.
         rel_pos_bias: ``R >= 1`` adds the learned relative-position bias (table of ``2R+1`` nodes
             per axis and head); ``0`` (default) leaves the scores unbiased.
         gate: multiply the combined attention field by ``SiLU(W_g x)`` before the output projection.
@@ -109,6 +124,7 @@ class MultipoleAttention(nn.Module):
         pool: str = "avg",
         unpool: str = "nearest",
         max_levels: int | None = None,
+        coarse_cells: int | Sequence[int] | None = None,
         rel_pos_bias: int = 0,
         gate: bool = False,
         qk_norm: bool = False,
@@ -148,6 +164,15 @@ class MultipoleAttention(nn.Module):
         else:
             self.window = normalize_window(8 if window is None else window, d)
             self.window_fraction = None
+        self.coarse_cells: tuple[int, ...] | None = None
+        if coarse_cells is not None:
+            if self.window_fraction is None:
+                raise ValueError(f"coarse_cells: expected None unless window_fraction is given (a physical pyramid "
+                                 f"needs physical windows), got coarse_cells={coarse_cells!r} with window={self.window}")
+            if pool != "avg" or unpool not in ("nearest", "linear"):
+                raise ValueError(f"coarse_cells: expected pool='avg' and unpool 'nearest' or 'linear' (the learned "
+                                 f"resamplers assume the factor pool_factor), got pool={pool!r}, unpool={unpool!r}")
+            self.coarse_cells = normalize_window(coarse_cells, d, "coarse_cells")
         self.dim, self.n_heads, self.spatial_dims = dim, n_heads, d
         self.head_dim = dim // n_heads
         self.pool_factor, self.pool, self.unpool = pool_factor, pool, unpool
@@ -196,9 +221,17 @@ class MultipoleAttention(nn.Module):
             raise ValueError(f"x: expected a grid of at least window={win} cells per axis, got spatial shape {shape}")
         levels = [(shape, win)]
         cap = self.max_levels or math.inf
+        s = self.pool_factor
         while any(n > w for n, w in zip(shape, win)) and len(levels) < cap:
-            shape = tuple(-(-n // self.pool_factor) for n in shape)
-            levels.append((shape, tuple(min(w, n) for w, n in zip(win, shape))))
+            if self.coarse_cells is None:
+                shape = tuple(-(-n // s) for n in shape)
+                win = tuple(min(w, n) for w, n in zip(win, shape))
+            else:  # level ℓ: c cells per window of f·s^ℓ of the domain, never finer than ceil(n/s)
+                span = [f * s ** len(levels) for f in self.window_fraction]  # type: ignore[union-attr]
+                shape = tuple(min(max(1, math.floor(c / a + 0.5)), -(-n // s))
+                              for c, a, n in zip(self.coarse_cells, span, shape))
+                win = tuple(min(n, max(1, math.floor(a * n + 0.5))) for a, n in zip(span, shape))
+            levels.append((shape, win))
         return levels
 
     # ----------------------------------------------------------------------------- pieces
@@ -218,8 +251,26 @@ class MultipoleAttention(nn.Module):
         pooled = avg(x, s) if self.down is None else self.down(x)
         return pooled, total[:, 0]
 
+    def _pool_to(self, x: torch.Tensor, w: torch.Tensor, shape: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Weighted mean pooling onto the grid ``shape`` (any ratio: adaptive bins), ``x (B, C, *n)``,
+        ``w (B, *n)`` -> ``(B, C, *shape)`` means and ``(B, *shape)`` weights; the ratio ``s`` goes
+        through :meth:`_pool` (padding, exact blocks)."""
+        if all(m == -(-n // self.pool_factor) for m, n in zip(shape, x.shape[2:])):
+            return self._pool(x, w)
+        pool = getattr(F, f"adaptive_avg_pool{self.spatial_dims}d")
+        w = w.unsqueeze(1)
+        den = pool(w, tuple(shape))
+        num = pool(x * w, tuple(shape))
+        mean = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
+        cells = math.prod(n / m for n, m in zip(x.shape[2:], shape))  # fine cells per coarse cell
+        return mean, den[:, 0] * cells
+
     def _upsample(self, r: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
         s = self.pool_factor
+        if any(-(-n // s) != m for n, m in zip(shape, r.shape[2:])):  # physical pyramid, ratio not s
+            mode = "nearest" if self.unpool == "nearest" else _LINEAR_MODES[self.spatial_dims]
+            kwargs = {} if mode == "nearest" else {"align_corners": False}
+            return F.interpolate(r, size=tuple(shape), mode=mode, **kwargs)
         if self.unpool == "nearest":
             up = r
             for a in range(self.spatial_dims):
@@ -291,7 +342,7 @@ class MultipoleAttention(nn.Module):
             if i > 0:
                 if w is None:
                     w = torch.ones((b, *feats.shape[2:]), dtype=x.dtype, device=x.device)
-                feats, w = self._pool(feats, w.to(x.dtype).expand(b, *feats.shape[2:]))
+                feats, w = self._pool_to(feats, w.to(x.dtype).expand(b, *feats.shape[2:]), levels[i][0])
             if window not in biases:
                 biases[window] = self.relative_bias(window)
             outs.append(self._attend(feats, w, window, biases[window]))
@@ -310,5 +361,6 @@ class MultipoleAttention(nn.Module):
         win = f"window={self.window}" if self.window is not None else f"window_fraction={self.window_fraction}"
         return (f"dim={self.dim}, n_heads={self.n_heads}, spatial_dims={self.spatial_dims}, {win}, "
                 f"pool_factor={self.pool_factor}, pool={self.pool!r}, unpool={self.unpool!r}, "
-                f"max_levels={self.max_levels}, rel_pos_bias={self.rel_pos_bias}, gate={self.gate}, "
+                f"max_levels={self.max_levels}, coarse_cells={self.coarse_cells}, "
+                f"rel_pos_bias={self.rel_pos_bias}, gate={self.gate}, "
                 f"qk_norm={self.qk_norm}")

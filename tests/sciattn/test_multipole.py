@@ -226,6 +226,62 @@ def test_physical_window_converges_under_refinement():
     assert errs[0] > errs[1] > errs[2] and errs[1] / errs[2] > 1.6
 
 
+def test_physical_pyramid_plan_fixes_the_coarse_grids_and_matches_the_default_at_training_resolution():
+    phys = MultipoleAttention(4, 1, 2, window_fraction=0.125, coarse_cells=8)
+    default = MultipoleAttention(4, 1, 2, window_fraction=0.125)
+    for n in (64, 48):  # at or below the training resolution c / f = 64 the pyramids coincide
+        assert phys.plan((n, n)) == default.plan((n, n))
+    assert phys.plan((256, 256)) == [((256, 256), (32, 32)), ((32, 32), (8, 8)), ((16, 16), (8, 8)), ((8, 8), (8, 8))]
+    assert phys.plan((100, 100))[1:] == phys.plan((64, 64))[1:]
+    aniso = MultipoleAttention(4, 1, 2, window_fraction=(0.25, 0.125), coarse_cells=(4, 8))
+    assert aniso.plan((64, 128)) == [((64, 128), (16, 16)), ((8, 32), (4, 8)), ((4, 16), (4, 8)), ((2, 8), (2, 8))]
+    torch.manual_seed(11)
+    default.load_state_dict(phys.state_dict())
+    x = torch.randn(2, 4, 64, 64)
+    with torch.no_grad():
+        assert torch.equal(phys(x), default(x))
+
+
+def test_physical_pyramid_sees_a_refined_field_as_at_the_training_resolution():
+    """A 64² field refined to 256² by copying each cell into 4×4 (the same function, rough at the
+    64² scale): with the physical pyramid every level holds exactly what it held at 64², so the
+    output at the 64² nodes is the 64² output; the default pyramid pools 2×2 copies at 256² and
+    its far field changes."""
+    torch.manual_seed(12)
+    phys = MultipoleAttention(6, 2, 2, window_fraction=0.125, coarse_cells=8, gate=True, qk_norm=True).double()
+    with torch.no_grad():
+        phys.level_weight.uniform_(0.5, 1.5)
+    default = MultipoleAttention(6, 2, 2, window_fraction=0.125, gate=True, qk_norm=True).double()
+    default.load_state_dict(phys.state_dict())
+    x64 = torch.randn(1, 6, 64, 64, dtype=F64)
+    x256 = x64.repeat_interleave(4, dim=2).repeat_interleave(4, dim=3)
+    with torch.no_grad():
+        want = phys(x64)
+        torch.testing.assert_close(phys(x256)[..., ::4, ::4], want, rtol=1e-10, atol=1e-12)
+        assert (default(x256)[..., ::4, ::4] - want).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("unpool", ["nearest", "linear"])
+@pytest.mark.parametrize("shape", [(100, 100), (50, 37), (200, 24)])
+def test_physical_pyramid_runs_at_any_size_with_weights(shape, unpool):
+    layer = MultipoleAttention(4, 2, 2, window_fraction=0.125, coarse_cells=8, unpool=unpool).double()
+    x = torch.randn(2, 4, *shape, dtype=F64, requires_grad=True)
+    w = torch.rand(*shape, dtype=F64) + 0.1
+    y = layer(x, weights=w)
+    assert y.shape == x.shape and torch.isfinite(y).all()
+    y.square().mean().backward()
+    assert torch.isfinite(x.grad).all() and layer.level_weight.grad.abs().sum() > 0
+    # a zero-weight (masked) region is invisible as keys at every level, coarse ones included
+    w0 = w.clone()
+    w0[: shape[0] // 4] = 0
+    poisoned = x.detach().clone()
+    poisoned[:, :, : shape[0] // 4] = 1e3
+    with torch.no_grad():
+        a, b = layer(x.detach(), weights=w0), layer(poisoned, weights=w0)
+    cut = shape[0] // 4
+    torch.testing.assert_close(a[:, :, cut:], b[:, :, cut:], rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("shape", [(48, 48), (50, 37), (100, 100)])
 def test_any_grid_size_returns_the_input_shape(shape):
     layer = MultipoleAttention(8, 2, 2, window=8)
@@ -260,6 +316,10 @@ def test_1d_and_3d_forward_backward(shape, window, pool, unpool):
         (dict(pool_factor=1), None, "pool_factor: expected an int >= 2"),
         (dict(spatial_dims=4), None, "spatial_dims: expected 1, 2 or 3"),
         (dict(n_heads=3), None, "n_heads: expected a divisor"),
+        (dict(window=4, coarse_cells=8), None, "coarse_cells: expected None unless window_fraction"),
+        (dict(window_fraction=0.25, coarse_cells=4, pool="conv"), None, "coarse_cells: expected pool='avg'"),
+        (dict(window_fraction=0.25, coarse_cells=4, unpool="transposed"), None, "coarse_cells: expected pool='avg'"),
+        (dict(window_fraction=0.25, coarse_cells=0), None, "coarse_cells: expected a positive int"),
     ],
 )
 def test_layer_errors_name_the_argument(kwargs, x_shape, match):

@@ -1,0 +1,127 @@
+"""Zero-shot resolution transfer of one trained MANO under its two pyramids (same weights).
+
+MANO is trained once at 64² on the built-in Darcy data of ``benchmarks/darcy_mano.py`` (Part B:
+400 training samples, its config ``examples/configs/darcy64_mano.toml``, the darcy_mano recipe),
+then evaluated on the 50 test samples at 64², 128² and 256² twice, with the same weights:
+
+* ``cells`` (the default): every coarse level keeps the input level's cells per window, so at
+  256² level 1 is a 128² grid of 2×2 means (at 64²: a 32² grid);
+* ``physical`` (``coarse_cells`` = the window in cells at 64², i.e. 8): the coarse levels keep
+  the grids they had at 64² (level 1 is a 32² grid of 8×8 means at 256²), so only the finest
+  level depends on the input resolution (see ``sciattn.multipole.MultipoleAttention``).
+
+At 64² the two pyramids are the same computation (checked here: equal test errors), so any
+difference at 128² and 256² is the pyramid alone.
+
+    python benchmarks/mano_pyramid_zero_shot.py [--epochs 10] [--lr 0.004] [--threads 1]
+                                                [--save /tmp/mano64.pt] [--name NAME]
+
+``--lr`` defaults to MANO's chosen rate in ``benchmarks/results/darcy_lr_sweep.json``. ``--save``
+keeps the trained weights (and reuses them when the file exists: evaluation only). Writes
+benchmarks/results/NAME.{json,md} (default ``mano_pyramid_zero_shot``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import shlex
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from darcy_mano import RECIPE, generated_config, load_lrs, mano_params, rel_l2, train_model  # noqa: E402
+
+from sciattn.operators import create_operator  # noqa: E402
+from sciattn.pde_data.normalizers import fit_normalizers  # noqa: E402
+from sciattn.train.data import build_datasets  # noqa: E402
+from sciattn.train.run import count_parameters  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN_RESOLUTION = 64
+
+
+def build(pyramid: str) -> torch.nn.Module:
+    """MANO from the example config, with the ``cells`` or ``physical`` pyramid."""
+    params = dict(mano_params(TRAIN_RESOLUTION))
+    params.pop("coarse_cells", None)
+    if pyramid == "physical":
+        params["coarse_cells"] = max(1, round(params["window_fraction"] * TRAIN_RESOLUTION))
+    return create_operator("mano", in_channels=1, out_channels=1, **params)
+
+
+def markdown(summary: dict) -> str:
+    res = summary["resolutions"]
+    lines = [f"MANO zero-shot under its two pyramids, one seed ({summary['seed']}), {summary['date']}, "
+             f"{summary['machine']}, torch {summary['torch']}. Command: `{summary['command']}`.", "",
+             f"One model ({summary['parameters']:,} parameters, `examples/configs/darcy64_mano.toml`), trained once at "
+             f"64² on {summary['n_train']} built-in-solver samples for {summary['epochs']} epochs (lr {summary['lr']:g}, "
+             f"otherwise the darcy_mano recipe; {summary['train_seconds']:.0f} s), evaluated on {summary['n_test']} "
+             "test samples with the same weights under both pyramids. Test relative L2:", "",
+             "| pyramid | " + " | ".join(f"{r}²" for r in res) + f" | {res[-1]}² / {res[0]}² |",
+             "|---|" + "---|" * (len(res) + 1)]
+    for name, errs in summary["rel_l2"].items():
+        cells = [f"{errs[str(r)]:.4f}" for r in res]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {errs[str(res[-1])] / errs[str(res[0])]:.2f} |")
+    lines += ["", "`cells`: coarse levels keep the input level's cells per window (the default); `physical`: "
+              "`coarse_cells=8`, the coarse levels keep their 64² grids at every input resolution."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--lr", type=float, default=None, help="default: MANO's chosen lr in darcy_lr_sweep.json")
+    ap.add_argument("--n-train", type=int, default=400)
+    ap.add_argument("--n-test", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--cache", type=Path, default=Path("~/.cache/sciattn").expanduser())
+    ap.add_argument("--save", type=Path, default=None, help="keep (or reuse) the trained weights here")
+    ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--name", default="mano_pyramid_zero_shot")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    lr = args.lr if args.lr is not None else load_lrs(ROOT / "benchmarks" / "results" / "darcy_lr_sweep.json",
+                                                      ["MANO"])["MANO"]
+    train, tests = build_datasets(generated_config(args.n_train, args.n_test, args.cache, args.seed), progress=True)
+    torch.manual_seed(args.seed)
+    model = build("cells")
+    if args.save is not None and args.save.is_file():
+        saved = torch.load(args.save, weights_only=True)
+        model.load_state_dict(saved["state_dict"])
+        xn, yn = fit_normalizers(train)
+        seconds = saved["train_seconds"]
+    else:
+        xn, yn, seconds = train_model(model, train, args.epochs, args.seed, lr)
+        if args.save is not None:
+            args.save.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"state_dict": model.state_dict(), "train_seconds": seconds}, args.save)
+    model.eval()
+    physical = build("physical").eval()
+    physical.load_state_dict(model.state_dict())
+    resolutions = sorted(int(k.split("_")[-1]) for k in tests)
+    errors = {}
+    for name, m in (("cells", model), ("physical", physical)):
+        errors[name] = {str(r): rel_l2(m, tests[f"test_{r}"], xn, yn) for r in resolutions}
+        print(name, json.dumps(errors[name]), flush=True)
+    summary = {"benchmark": "mano_pyramid_zero_shot", "date": datetime.date.today().isoformat(),
+               "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads, CPU",
+               "torch": torch.__version__,
+               "command": shlex.join(["python", "benchmarks/mano_pyramid_zero_shot.py", *sys.argv[1:]]),
+               "seed": args.seed, "epochs": args.epochs, "lr": lr, "recipe": {**RECIPE, "lr": lr},
+               "n_train": len(train), "n_test": args.n_test, "parameters": count_parameters(model),
+               "train_seconds": seconds, "resolutions": resolutions, "rel_l2": errors}
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / f"{args.name}.json").write_text(json.dumps(summary, indent=2) + "\n")
+    text = markdown(summary)
+    (args.results / f"{args.name}.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
