@@ -16,7 +16,8 @@ difference at 128² and 256² is the pyramid alone.
     python benchmarks/mano_pyramid_zero_shot.py [--epochs 10] [--lr 0.004] [--threads 1]
                                                 [--save /tmp/mano64.pt] [--name NAME]
 
-``--lr`` defaults to MANO's chosen rate in ``benchmarks/results/darcy_lr_sweep.json``. ``--save``
+``--param KEY=VALUE`` (repeatable; VALUE read as JSON) overrides one ``[model]`` entry of the
+config, e.g. ``--param rel_pos_bias=4`` for an ablation. ``--lr`` defaults to MANO's chosen rate in ``benchmarks/results/darcy_lr_sweep.json``. ``--save``
 keeps the trained weights (and reuses them when the file exists: evaluation only). Writes
 benchmarks/results/NAME.{json,md} (default ``mano_pyramid_zero_shot``).
 """
@@ -45,9 +46,24 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAIN_RESOLUTION = 64
 
 
-def build(pyramid: str) -> torch.nn.Module:
-    """MANO from the example config, with the ``cells`` or ``physical`` pyramid."""
-    params = dict(mano_params(TRAIN_RESOLUTION))
+def parse_params(items: list[str]) -> dict:
+    """``["key=json", ...]`` -> ``{key: value}`` (JSON values; a bare word is kept as a string)."""
+    out = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--param: expected KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def build(pyramid: str, overrides: dict | None = None) -> torch.nn.Module:
+    """MANO from the example config (``overrides`` replace entries), with the ``cells`` or
+    ``physical`` pyramid."""
+    params = {**mano_params(TRAIN_RESOLUTION), **(overrides or {})}
     params.pop("coarse_cells", None)
     if pyramid == "physical":
         params["coarse_cells"] = max(1, round(params["window_fraction"] * TRAIN_RESOLUTION))
@@ -58,7 +74,9 @@ def markdown(summary: dict) -> str:
     res = summary["resolutions"]
     lines = [f"MANO zero-shot under its two pyramids, one seed ({summary['seed']}), {summary['date']}, "
              f"{summary['machine']}, torch {summary['torch']}. Command: `{summary['command']}`.", "",
-             f"One model ({summary['parameters']:,} parameters, `examples/configs/darcy64_mano.toml`), trained once at "
+             f"One model ({summary['parameters']:,} parameters, `examples/configs/darcy64_mano.toml`"
+             + (f" with {json.dumps(summary['overrides'])}" if summary.get("overrides") else "")
+             + "), trained once at "
              f"64² on {summary['n_train']} built-in-solver samples for {summary['epochs']} epochs (lr {summary['lr']:g}, "
              f"otherwise the darcy_mano recipe; {summary['train_seconds']:.0f} s), evaluated on {summary['n_test']} "
              "test samples with the same weights under both pyramids. Test relative L2:", "",
@@ -84,13 +102,15 @@ def main() -> None:
     ap.add_argument("--save", type=Path, default=None, help="keep (or reuse) the trained weights here")
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--name", default="mano_pyramid_zero_shot")
+    ap.add_argument("--param", action="append", default=[], help="KEY=VALUE override of the config's [model]")
     args = ap.parse_args()
+    overrides = parse_params(args.param)
     torch.set_num_threads(args.threads)
     lr = args.lr if args.lr is not None else load_lrs(ROOT / "benchmarks" / "results" / "darcy_lr_sweep.json",
                                                       ["MANO"])["MANO"]
     train, tests = build_datasets(generated_config(args.n_train, args.n_test, args.cache, args.seed), progress=True)
     torch.manual_seed(args.seed)
-    model = build("cells")
+    model = build("cells", overrides)
     if args.save is not None and args.save.is_file():
         saved = torch.load(args.save, weights_only=True)
         model.load_state_dict(saved["state_dict"])
@@ -102,7 +122,7 @@ def main() -> None:
             args.save.parent.mkdir(parents=True, exist_ok=True)
             torch.save({"state_dict": model.state_dict(), "train_seconds": seconds}, args.save)
     model.eval()
-    physical = build("physical").eval()
+    physical = build("physical", overrides).eval()
     physical.load_state_dict(model.state_dict())
     resolutions = sorted(int(k.split("_")[-1]) for k in tests)
     errors = {}
@@ -113,7 +133,7 @@ def main() -> None:
                "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads, CPU",
                "torch": torch.__version__,
                "command": shlex.join(["python", "benchmarks/mano_pyramid_zero_shot.py", *sys.argv[1:]]),
-               "seed": args.seed, "epochs": args.epochs, "lr": lr, "recipe": {**RECIPE, "lr": lr},
+               "seed": args.seed, "epochs": args.epochs, "overrides": overrides, "lr": lr, "recipe": {**RECIPE, "lr": lr},
                "n_train": len(train), "n_test": args.n_test, "parameters": count_parameters(model),
                "train_seconds": seconds, "resolutions": resolutions, "rel_l2": errors}
     args.results.mkdir(parents=True, exist_ok=True)
