@@ -29,7 +29,13 @@ upsampling, jumps of a discontinuous input carried by the residual stream) reach
 axis, neuraloperator's :class:`SpectralConv`) and ``W`` pointwise, then a pointwise MLP: the
 output is smooth at the scale of the windows and the head is resolution-agnostic (a Fourier
 series has the same modes on every grid). The multipole blocks stay the operator's mixing
-layers; the head only filters and projects their output.
+layers; the head only filters and projects their output. The Fourier coefficients are a quadrature
+(the DFT) of the latent field, which is rough where the input is (a discontinuous coefficient): on
+the training grid they carry aliasing that a finer grid does not reproduce, so the head's output
+drifts under refinement. ``head_grid=m`` computes them on a fixed grid instead, the latent field
+sampled at the ``m`` nodes per axis of the training grid (``resample_field``: exact restriction on
+nested grids), and evaluates the series on the input grid: the same quadrature at every resolution,
+identical to the default on the grid ``m`` itself.
 
 FFN. ``ffn="mlp"`` is ``W_2 GELU(W_1 h)``; ``ffn="glu"`` is ``W_2 (W_1 h ⊙ GELU(W_1' h))`` with
 the hidden width scaled by 2/3 (about the same parameters), which multiplies channels and so
@@ -50,8 +56,9 @@ from neuralop.layers.spectral_convolution import SpectralConv
 from torch import nn
 
 from sciattn._checks import check_choice, check_dim, check_finite, check_positive_int, check_rank
-from sciattn.domain import Grid
+from sciattn.domain import Grid, resample_field
 from sciattn.multipole import MultipoleAttention
+from sciattn.multipole.functional import normalize_window
 
 from .registry import register_operator
 
@@ -137,10 +144,13 @@ class _StencilLift(nn.Module):
 
 
 class _SpectralHead(nn.Module):
-    """``L × GELU(SpectralConv(h) + W h)`` then a pointwise MLP, on ``(B, C, *spatial)``."""
+    """``L × GELU(SpectralConv(h) + W h)`` then a pointwise MLP, on ``(B, C, *spatial)``; with ``grid``
+    the spectral path reads ``h`` sampled on that fixed node grid and is evaluated on the input grid."""
 
-    def __init__(self, c_in: int, width: int, c_out: int, n_modes: int, n_layers: int, spatial_dims: int):
+    def __init__(self, c_in: int, width: int, c_out: int, n_modes: int, n_layers: int, spatial_dims: int,
+                 grid: tuple[int, ...] | None = None):
         super().__init__()
+        self.grid = grid
         self.lift = nn.Linear(c_in, width)
         self.spectral = nn.ModuleList(SpectralConv(width, width, n_modes=(n_modes,) * spatial_dims)
                                       for _ in range(n_layers))
@@ -149,8 +159,13 @@ class _SpectralHead(nn.Module):
 
     def forward(self, h):
         h = self.lift(h.movedim(1, -1)).movedim(-1, 1)
+        shape = tuple(h.shape[2:])
         for spec, skip in zip(self.spectral, self.skips):
-            h = F.gelu(spec(h) + skip(h.movedim(1, -1)).movedim(-1, 1))
+            if self.grid is None or self.grid == shape:
+                k = spec(h)
+            else:
+                k = spec(resample_field(h, self.grid), output_shape=shape)
+            h = F.gelu(k + skip(h.movedim(1, -1)).movedim(-1, 1))
         return self.out(h)
 
 
@@ -199,6 +214,9 @@ class MANO(nn.Module):
         head: ``"pointwise"`` (MLP) or ``"spectral"`` output head (see the module docstring).
         head_width, head_modes, head_layers: channels, Fourier modes per axis and spectral blocks of
             the spectral head (unused with ``head="pointwise"``).
+        head_grid: nodes per axis (int or ``d`` ints) of the fixed grid on which the spectral head
+            computes its Fourier coefficients (see the module docstring); set it to the training
+            resolution. ``None``: the input grid. Spectral head only.
     """
 
     def __init__(
@@ -228,6 +246,7 @@ class MANO(nn.Module):
         head_width: int = 16,
         head_modes: int = 8,
         head_layers: int = 2,
+        head_grid: int | list[int] | None = None,
     ) -> None:
         super().__init__()
         for name, value in [("in_channels", in_channels), ("out_channels", out_channels), ("width", width),
@@ -243,6 +262,11 @@ class MANO(nn.Module):
             raise ValueError(f"lift_spacing: expected None or a float in (0, 1], got {lift_spacing!r}")
         check_choice("ffn", ffn, FFNS)
         check_choice("head", head, HEADS)
+        if head_grid is not None:
+            if head != "spectral":
+                raise ValueError(f"head_grid: expected None with head={head!r} (it sets the spectral head's grid), "
+                                 f"got {head_grid!r}")
+            head_grid = normalize_window(head_grid, spatial_dims, "head_grid")
         self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
         attn_kwargs = dict(window=None if window_fraction is not None else window, window_fraction=window_fraction,
                            pool_factor=pool_factor, pool=pool, unpool=unpool, max_levels=max_levels,
@@ -256,7 +280,8 @@ class MANO(nn.Module):
                                     for _ in range(n_layers))
         self.norm = _ChannelNorm(width)
         if head == "spectral":
-            self.proj = _SpectralHead(width, head_width, out_channels, head_modes, head_layers, spatial_dims)
+            self.proj = _SpectralHead(width, head_width, out_channels, head_modes, head_layers, spatial_dims,
+                                      head_grid)
         else:
             self.proj = _PointwiseMLP(width, mlp_ratio * width, out_channels)
 

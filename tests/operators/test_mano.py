@@ -267,6 +267,24 @@ def test_spectral_head_is_resolution_consistent_on_band_limited_fields():
     assert coarse.std() > 1e-3  # a non-trivial output
 
 
+def test_spectral_head_on_a_fixed_grid_is_exactly_consistent_on_rough_fields():
+    """A rough latent field (white noise at 256²) and its 64² restriction: with head_grid=64 the
+    256² output at the 64² nodes is the 64² output (the coefficients come from the same 64² samples,
+    every other map is pointwise); with the input grid's DFT the two differ (aliasing)."""
+    torch.manual_seed(5)
+    fixed = _model(head="spectral", head_width=6, head_modes=6, head_layers=2, head_grid=64).proj
+    plain = _model(head="spectral", head_width=6, head_modes=6, head_layers=2).proj
+    plain.load_state_dict(fixed.state_dict())
+    h256 = torch.randn(2, 16, 256, 256)  # float32: neuraloperator's spectral weights are complex64
+    h64 = h256[..., ::4, ::4]
+    with torch.no_grad():
+        want = fixed(h64)
+        torch.testing.assert_close(want, plain(h64), rtol=0, atol=0)  # on its own grid: the default head
+        torch.testing.assert_close(fixed(h256)[..., ::4, ::4], want, rtol=1e-5, atol=1e-6)
+        assert (plain(h256)[..., ::4, ::4] - want).abs().max() > 1e-2
+        assert fixed(torch.randn(1, 16, 100, 100)).shape == (1, 1, 100, 100)  # not nested: interpolated
+
+
 def test_bad_inputs_name_the_problem():
     model = _model()
     with pytest.raises(ValueError, match=r"expected a grid of at least window=\(8, 8\) cells per axis"):
@@ -285,6 +303,10 @@ def test_bad_inputs_name_the_problem():
         _model(lift_stencil=3, lift_spacing=0.0)
     with pytest.raises(ValueError, match="ffn"):
         _model(ffn="swiglu")
+    with pytest.raises(ValueError, match=r"head_grid: expected None with head='pointwise'"):
+        _model(head_grid=64)
+    with pytest.raises(ValueError, match=r"head_grid: expected a positive int"):
+        _model(head="spectral", head_grid=0)
     with pytest.raises(ValueError, match=r"rel_pos_bias: expected an int >= 0"):
         MultipoleAttention(4, 2, 2, window=2, rel_pos_bias=-1)
     with pytest.raises(TypeError, match="gate: expected a bool"):
