@@ -52,13 +52,18 @@ MANO_CONFIG = ROOT / "examples" / "configs" / "darcy64_mano.toml"
 
 
 def mano_params(resolution: int) -> dict:
-    """MANO's ``[model]`` parameters from the example config, with the two resolution-stated ones
-    (lift stencil spacing, relative-position table) set for training at ``resolution``."""
+    """MANO's ``[model]`` parameters from the example config, with the resolution-stated ones (lift
+    stencil spacing, relative-position table, coarse-level cells, head grid) set for training at
+    ``resolution``."""
     params = dict(load_config(MANO_CONFIG).model_params)
     if params.get("lift_stencil", 1) > 1:
         params["lift_spacing"] = 1.0 / resolution
     if params.get("rel_pos_bias", 0) and params.get("window_fraction") is not None:
         params["rel_pos_bias"] = max(1, round(params["window_fraction"] * resolution))
+    if params.get("coarse_cells") is not None:
+        params["coarse_cells"] = max(1, round(params["window_fraction"] * resolution))
+    if params.get("head_grid") is not None:
+        params["head_grid"] = resolution
     return params
 
 

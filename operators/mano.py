@@ -56,7 +56,7 @@ from neuralop.layers.spectral_convolution import SpectralConv
 from torch import nn
 
 from sciattn._checks import check_choice, check_dim, check_finite, check_positive_int, check_rank
-from sciattn.domain import Grid, resample_field
+from sciattn.domain import Grid, fourier_resample, resample_field
 from sciattn.multipole import MultipoleAttention
 from sciattn.multipole.functional import normalize_window
 
@@ -163,8 +163,10 @@ class _SpectralHead(nn.Module):
         for spec, skip in zip(self.spectral, self.skips):
             if self.grid is None or self.grid == shape:
                 k = spec(h)
-            else:
-                k = spec(resample_field(h, self.grid), output_shape=shape)
+            else:  # the series is evaluated by zero-padding its spectrum (SpectralConv's own output_shape
+                # pads the unshifted spectrum at the end, which misplaces negative frequencies: wrong off the
+                # shared nodes in neuraloperator 2.0.0)
+                k = fourier_resample(spec(resample_field(h, self.grid)), shape)
             h = F.gelu(k + skip(h.movedim(1, -1)).movedim(-1, 1))
         return self.out(h)
 
