@@ -110,7 +110,7 @@ def stage_drift(model: torch.nn.Module, tests: dict, xn, resolutions: list[int],
 
 def markdown(summary: dict) -> str:
     res = summary["resolutions"]
-    lines = [f"MANO zero-shot under its two pyramids, one seed ({summary['seed']}), {summary['date']}, "
+    lines = [f"MANO zero-shot under its discretisation options, one seed ({summary['seed']}), {summary['date']}, "
              f"{summary['machine']}, torch {summary['torch']}. Command: `{summary['command']}`.", "",
              f"One model ({summary['parameters']:,} parameters, `examples/configs/darcy64_mano.toml`"
              + (f" with {json.dumps(summary['overrides'])}" if summary.get("overrides") else "")
@@ -133,10 +133,11 @@ def markdown(summary: dict) -> str:
         stages = list(next(iter(drift.values())))
         for st in stages:
             lines.append(f"| {st} | " + " | ".join(f"{drift[v][st][r]:.4f}" for v in drift for r in fine) + " |")
-    lines += ["", "`cells`: coarse levels keep the input level's cells per window (the default); `physical`: "
-              "`coarse_cells=8`, the coarse levels keep their 64² grids at every input resolution; `physical + head "
-              "grid`: also `head_grid=64`, the spectral head's Fourier coefficients from the latent field at the 64² "
-              "nodes."]
+    legend = {"cells": "coarse levels keep the input level's cells per window (the default)",
+              "physical": "`coarse_cells=8`, the coarse levels keep their 64² grids at every input resolution",
+              "physical + head grid": "also `head_grid=64`, the spectral head's Fourier coefficients from the latent "
+                                      "field at the 64² nodes"}
+    lines += ["", "; ".join(f"`{v}`: {legend[v]}" for v in summary["rel_l2"]) + "."]
     return "\n".join(lines) + "\n"
 
 
