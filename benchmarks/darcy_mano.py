@@ -8,9 +8,9 @@ All three models use the same trainer and recipe (AdamW, OneCycle, relative L2 +
 lr 2e-3). MANO's architecture is read from ``examples/configs/darcy64_mano.toml`` (its
 ``[model]`` section): physical windows (1/8 of the domain) and a lift stencil and
 relative-position bias given in physical units, so its neighbourhoods are the same at every
-resolution. Two of those parameters are stated for a training resolution ``n``
-(``lift_spacing = 1/n``, ``rel_pos_bias`` = window cells at ``n``); Part A trains at 16² and
-sets them for 16². The Galerkin Transformer uses its latent grid at the training resolution; FNO
+resolution. Four of those parameters are stated for a training resolution ``n``
+(``lift_spacing = 1/n``, ``rel_pos_bias`` and ``coarse_cells`` = window cells at ``n``,
+``head_grid = n``); Part A trains at 16² and sets them for 16². The Galerkin Transformer uses its latent grid at the training resolution; FNO
 keeps its 8×8 modes.
 
     python benchmarks/darcy_mano.py [--n-train 500] [--epochs 10] [--data ../shared/data] [--threads 1]
@@ -32,6 +32,8 @@ import argparse
 import datetime
 import json
 import platform
+import shlex
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,6 +53,12 @@ RECIPE = dict(batch_size=8, lr=2e-3, weight_decay=1e-4, scheduler="onecycle", lo
 MANO_CONFIG = ROOT / "examples" / "configs" / "darcy64_mano.toml"
 
 
+def window_cells(params: dict, resolution: int) -> int:
+    """Cells per axis of MANO's physical window (``window_fraction``) on a ``resolution`` grid: the
+    value of ``rel_pos_bias`` and ``coarse_cells`` for a model trained at that resolution."""
+    return max(1, round(params["window_fraction"] * resolution))
+
+
 def mano_params(resolution: int) -> dict:
     """MANO's ``[model]`` parameters from the example config, with the resolution-stated ones (lift
     stencil spacing, relative-position table, coarse-level cells, head grid) set for training at
@@ -59,9 +67,9 @@ def mano_params(resolution: int) -> dict:
     if params.get("lift_stencil", 1) > 1:
         params["lift_spacing"] = 1.0 / resolution
     if params.get("rel_pos_bias", 0) and params.get("window_fraction") is not None:
-        params["rel_pos_bias"] = max(1, round(params["window_fraction"] * resolution))
+        params["rel_pos_bias"] = window_cells(params, resolution)
     if params.get("coarse_cells") is not None:
-        params["coarse_cells"] = max(1, round(params["window_fraction"] * resolution))
+        params["coarse_cells"] = window_cells(params, resolution)
     if params.get("head_grid") is not None:
         params["head_grid"] = resolution
     return params
@@ -172,13 +180,12 @@ def main() -> None:
                "epochs_real": args.epochs_real, "epochs_generated": args.epochs,
                "n_train_generated": args.n_train, "n_test_generated": args.n_test, "seed": args.seed,
                "real_16": part_a, "generated_64": part_b}
-    stem, command, recipe_line = "darcy_mano", "python benchmarks/darcy_mano.py", f"Shared recipe: {json.dumps(RECIPE)}."
+    stem, recipe_line = "darcy_mano", f"Shared recipe: {json.dumps(RECIPE)}."
+    command = shlex.join(["python", "benchmarks/darcy_mano.py", *sys.argv[1:]])
     if args.skip_real:
         del summary["real_16"], summary["epochs_real"]
-        command += " --skip-real"
     if lrs is not None:
         stem = "darcy_mano_tuned_lr"
-        command += f" --lr-from {args.lr_from}"
         summary["benchmark"] = stem
         summary["lr_from"] = str(args.lr_from)
         summary["lrs_generated"] = lrs
@@ -186,8 +193,6 @@ def main() -> None:
                        f"`{args.lr_from}` (argmin of validation rel. L2, last 80 of the training samples held out, "
                        "see benchmarks/darcy_lr_sweep.py): "
                        + ", ".join(f"{n} {lr:g}" for n, lr in lrs.items()) + ". Real 16×16 part: the recipe's lr.")
-    if args.threads is not None:
-        command += f" --threads {args.threads}"
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / f"{stem}.json").write_text(json.dumps(summary, indent=2) + "\n")
     lines = [f"Darcy, one seed ({args.seed}), {summary['date']}, {summary['machine']}, torch {summary['torch']}. "

@@ -40,7 +40,15 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from darcy_mano import RECIPE, generated_config, load_lrs, mano_params, rel_l2, train_model  # noqa: E402
+from darcy_mano import (  # noqa: E402
+    RECIPE,
+    generated_config,
+    load_lrs,
+    mano_params,
+    rel_l2,
+    train_model,
+    window_cells,
+)
 
 from sciattn.operators import create_operator  # noqa: E402
 from sciattn.pde_data.normalizers import fit_normalizers  # noqa: E402
@@ -76,7 +84,7 @@ def build(variant: str, overrides: dict | None = None) -> torch.nn.Module:
     params.pop("coarse_cells", None)
     params.pop("head_grid", None)
     if variant != "cells":
-        params["coarse_cells"] = max(1, round(params["window_fraction"] * TRAIN_RESOLUTION))
+        params["coarse_cells"] = window_cells(params, TRAIN_RESOLUTION)
     if variant == "physical + head grid":
         params["head_grid"] = TRAIN_RESOLUTION
     return create_operator("mano", in_channels=1, out_channels=1, **params)

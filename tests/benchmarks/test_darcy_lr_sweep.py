@@ -3,27 +3,19 @@ samples, the argmin choice of lr per model, and darcy_mano's reading of the chos
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from sciattn.pde_data.grid_dataset import GridPairDataset
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-
 
 @pytest.fixture(scope="module")
-def sweep():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("darcy_lr_sweep")
-    finally:
-        sys.path.remove(str(BENCH))
+def sweep(import_benchmark):
+    return import_benchmark("darcy_lr_sweep")
 
 
 def test_split_is_first_and_last_samples_without_overlap(sweep):

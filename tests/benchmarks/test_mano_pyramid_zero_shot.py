@@ -3,23 +3,13 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("mano_pyramid_zero_shot")
-    finally:
-        sys.path.remove(str(BENCH))
+def bench(import_benchmark):
+    return import_benchmark("mano_pyramid_zero_shot")
 
 
 def test_parse_params_reads_json_values_and_rejects_missing_equals(bench):
