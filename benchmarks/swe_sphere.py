@@ -156,9 +156,11 @@ def build_models(args) -> tuple[dict, dict]:
         torch.manual_seed(args.seed)
         pla = PlanarTransformer(attention=variant, **common)
         models[f"spherical-{tag}"], models[f"planar-{tag}"] = sph, pla
-        notes[f"spherical-{tag}"] = (f"{variant} attention, internal grid {sph.inner_shape} legendre-gauss"
+        notes[f"spherical-{tag}"] = (f"{variant} attention, internal grid {sph.inner_shape} legendre-gauss, "
+                                     f"{sph.pos_embed} positional embedding"
                                      + (f", θ_c = {sph.theta_cutoff:.4f} rad" if variant == "neighborhood" else ""))
-        notes[f"planar-{tag}"] = (f"{variant} attention, internal image {pla.inner_shape}"
+        notes[f"planar-{tag}"] = (f"{variant} attention, internal image {pla.inner_shape}, {pla.pos_embed} positional "
+                                  "embedding"
                                   + (f", disc radius {pla.window_radius:.3f} px" if variant == "neighborhood" else ""))
     if not args.no_sfno:
         target = count_parameters(next(iter(models.values())))

@@ -15,7 +15,8 @@ between the grids (in both variants: local resampling, like the DISCO encoder/de
 and ``A_l`` global or neighbourhood attention on the internal grid.
 
 * :class:`SphericalTransformer`: area-weighted quadrature attention (:mod:`sciattn.spherical`) with
-  geodesic discs, periodic-in-longitude interpolation, real spherical harmonics as ``P``. The
+  geodesic discs, periodic-in-longitude interpolation, zonal Legendre polynomials of latitude as ``P`` (so the
+  whole model commutes with longitude shifts, the symmetry of a rotating sphere). The
   internal neighbourhood radius defaults to ``(7/√π)·Δθ`` (a disc with the area of a 7×7 window of
   the internal grid's largest latitude spacing ``Δθ``); the encoder/decoder radius is one latitude
   spacing of the coarser grid.
@@ -51,7 +52,7 @@ from sciattn.weighted_softmax import weighted_softmax_attention
 
 from .registry import register_operator
 
-__all__ = ["PlanarTransformer", "SphericalTransformer", "planar_disc_csr"]
+__all__ = ["PlanarTransformer", "SphericalTransformer", "planar_disc_csr", "zonal_legendre_embedding"]
 
 ATTENTIONS = ("global", "neighborhood")
 DISC_AREA_FACTOR = 7.0 / math.sqrt(math.pi)  # π r² = 49 Δ²: a disc with the area of a 7×7 window
@@ -110,6 +111,31 @@ def spherical_harmonic_embedding(nlat: int, nlon: int, grid: str, channels: int)
         peak = np.abs(field).max()
         out[i] = field / peak if peak > 1e-12 else 0.0
     return torch.as_tensor(out, dtype=torch.float32)[None]
+
+
+def zonal_legendre_embedding(nlat: int, nlon: int, grid: str, channels: int) -> torch.Tensor:
+    """Legendre polynomials ``P_l(cos θ)``, ``l = 0, 1, …``, each scaled to max 1 on the grid:
+    ``(1, C, nlat, nlon)``, constant along longitude.
+
+    The zonal spherical harmonics: functions of latitude only, so a model that adds them commutes
+    with every longitude shift of its layers. That is the symmetry of flow on a rotating sphere
+    (the Coriolis parameter ``f = 2Ω cos θ`` depends on latitude alone). Only ``nlat`` of them are
+    distinct on ``nlat`` latitudes: channels ``l ≥ nlat`` are zero.
+    """
+    sg = SphereGrid(nlat, nlon, grid)
+    cos_theta = np.cos(sg.colatitudes().numpy())
+    out = np.zeros((channels, nlat))
+    for degree in range(min(channels, nlat)):
+        field = special.eval_legendre(degree, cos_theta)
+        out[degree] = field / np.abs(field).max()
+    return torch.as_tensor(out, dtype=torch.float32)[None, :, :, None].expand(1, channels, nlat, nlon).contiguous()
+
+
+SPHERE_EMBEDDINGS = {  # pos_embed choices of SphericalTransformer
+    "zonal": zonal_legendre_embedding,
+    "spectral": spherical_harmonic_embedding,
+    "none": lambda nlat, nlon, grid, channels: torch.zeros(1, channels, 1, 1),
+}
 
 
 def planar_sincos_embedding(nlat: int, nlon: int, channels: int) -> torch.Tensor:
@@ -231,22 +257,24 @@ class SphericalTransformer(_GridTransformer):
         mlp_ratio: hidden width of the MLPs as a multiple of ``embed_dim``.
         attention: ``"global"`` or ``"neighborhood"`` for the internal blocks.
         theta_cutoff: radius (radians) of the internal neighbourhoods; ``None``: ``(7/√π)·Δθ``.
-        pos_embed: ``"spectral"`` (real spherical harmonics) or ``"none"``.
+        pos_embed: ``"zonal"`` (Legendre polynomials of latitude, :func:`zonal_legendre_embedding`: the
+            model commutes with longitude shifts by the internal spacing), ``"spectral"`` (all real
+            spherical harmonics, :func:`spherical_harmonic_embedding`: breaks that symmetry) or ``"none"``.
         residual_prediction: add the input to the output (needs ``in_channels == out_channels``).
     """
 
     def __init__(self, *, in_channels: int, out_channels: int, nlat: int, nlon: int, grid: str = "equiangular",
                  grid_internal: str = "legendre-gauss", scale_factor: int = 2, embed_dim: int = 64,
                  n_layers: int = 4, n_heads: int = 1, mlp_ratio: int = 2, attention: str = "neighborhood",
-                 theta_cutoff: float | None = None, pos_embed: str = "spectral",
+                 theta_cutoff: float | None = None, pos_embed: str = "zonal",
                  residual_prediction: bool = False) -> None:
         super().__init__()
         inner = _check_common(in_channels, out_channels, nlat, nlon, scale_factor, embed_dim, n_layers, n_heads,
                               mlp_ratio, attention)
         check_choice("grid", grid, SPHERE_GRIDS)
         check_choice("grid_internal", grid_internal, SPHERE_GRIDS)
-        check_choice("pos_embed", pos_embed, ("spectral", "none"))
-        self.shape, self.inner_shape, self.attention = (nlat, nlon), inner, attention
+        check_choice("pos_embed", pos_embed, tuple(SPHERE_EMBEDDINGS))
+        self.shape, self.inner_shape, self.attention, self.pos_embed = (nlat, nlon), inner, attention, pos_embed
         SphereGrid(nlat, nlon, grid), SphereGrid(*inner, grid_internal)  # validates nlat against the rules
         self._build_head(in_channels, out_channels, embed_dim, mlp_ratio, residual_prediction)
         if theta_cutoff is None:
@@ -265,7 +293,7 @@ class SphericalTransformer(_GridTransformer):
         self.decoder = _Resampling(
             SphericalNeighborhoodAttention(e, n_heads, inner, self.shape, grid_in=grid_internal, grid_out=grid),
             SphereResample(inner, self.shape, grid_internal, grid), e)
-        pos = spherical_harmonic_embedding(*inner, grid_internal, e) if pos_embed == "spectral" else torch.zeros(1, e, 1, 1)
+        pos = SPHERE_EMBEDDINGS[pos_embed](*inner, grid_internal, e)
         self.register_buffer("pos", pos, persistent=False)
 
 
@@ -308,7 +336,7 @@ class PlanarTransformer(_GridTransformer):
         if window_radius is not None and (not isinstance(window_radius, (int, float)) or isinstance(window_radius, bool)
                                           or not math.isfinite(window_radius) or window_radius <= 0):
             raise ValueError(f"window_radius: expected a finite positive number of pixels or None, got {window_radius!r}")
-        self.shape, self.inner_shape, self.attention = (nlat, nlon), inner, attention
+        self.shape, self.inner_shape, self.attention, self.pos_embed = (nlat, nlon), inner, attention, pos_embed
         self.window_radius = DISC_AREA_FACTOR if window_radius is None else float(window_radius)
         self._build_head(in_channels, out_channels, embed_dim, mlp_ratio, residual_prediction)
         e = embed_dim

@@ -15,6 +15,7 @@ from sciattn.operators.spherical_transformer import (
     SphericalTransformer,
     planar_sincos_embedding,
     spherical_harmonic_embedding,
+    zonal_legendre_embedding,
 )
 from sciattn.quadrature import sphere_quadrature
 
@@ -58,16 +59,20 @@ def test_neighborhood_variant_with_cutoff_pi_equals_the_global_variant():
 
 
 @pytest.mark.parametrize("attention", ["global", "neighborhood"])
-def test_spherical_model_commutes_with_longitude_rolls_and_planar_does_not(attention):
-    """Without a positional embedding, every layer of the spherical model commutes with rotations by
-    the internal longitude spacing (2 input columns); the planar image model has edges at λ = 0."""
+@pytest.mark.parametrize("pos_embed", ["zonal", "none"])
+def test_spherical_model_commutes_with_longitude_rolls_and_planar_does_not(attention, pos_embed):
+    """With the default (zonal) embedding or none, every layer of the spherical model commutes with
+    rotations by the internal longitude spacing (2 input columns); the planar image model has edges
+    at λ = 0, and the all-harmonics embedding breaks the symmetry."""
     x = torch.randn(1, 3, 9, 16, dtype=F64)
-    sph = SphericalTransformer(**SMALL, attention=attention, pos_embed="none").double()
+    sph = SphericalTransformer(**SMALL, attention=attention, pos_embed=pos_embed).double()
     out = sph(x)
     for shift in (2, 6):
         torch.testing.assert_close(sph(x.roll(shift, -1)), out.roll(shift, -1), rtol=1e-10, atol=1e-12)
     pla = PlanarTransformer(**SMALL, attention=attention, pos_embed="none").double()
     assert (pla(x.roll(2, -1)) - pla(x).roll(2, -1)).abs().max() > 1e-4
+    spectral = SphericalTransformer(**SMALL, attention=attention, pos_embed="spectral").double()
+    assert (spectral(x.roll(2, -1)) - spectral(x).roll(2, -1)).abs().max() > 1e-4
 
 
 def test_zonal_input_gives_a_zonal_output_without_longitude_downsampling():
@@ -100,6 +105,12 @@ def test_positional_embeddings_are_the_named_functions():
                                       torch.sin(theta) * torch.cos(lam))):
         torch.testing.assert_close(got.abs(), want.abs(), atol=1e-6, rtol=0)
         assert (got * want).sum() > 0  # same sign convention
+    zonal = zonal_legendre_embedding(5, 8, "legendre-gauss", 7).double()  # P_0 ... P_4, then zeros
+    cos_t = torch.cos(sphere_quadrature(5, "legendre-gauss")[0])[:, None].expand(5, 8)
+    for got, p_l in zip(zonal[0], (torch.ones_like(cos_t), cos_t, (3 * cos_t**2 - 1) / 2,
+                                   (5 * cos_t**3 - 3 * cos_t) / 2, (35 * cos_t**4 - 30 * cos_t**2 + 3) / 8)):
+        torch.testing.assert_close(got, p_l / p_l.abs().max(), atol=1e-6, rtol=0)
+    assert zonal[0, 5:].abs().max() == 0  # only nlat = 5 distinct functions of latitude on 5 latitudes
     pe = planar_sincos_embedding(3, 5, 4)
     torch.testing.assert_close(pe[0, :, 2, 4], torch.tensor([math.sin(2), math.cos(2), math.sin(4), math.cos(4)]))
 
