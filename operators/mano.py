@@ -55,10 +55,16 @@ import torch.nn.functional as F
 from neuralop.layers.spectral_convolution import SpectralConv
 from torch import nn
 
-from sciattn._checks import check_choice, check_dim, check_finite, check_positive_int, check_rank
+from sciattn._checks import (
+    check_choice,
+    check_dim,
+    check_finite,
+    check_per_axis_ints,
+    check_positive_int,
+    check_rank,
+)
 from sciattn.domain import Grid, fourier_resample, resample_field
 from sciattn.multipole import MultipoleAttention
-from sciattn.multipole.functional import normalize_window
 
 from .registry import register_operator
 
@@ -268,7 +274,7 @@ class MANO(nn.Module):
             if head != "spectral":
                 raise ValueError(f"head_grid: expected None with head={head!r} (it sets the spectral head's grid), "
                                  f"got {head_grid!r}")
-            head_grid = normalize_window(head_grid, spatial_dims, "head_grid")
+            head_grid = check_per_axis_ints("head_grid", head_grid, spatial_dims)
         self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
         attn_kwargs = dict(window=None if window_fraction is not None else window, window_fraction=window_fraction,
                            pool_factor=pool_factor, pool=pool, unpool=unpool, max_levels=max_levels,

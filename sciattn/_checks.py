@@ -90,6 +90,15 @@ def check_positive_int(name: str, value: object) -> int:
     return value
 
 
+def check_per_axis_ints(name: str, value: object, d: int) -> tuple[int, ...]:
+    """``value`` as a tuple of ``d`` positive ints; an int applies to every spatial axis."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value,) * d
+    if not isinstance(value, (tuple, list)) or len(value) != d:
+        raise ValueError(f"{name}: expected an int or {d} ints (one per spatial axis), got {value!r}")
+    return tuple(check_positive_int(name, v) for v in value)
+
+
 def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
     """Check that ``value`` is one of ``choices``."""
     if value not in choices:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from .._blocked_sdpa import blocked_sdpa
 from .._capabilities import has_flex_attention
-from .._checks import check_finite, check_positive_int, check_rank, check_tensor
+from .._checks import check_finite, check_per_axis_ints, check_rank, check_tensor
 from .._dispatch import Backend, register_backend, select_backend
 from .reference import from_windows, to_windows, window_reference
 
@@ -34,11 +34,7 @@ __all__ = ["window_attention", "normalize_window"]
 
 def normalize_window(window: int | Sequence[int], d: int, name: str = "window") -> tuple[int, ...]:
     """``window`` as a tuple of ``d`` positive ints (an int applies to every axis)."""
-    if isinstance(window, int) and not isinstance(window, bool):
-        window = (window,) * d
-    if not isinstance(window, (tuple, list)) or len(window) != d:
-        raise ValueError(f"{name}: expected an int or {d} ints (one per spatial axis), got {window!r}")
-    return tuple(check_positive_int(name, w) for w in window)
+    return check_per_axis_ints(name, window, d)
 
 
 def _shape(t: torch.Tensor) -> tuple[int, ...]:

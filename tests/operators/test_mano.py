@@ -312,6 +312,8 @@ def test_bad_inputs_name_the_problem():
         _model(head_grid=64)
     with pytest.raises(ValueError, match=r"head_grid: expected a positive int"):
         _model(head="spectral", head_grid=0)
+    with pytest.raises(ValueError, match=r"head_grid: expected an int or 2 ints \(one per spatial axis\), got \(64, 64, 64\)"):
+        _model(head="spectral", head_grid=(64, 64, 64))
     with pytest.raises(ValueError, match=r"rel_pos_bias: expected an int >= 0"):
         MultipoleAttention(4, 2, 2, window=2, rel_pos_bias=-1)
     with pytest.raises(TypeError, match="gate: expected a bool"):
