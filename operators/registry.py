@@ -2,8 +2,9 @@
 
 Constructors take explicit keyword arguments. ``create_operator`` checks the config keys
 against the constructor's signature and raises a ``ValueError`` naming any unknown key, then
-stores the config on the instance (``model.config``) as plain JSON-serialisable data so a
-checkpoint can rebuild the model without pickling Python objects.
+stores the config on the instance (``model.config``: every constructor parameter, defaults
+included) as plain JSON-serialisable data so a checkpoint can rebuild the same model without
+pickling Python objects, even after a default changes.
 """
 
 from __future__ import annotations
@@ -67,5 +68,7 @@ def create_operator(name: str, **config) -> nn.Module:
     except TypeError as err:
         raise ValueError(f"config: expected plain JSON values (numbers, strings, lists), got {err}") from None
     model = operator_class(name)(**config)
-    model.config = dict(config)  # type: ignore[assignment]
+    # Every parameter, defaults included: a checkpoint rebuilds the same model even if a default changes later.
+    defaults = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
+    model.config = {**defaults, **config}  # type: ignore[assignment]
     return model

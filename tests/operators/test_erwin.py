@@ -124,7 +124,8 @@ def test_a_few_steps_of_training_reduce_the_loss():
 
 def test_registry_config_is_plain_json_and_errors_name_the_argument():
     model = create_operator("erwin", **SMALL)
-    assert json.loads(json.dumps(model.config)) == SMALL
+    config = json.loads(json.dumps(model.config))
+    assert {k: config[k] for k in SMALL} == json.loads(json.dumps(SMALL))
     with pytest.raises(ValueError, match="enc_depths: expected 2 entries"):
         Erwin(**{**SMALL, "enc_depths": [2]})
     with pytest.raises(ValueError, match="strides: expected a power of two, got 3"):

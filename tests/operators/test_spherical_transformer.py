@@ -40,7 +40,9 @@ def test_planar_baseline_has_the_same_parameter_count(attention):
 def test_registry_forward_backward_and_plain_json_config(name, attention):
     cfg = dict(SMALL, attention=attention)
     model = create_operator(name, **cfg)
-    assert json.loads(json.dumps(model.config)) == cfg
+    config = json.loads(json.dumps(model.config))
+    assert {k: config[k] for k in cfg} == cfg
+    assert config["pos_embed"] == ("zonal" if name == "spherical_transformer" else "sincos")  # defaults recorded
     x = torch.randn(2, 3, 9, 16)
     out = model(x)
     assert out.shape == (2, 2, 9, 16) and torch.isfinite(out).all()
