@@ -23,7 +23,8 @@ recipe entry stays as above, and Part A keeps the shared lr (the sweep saw no 16
 before every model is built) and the trainer's shuffling. Result files written before 2026-11-30's
 third session came from unseeded initial weights (the models were built before the seed was set).
 
-Writes benchmarks/results/darcy_mano.{json,md}, or darcy_mano_tuned_lr.{json,md} with ``--lr-from``.
+Writes benchmarks/results/darcy_mano.{json,md}, or darcy_mano_tuned_lr.{json,md} with ``--lr-from``;
+``--name`` sets another stem (e.g. for a longer run that should not replace those files).
 """
 
 from __future__ import annotations
@@ -157,6 +158,8 @@ def main() -> None:
                     help="darcy_lr_sweep.json: per-model lr for Part B (writes darcy_mano_tuned_lr.{json,md})")
     ap.add_argument("--skip-real", action="store_true", help="leave out Part A (the real 16x16 files)")
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    ap.add_argument("--name", default=None,
+                    help="stem of the result files (default darcy_mano, or darcy_mano_tuned_lr with --lr-from)")
     args = ap.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -193,6 +196,8 @@ def main() -> None:
                        f"`{args.lr_from}` (argmin of validation rel. L2, last 80 of the training samples held out, "
                        "see benchmarks/darcy_lr_sweep.py): "
                        + ", ".join(f"{n} {lr:g}" for n, lr in lrs.items()) + ". Real 16×16 part: the recipe's lr.")
+    if args.name is not None:
+        stem = summary["benchmark"] = args.name
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / f"{stem}.json").write_text(json.dumps(summary, indent=2) + "\n")
     lines = [f"Darcy, one seed ({args.seed}), {summary['date']}, {summary['machine']}, torch {summary['torch']}. "

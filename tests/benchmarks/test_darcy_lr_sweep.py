@@ -76,3 +76,22 @@ def test_grid_edge_flags_the_ends_of_a_models_own_grid(sweep):
     assert sweep.on_grid_edge(runs, "FNO", 1.6e-2) and sweep.on_grid_edge(runs, "FNO", 1e-3)
     assert not sweep.on_grid_edge(runs, "FNO", 4e-3)
     assert not sweep.on_grid_edge(runs, "MANO", 3.2e-2)  # a single run has no grid
+
+
+def test_darcy_mano_name_sets_the_result_stem_and_keeps_the_default_files(sweep, tmp_path, monkeypatch):
+    """``--name`` writes NAME.{json,md} (here with ``--lr-from``, whose default stem is darcy_mano_tuned_lr);
+    training is stubbed, so only the bookkeeping runs."""
+    darcy_mano = sys.modules["darcy_mano"]
+    lrs = {n: 1e-3 for n in darcy_mano.models(64)}
+    (tmp_path / "sweep.json").write_text(json.dumps({"chosen_lr": lrs}))
+    errors = {"test_64": 0.02, "test_128": 0.03, "test_256": 0.04}
+    monkeypatch.setattr(darcy_mano, "build_datasets", lambda cfg, progress=False: (None, {}))
+    monkeypatch.setattr(darcy_mano, "run_part", lambda train, tests, latent, epochs, seed, lrs=None: {
+        n: {"parameters": 1, "train_seconds": 0.0, "rel_l2": errors, "lr": lrs[n]} for n in lrs})
+    monkeypatch.setattr(sys, "argv", ["darcy_mano.py", "--skip-real", "--epochs", "40", "--lr-from",
+                                      str(tmp_path / "sweep.json"), "--results", str(tmp_path), "--name", "long"])
+    darcy_mano.main()
+    summary = json.loads((tmp_path / "long.json").read_text())
+    assert summary["benchmark"] == "long" and summary["epochs_generated"] == 40
+    assert "--name long" in (tmp_path / "long.md").read_text()
+    assert not (tmp_path / "darcy_mano_tuned_lr.json").exists()
