@@ -63,12 +63,14 @@ def create_operator(name: str, **config) -> nn.Module:
     missing = sorted(k for k, p in params.items() if p.default is inspect.Parameter.empty and k not in config)
     if missing:
         raise ValueError(f"config: missing required key(s) {missing} for operator {name!r}")
+    # Every parameter, defaults included: a checkpoint rebuilds the same model even if a default changes later,
+    # so the defaults must be plain JSON too (checked here, together with the given values).
+    defaults = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
+    stored = {**defaults, **config}
     try:
-        json.dumps(config)
+        json.dumps(stored)
     except TypeError as err:
         raise ValueError(f"config: expected plain JSON values (numbers, strings, lists), got {err}") from None
     model = operator_class(name)(**config)
-    # Every parameter, defaults included: a checkpoint rebuilds the same model even if a default changes later.
-    defaults = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
-    model.config = {**defaults, **config}  # type: ignore[assignment]
+    model.config = stored  # type: ignore[assignment]
     return model
