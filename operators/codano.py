@@ -5,7 +5,9 @@ the domain. For scalar fields ``f_a`` with variable names ``n_a``::
 
     h_a^0 = Lift([f_a, PE_{n_a}])                         shared pointwise MLP, 1 + P -> width
     h^l   = h^{l-1} + CodomainAttention(h^{l-1})          attention between variables (pre-norm)
-    h^l   = h^l + FFN(Norm(h^l))                          shared pointwise MLP per variable
+    h^l   = h^l + FFN(Norm(h^l))                          shared MLP per variable (mixer="pointwise")
+    h^l   = h^l + FFN(z + K z),  z = Norm(h^l)            the same after a shared integral operator
+                                                          K z = ∫ κ(x - y) z(y) dy (mixer="spectral")
     u_a   = Proj(Norm(h_a^L))                             shared pointwise MLP, width -> 1
 
 ``PE_n`` is a learned, resolution-independent Fourier field per variable name
@@ -32,7 +34,15 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from sciattn._checks import check_dim, check_finite, check_positive_int, check_rank, check_tensor
+from sciattn._checks import (
+    check_choice,
+    check_dim,
+    check_finite,
+    check_per_axis_ints,
+    check_positive_int,
+    check_rank,
+    check_tensor,
+)
 from sciattn.codomain.module import CodomainAttention, QuadratureInstanceNorm, grid_weights
 from sciattn.codomain.positional import FourierField, VariableEncoding, evaluate_fields
 
@@ -50,18 +60,31 @@ def _channels_last(mlp: nn.Module, h: torch.Tensor) -> torch.Tensor:
     return mlp(h.transpose(-1, -2)).transpose(-1, -2)
 
 
+MIXERS = ("pointwise", "spectral")
+
+
 class _Block(nn.Module):
-    def __init__(self, width, n_heads, spatial_dims, mlp_ratio, attn_kwargs):
+    def __init__(self, width, n_heads, spatial_dims, mlp_ratio, attn_kwargs, mixer_modes=None):
         super().__init__()
         self.attn = CodomainAttention(width, n_heads, spatial_dims, **attn_kwargs)
         self.norm = QuadratureInstanceNorm(width)
         self.ffn = _mlp(width, mlp_ratio * width, width)
+        self.spectral = None
+        if mixer_modes is not None:  # one FNO layer per token, shared by all variables (CoDA-NO's mixer)
+            from neuralop.layers.spectral_convolution import SpectralConv  # slow to import: only when used
+
+            self.spectral = SpectralConv(width, width, n_modes=mixer_modes)
 
     def forward(self, h, w):  # h: (B, V, C, *spatial); w: (B, N)
         shape = h.shape
         h = h + self.attn(h, weights=w.reshape(shape[0], *shape[3:]))
         flat = h.flatten(3)
-        return (flat + _channels_last(self.ffn, self.norm(flat, w))).reshape(shape)
+        z = self.norm(flat, w)
+        if self.spectral is not None:
+            # neuraloperator's SpectralConv allocates a complex64 spectrum: run it in float32
+            k = self.spectral(z.reshape(shape[0] * shape[1], shape[2], *shape[3:]).float()).to(z.dtype)
+            z = z + k.reshape(z.shape)
+        return (flat + _channels_last(self.ffn, z)).reshape(shape)
 
 
 def _check_names(name: str, value: object) -> list[str]:
@@ -93,6 +116,10 @@ class CoDANO(nn.Module):
         pos_channels: channels of each variable's positional encoding.
         pos_modes: highest frequency per axis of the encodings and of the mask field.
         mlp_ratio: hidden width of the lifting, feed-forward and projection MLPs, times ``width``.
+        mixer: what each block applies to every token after the attention: ``"pointwise"`` (an
+            MLP) or ``"spectral"`` (the MLP after ``z + SpectralConv(z)``, one FNO layer shared by
+            all variables, as in CoDA-NO's permutation-equivariant mixer).
+        mixer_modes: Fourier modes per axis of the ``"spectral"`` mixer (default ``n_modes``).
         temperature: attention temperature (default ``sqrt(head_channels)``).
         learn_temperature: learn a temperature per head and layer.
         rule: quadrature rule of the grid (``"uniform"``, ``"midpoint"``, ``"trapezoid"``).
@@ -115,6 +142,8 @@ class CoDANO(nn.Module):
         pos_channels: int = 4,
         pos_modes: int | list[int] = 4,
         mlp_ratio: int = 2,
+        mixer: str = "pointwise",
+        mixer_modes: int | list[int] | None = None,
         temperature: float | None = None,
         learn_temperature: bool = False,
         rule: str = "uniform",
@@ -142,7 +171,15 @@ class CoDANO(nn.Module):
         self.lift = _mlp(1 + pos_channels, mlp_ratio * width, width)
         attn_kwargs = dict(head_channels=head_channels, qkv=qkv, n_modes=n_modes, temperature=temperature,
                            learn_temperature=learn_temperature, rule=rule)
-        self.blocks = nn.ModuleList(_Block(width, n_heads, spatial_dims, mlp_ratio, attn_kwargs)
+        check_choice("mixer", mixer, MIXERS)
+        if mixer == "spectral":
+            mixer_modes = list(check_per_axis_ints("mixer_modes", n_modes if mixer_modes is None else mixer_modes,
+                                                   spatial_dims))
+        elif mixer_modes is not None:
+            raise ValueError(f"mixer_modes: expected None with mixer='pointwise' (it sets the spectral mixer's "
+                             f"modes), got {mixer_modes!r}")
+        self.mixer = mixer
+        self.blocks = nn.ModuleList(_Block(width, n_heads, spatial_dims, mlp_ratio, attn_kwargs, mixer_modes)
                                     for _ in range(n_layers))
         self.norm = QuadratureInstanceNorm(width)
         self.proj = _mlp(width, mlp_ratio * width, 1)

@@ -50,6 +50,39 @@ def test_1d_2d_3d_grids_are_equivariant_and_train(spatial_dims, shape):
     assert losses[-1] < losses[0]
 
 
+@pytest.mark.parametrize("spatial_dims,shape", [(1, (24,)), (2, (10, 9)), (3, (6, 5, 4))])
+def test_spectral_mixer_is_equivariant_on_1d_2d_3d_and_zero_kernels_give_the_pointwise_model(spatial_dims, shape):
+    torch.manual_seed(0)
+    spectral = _model(spatial_dims=spatial_dims, mixer="spectral", mixer_modes=3).eval()
+    x = torch.randn(2, 3, *shape)
+    with torch.no_grad():
+        out = spectral(x)
+        torch.testing.assert_close(spectral(x[:, [1, 2, 0]], variables=["v", "p", "u"]), out[:, [1, 2, 0]],
+                                   rtol=1e-5, atol=1e-5)
+        pointwise = _model(spatial_dims=spatial_dims).eval()
+        missing = pointwise.load_state_dict(spectral.state_dict(), strict=False).unexpected_keys
+        assert missing and all(".spectral." in k for k in missing)  # only the mixers' kernels differ
+        assert (pointwise(x) - out).abs().max() > 1e-4  # the mixer acts
+        for block in spectral.blocks:
+            for param in block.spectral.parameters():
+                param.zero_()
+        torch.testing.assert_close(spectral(x), pointwise(x), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("mixer", ["pointwise", "spectral"])
+def test_a_block_commutes_with_periodic_shifts(mixer):
+    """Spectral Q/K/V, domain inner products, instance norms and the mixer are all shift-equivariant
+    on a periodic grid, so one block is too (the model is not: its encodings fix positions)."""
+    torch.manual_seed(0)
+    block = _model(mixer=mixer, **({"mixer_modes": 3} if mixer == "spectral" else {})).blocks[0].double().eval()
+    h = torch.randn(2, 3, 8, 12, 10, dtype=torch.float64)
+    w = torch.full((2, 120), 1 / 120, dtype=torch.float64)
+    with torch.no_grad():
+        out = block(h, w)
+        shifted = block(torch.roll(h, (3, 5), dims=(-2, -1)), w)
+    torch.testing.assert_close(shifted, torch.roll(out, (3, 5), dims=(-2, -1)), rtol=1e-6, atol=1e-6)
+
+
 def test_y_is_accepted_and_ignored_for_trainer_style_calls():
     model = _model().eval()
     x = torch.randn(1, 3, 8, 8)
@@ -187,3 +220,9 @@ def test_errors_name_argument_expected_and_given():
         model.masked_reconstruction_loss(torch.randn(1, 3, 8, 8), mask_ratio=1.5)
     with pytest.raises(ValueError, match=r"variables: expected a non-empty list of variable names, got 'uvp'"):
         _model(variables="uvp")
+    with pytest.raises(ValueError, match=r"mixer: expected one of .*'pointwise'.*got 'fno'"):
+        _model(mixer="fno")
+    with pytest.raises(ValueError, match=r"mixer_modes: expected an int or 2 ints \(one per spatial axis\), got \[4\]"):
+        _model(mixer="spectral", mixer_modes=[4])
+    with pytest.raises(ValueError, match=r"mixer_modes: expected None with mixer='pointwise'"):
+        _model(mixer_modes=4)
