@@ -1,0 +1,45 @@
+"""The few-shot benchmark's bookkeeping: the target verdicts, the per-variable error, and that
+the default CoDANO, the anchor-sized budget and the FNO stay within the stated parameter band."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def fewshot(import_benchmark):
+    return import_benchmark("codano_fewshot")
+
+
+def _results(e_ours, e_anchor, e_fno, params=(100, 100, 100)):
+    names = ("CoDANO (sciattn)", "CODANO (neuralop 2.0)", "FNO (from scratch)")
+    return {n: {"parameters": p, "finetune": {"25": {"test": {"all": e}}}}
+            for n, e, p in zip(names, (e_ours, e_anchor, e_fno), params)}
+
+
+def test_targets_need_30_percent_below_fno_and_below_the_anchor(fewshot):
+    verdicts = list(fewshot.check_targets(_results(0.069, 0.2, 0.1), "25").values())
+    assert verdicts == ["MET", "MET", "similar (within ±30%)"]
+    verdicts = fewshot.check_targets(_results(0.0839, 0.2001, 0.1035, (294_707, 259_909, 261_384)), "25")
+    assert list(verdicts.values()) == ["NOT MET", "MET", "similar (within ±30%)"]
+    assert "18.9% lower" in next(iter(verdicts))
+    verdicts = fewshot.check_targets(_results(0.12, 0.1, 0.1, (100, 100, 131)), "25")
+    assert list(verdicts.values()) == ["NOT MET", "NOT MET", "NOT similar"]
+    assert "20.0% higher" in next(iter(verdicts))
+
+
+def test_per_variable_rel_l2_is_per_sample_and_variable(fewshot):
+    target = torch.ones(2, 3, 4, 4)
+    pred = target.clone()
+    pred[1, 2] *= 1.5  # one sample, one variable off by 50%
+    err = fewshot.per_variable_rel_l2(pred, target)
+    expected = torch.zeros(2, 3)
+    expected[1, 2] = 0.5
+    torch.testing.assert_close(err, expected)
+
+
+def test_default_codano_has_a_parameter_count_similar_to_the_fno(fewshot):
+    ours = fewshot.count_parameters(fewshot.build_ours(n_modes=8, **fewshot.OURS))
+    fno = fewshot.count_parameters(fewshot.build_fno(28, 8))
+    assert 1 / 1.3 <= ours / fno <= 1.3
