@@ -79,8 +79,8 @@ WEIGHT_DECAY, GRAD_CLIP, MASK_FRACTION = 1e-4, 1.0, 0.5
 OURS = dict(width=32, n_heads=4, head_channels=2, mlp_ratio=4)
 
 
-def build_ours(width: int, n_modes: int, n_heads: int = OURS["n_heads"], head_channels: int = OURS["head_channels"],
-               mlp_ratio: int = OURS["mlp_ratio"]):
+def build_ours(n_modes: int, *, width: int, n_heads: int, head_channels: int, mlp_ratio: int):
+    """CoDANO over the NS variables; the size keywords as in :data:`OURS`."""
     from sciattn.operators import create_operator
 
     return create_operator("codano", variables=list(NS_VARS), width=width, n_layers=4, n_heads=n_heads,
@@ -416,7 +416,8 @@ def main() -> None:
     )
     notes = [
         f"Hyperparameters: CoDANO width {ours['width']}, 4 layers, {ours['n_heads']} heads × {ours['head_channels']} "
-        f"channels, spectral Q/K/V with {modes} modes, MLP ratio {ours['mlp_ratio']}, encodings 4 channels |k| ≤ 4. neuralop CODANO: hidden_variable_codimension "
+        f"channels, spectral Q/K/V with {modes} modes, MLP ratio {ours['mlp_ratio']}, encodings 4 channels |k| ≤ 4. "
+        "neuralop CODANO: hidden_variable_codimension "
         f"{anchor_hidden} = attention_token_dim (one token per variable), lifting/projection {2 * anchor_hidden}, "
         f"4 CODALayers, 2 heads × {anchor_hidden // 2}, n_modes {modes}, positional encoding 4 channels "
         f"modes [8, 8], default Tucker factorisation, domain_padding None (periodic data). FNO: hidden "

@@ -178,7 +178,6 @@ class CoDANO(nn.Module):
         elif mixer_modes is not None:
             raise ValueError(f"mixer_modes: expected None with mixer='pointwise' (it sets the spectral mixer's "
                              f"modes), got {mixer_modes!r}")
-        self.mixer = mixer
         self.blocks = nn.ModuleList(_Block(width, n_heads, spatial_dims, mlp_ratio, attn_kwargs, mixer_modes)
                                     for _ in range(n_layers))
         self.norm = QuadratureInstanceNorm(width)
