@@ -22,6 +22,11 @@ Protocol (identical for both codomain-attention models, side by side in one run)
    ``_extend_positional_encoding(["theta"])``) and fine-tune every weight on n Boussinesq pairs.
 3. FNO (4 channels in, 4 out) trains from scratch on the same n pairs for the same number of steps.
 
+Fine-tuning (all three models) rolls each training pair by ``(s, -s)`` grid cells, ``s`` uniform:
+buoyancy, advection and diffusion commute with translations and FNO's forcing depends on ``x + y``
+only, so this is an exact symmetry (``--no-augment`` turns it off; the NS pretraining is never
+augmented: on validation pairs it did not help there).
+
 Every model predicts the increment: ``y_hat = x + f(x)`` (masked inputs count as zero in ``x``), the
 same residual head for all three; ``--direct`` predicts ``y`` itself instead. Fields are divided by
 a per-variable RMS (``u, v, w`` from the NS training set, ``theta`` from the n fine-tuning pairs),
@@ -40,6 +45,7 @@ first treats theta as an advected scalar; FNO has no such prior to give.
 
 Writes benchmarks/results/codano_fewshot.{json,md}, or codano_fewshot_beta<β>.{json,md} for a
 ``--beta`` other than the default, with ``_theta_like_<var>`` appended for ``--theta-like``
+then ``_no_augment`` and ``_seed<seed>`` for ``--no-augment`` and a seed other than 0
 (``--quick`` writes nothing unless ``--results``).
 """
 
@@ -188,7 +194,20 @@ def per_variable_rel_l2(pred, target):
     return d / (target.flatten(2).norm(dim=-1) + 1e-8)
 
 
-def train(kind, model, data, names, *, steps, batch, lr, seed, residual, mask_fraction=0.0, log_every=50):
+def diagonal_shift(x: torch.Tensor, y: torch.Tensor, gen: torch.Generator):
+    """Roll each pair ``(x_i, y_i)`` by ``(s_i, -s_i)`` grid cells, ``s_i`` uniform in ``0..r-1``.
+
+    An exact symmetry of both systems on the torus: advection, diffusion and buoyancy
+    (``beta theta_x``) commute with every translation, and FNO's forcing depends on ``x + y`` only,
+    which a shift along ``(1, -1)`` leaves unchanged. ``x``, ``y``: ``(B, V, r, r)``.
+    """
+    shifts = torch.randint(0, x.shape[-1], (x.shape[0],), generator=gen).tolist()
+    roll = lambda a: torch.stack([a[i].roll((s, -s), dims=(-2, -1)) for i, s in enumerate(shifts)])  # noqa: E731
+    return roll(x), roll(y)
+
+
+def train(kind, model, data, names, *, steps, batch, lr, seed, residual, mask_fraction=0.0, augment=False,
+          log_every=50):
     from sciattn.train.losses import relative_l2
 
     x_all, y_all = data
@@ -206,6 +225,8 @@ def train(kind, model, data, names, *, steps, batch, lr, seed, residual, mask_fr
         idx = order[pos:pos + batch]
         pos += batch
         x, y = x_all[idx], y_all[idx]
+        if augment:
+            x, y = diagonal_shift(x, y, gen)
         masked = None
         if mask_fraction > 0:
             which = torch.randint(0, x.shape[1], (x.shape[0],), generator=gen)
@@ -235,6 +256,72 @@ def evaluate(kind, model, data, names, residual, batch=10):
             for i in range(0, x_all.shape[0], batch)]
     e = torch.cat(errs)  # (N, V)
     return {"all": e.mean().item(), **{v: e[:, j].mean().item() for j, v in enumerate(names)}}
+
+
+# ------------------------------------------------------------------------------------ protocol
+ANCHOR_HIDDEN, FNO_HIDDEN, MODES = 12, 28, 8
+WRAPPERS = {
+    "CoDANO (sciattn)": "none (forward(x, variables, masked), add_variable)",
+    "CODANO (neuralop 2.0)": "AnchorAdapter: ids→input_variable_ids, masked channel→0, drops y; "
+                             "add_variable→_extend_positional_encoding([name])",
+    "FNO (from scratch)": "none",
+}
+
+
+def pretrain_codomain_models(ns_train, ns_test, cfg, *, seed, residual, ours):
+    """Pretrain CoDANO (size ``ours``) and the anchor on NS masked one-step prediction.
+
+    Returns ``(results, pretrained)``: a result entry per model (the FNO's with no pretraining) and
+    the two pretrained codomain models by name.
+    """
+    builders = {"CoDANO (sciattn)": ("ours", lambda: build_ours(n_modes=MODES, **ours)),
+                "CODANO (neuralop 2.0)": ("anchor", lambda: AnchorAdapter(ANCHOR_HIDDEN, MODES))}
+    results, pretrained = {}, {}
+    for name, (kind, build) in builders.items():
+        torch.manual_seed(seed)
+        model = build()
+        print(f"[pretrain] {name}: {count_parameters(model):,} parameters", flush=True)
+        info = train(kind, model, ns_train, NS_VARS, steps=cfg["pretrain_steps"], batch=cfg["batch"],
+                     lr=LR["pretrain"], seed=seed, residual=residual, mask_fraction=MASK_FRACTION)
+        info["ns_test"] = evaluate(kind, model, ns_test, NS_VARS, residual)
+        info["parameters"] = count_parameters(model)
+        print(f"  NS held-out {info['ns_test']}", flush=True)
+        pretrained[name] = model
+        results[name] = {"kind": kind, "wrapper": WRAPPERS[name], "pretrain": info, "finetune": {}}
+    results["FNO (from scratch)"] = {"kind": "fno", "wrapper": WRAPPERS["FNO (from scratch)"], "pretrain": None,
+                                     "finetune": {}}
+    return results, pretrained
+
+
+def fewshot_split(data, ns_scale, n):
+    """Scaled ``(train, test)``: the first ``n`` pool pairs and the test pairs, ``theta``'s scale from the
+    ``n`` training pairs."""
+    px, py = data["pool"][0][:n], data["pool"][1][:n]
+    scale = torch.cat([ns_scale, rms(px[:, 3:], py[:, 3:])])
+    return scaled((px, py), scale), scaled(data["test"], scale)
+
+
+def finetune_and_test(name, r, pretrained, train_set, test_set, cfg, *, seed, n, residual, augment, theta_like):
+    """Fine-tune a copy of the pretrained ``name`` (with ``theta`` added) or a fresh FNO on
+    ``train_set``; returns the training info with its ``"test"`` errors. Records the model's
+    parameter count and, once, its zero-shot errors in ``r``."""
+    kind = r["kind"]
+    torch.manual_seed(seed + n)
+    if kind == "fno":
+        model, lr = build_fno(FNO_HIDDEN, MODES), LR["scratch"]
+    else:
+        model, lr = copy.deepcopy(pretrained[name]), LR["finetune"]
+        model.add_variable("theta", like=theta_like)
+        if "zero_shot" not in r:  # pretrained weights, theta's encoding fresh or copied (--theta-like)
+            r["zero_shot"] = evaluate(kind, model, test_set, BOUS_VARS, residual)
+    r["parameters"] = count_parameters(model)
+    print(f"[fine-tune n={n}] {name}: {r['parameters']:,} parameters", flush=True)
+    info = train(kind, model, train_set, BOUS_VARS, steps=cfg["finetune_steps"], batch=cfg["batch"], lr=lr,
+                 seed=seed + n, residual=residual, augment=augment, log_every=0)
+    info["test"] = evaluate(kind, model, test_set, BOUS_VARS, residual)
+    print(f"  test {json.dumps({k: round(v, 4) for k, v in info['test'].items()})} ({info['seconds']:.0f}s)",
+          flush=True)
+    return info
 
 
 def check_targets(results: dict, key: str) -> dict[str, str]:
@@ -321,6 +408,9 @@ def main() -> None:
     ap.add_argument("--theta-like", choices=NS_VARS, default=None,
                     help="start theta's encoding (both codomain models) as a copy of this variable's "
                          "(default: fresh); w, the vorticity, is the other advected scalar")
+    ap.add_argument("--no-augment", dest="augment", action="store_false",
+                    help="no diagonal-shift augmentation (default: every training batch, every model, is rolled "
+                         "by (s, -s) cells, an exact symmetry of both systems)")
     ap.add_argument("--ours-width", type=int, default=OURS["width"], help="channels of each CoDANO token")
     ap.add_argument("--ours-heads", type=int, default=OURS["n_heads"], help="CoDANO attention heads")
     ap.add_argument("--ours-head-channels", type=int, default=OURS["head_channels"], help="channels per head")
@@ -342,57 +432,16 @@ def main() -> None:
     ns_train, ns_test = scaled(data["ns_train"], ns_scale), scaled(data["ns_test"], ns_scale)
     test_raw = data["test"]
 
-    anchor_hidden, fno_hidden, modes = 12, 28, 8
     ours = dict(width=args.ours_width, n_heads=args.ours_heads, head_channels=args.ours_head_channels,
                 mlp_ratio=args.ours_mlp_ratio)
-    builders = {"CoDANO (sciattn)": ("ours", lambda: build_ours(n_modes=modes, **ours)),
-                "CODANO (neuralop 2.0)": ("anchor", lambda: AnchorAdapter(anchor_hidden, modes))}
-    wrappers = {
-        "CoDANO (sciattn)": "none (forward(x, variables, masked), add_variable)",
-        "CODANO (neuralop 2.0)": "AnchorAdapter: ids→input_variable_ids, masked channel→0, drops y; "
-                                 "add_variable→_extend_positional_encoding([name])",
-        "FNO (from scratch)": "none",
-    }
-    results, pretrained = {}, {}
-    for name, (kind, build) in builders.items():
-        torch.manual_seed(args.seed)
-        model = build()
-        print(f"[pretrain] {name}: {count_parameters(model):,} parameters", flush=True)
-        info = train(kind, model, ns_train, NS_VARS, steps=cfg["pretrain_steps"], batch=cfg["batch"],
-                     lr=LR["pretrain"], seed=args.seed, residual=residual, mask_fraction=MASK_FRACTION)
-        info["ns_test"] = evaluate(kind, model, ns_test, NS_VARS, residual)
-        info["parameters"] = count_parameters(model)
-        print(f"  NS held-out {info['ns_test']}", flush=True)
-        pretrained[name] = model
-        results[name] = {"kind": kind, "wrapper": wrappers[name], "pretrain": info, "finetune": {}}
-    results["FNO (from scratch)"] = {"kind": "fno", "wrapper": wrappers["FNO (from scratch)"], "pretrain": None,
-                                     "finetune": {}}
-
+    results, pretrained = pretrain_codomain_models(ns_train, ns_test, cfg, seed=args.seed, residual=residual,
+                                                   ours=ours)
     for n in cfg["n_values"]:
-        px, py = data["pool"][0][:n], data["pool"][1][:n]
-        theta_scale = rms(px[:, 3:], py[:, 3:])
-        scale = torch.cat([ns_scale, theta_scale])
-        train_set, test_set = scaled((px, py), scale), scaled(test_raw, scale)
+        train_set, test_set = fewshot_split(data, ns_scale, n)
         for name, r in results.items():
-            kind = r["kind"]
-            torch.manual_seed(args.seed + n)
-            if kind == "fno":
-                model = build_fno(fno_hidden, modes)
-                lr = LR["scratch"]
-            else:
-                model = copy.deepcopy(pretrained[name])
-                model.add_variable("theta", like=args.theta_like)
-                lr = LR["finetune"]
-                if "zero_shot" not in r:  # pretrained weights, theta's encoding fresh or copied (--theta-like)
-                    r["zero_shot"] = evaluate(kind, model, test_set, BOUS_VARS, residual)
-            r["parameters"] = count_parameters(model)
-            print(f"[fine-tune n={n}] {name}: {r['parameters']:,} parameters", flush=True)
-            info = train(kind, model, train_set, BOUS_VARS, steps=cfg["finetune_steps"], batch=cfg["batch"], lr=lr,
-                         seed=args.seed + n, residual=residual, log_every=0)
-            info["test"] = evaluate(kind, model, test_set, BOUS_VARS, residual)
-            print(f"  test {json.dumps({k: round(v, 4) for k, v in info['test'].items()})} "
-                  f"({info['seconds']:.0f}s)", flush=True)
-            r["finetune"][str(n)] = info
+            r["finetune"][str(n)] = finetune_and_test(name, r, pretrained, train_set, test_set, cfg, seed=args.seed,
+                                                      n=n, residual=residual, augment=args.augment,
+                                                      theta_like=args.theta_like)
     with torch.no_grad():  # persistence baseline y_hat = x (scale-free, so on the raw fields)
         e = per_variable_rel_l2(test_raw[0], test_raw[1])
         pers = {"all": e.mean().item(), **{v: e[:, j].mean().item() for j, v in enumerate(BOUS_VARS)}}
@@ -409,6 +458,9 @@ def main() -> None:
         "mask field, the anchor by zeroing the channel; the target is the full next state); then add `theta` and "
         f"fine-tune all weights for {cfg['finetune_steps']} steps (batch min(n, {cfg['batch']}), lr {LR['finetune']}). "
         f"FNO: from scratch on the same n pairs, same steps and batch, lr {LR['scratch']}. "
+        + ("Every fine-tuning batch (all three models; not the NS pretraining) is augmented by rolling each pair "
+           "by (s, -s) cells, s uniform, an exact symmetry of the forced system on the torus. " if args.augment
+           else "No augmentation. ")
         + ("All models predict the increment, y_hat = x + f(x) (the same residual head for all). " if residual
            else "All models predict y directly. ")
         + "Fields divided by per-variable RMS (u, v, w: NS training set; theta: the n fine-tuning pairs). "
@@ -416,12 +468,12 @@ def main() -> None:
     )
     notes = [
         f"Hyperparameters: CoDANO width {ours['width']}, 4 layers, {ours['n_heads']} heads × {ours['head_channels']} "
-        f"channels, spectral Q/K/V with {modes} modes, MLP ratio {ours['mlp_ratio']}, encodings 4 channels |k| ≤ 4. "
+        f"channels, spectral Q/K/V with {MODES} modes, MLP ratio {ours['mlp_ratio']}, encodings 4 channels |k| ≤ 4. "
         "neuralop CODANO: hidden_variable_codimension "
-        f"{anchor_hidden} = attention_token_dim (one token per variable), lifting/projection {2 * anchor_hidden}, "
-        f"4 CODALayers, 2 heads × {anchor_hidden // 2}, n_modes {modes}, positional encoding 4 channels "
+        f"{ANCHOR_HIDDEN} = attention_token_dim (one token per variable), lifting/projection {2 * ANCHOR_HIDDEN}, "
+        f"4 CODALayers, 2 heads × {ANCHOR_HIDDEN // 2}, n_modes {MODES}, positional encoding 4 channels "
         f"modes [8, 8], default Tucker factorisation, domain_padding None (periodic data). FNO: hidden "
-        f"{fno_hidden}, 4 layers, {modes}×{modes} modes.",
+        f"{FNO_HIDDEN}, 4 layers, {MODES}×{MODES} modes.",
         "Neither codomain model's maths was changed; the adapter only renames arguments, zeroes masked "
         "channels and drops extra keywords. neuralop's Trainer was not used for any model (one shared loop), "
         "so its y= problem is only documented: CODANO.forward(x=..., y=...) raises TypeError.",
@@ -441,7 +493,7 @@ def main() -> None:
         "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads, CPU (2 cores, shared)",
         "torch": torch.__version__, "neuralop": getattr(neuralop, "__version__", "unknown"),
         "command": f"python benchmarks/codano_fewshot.py{' ' + argv if argv else ''}", "seed": args.seed,
-        "beta": args.beta, "theta_like": args.theta_like,
+        "beta": args.beta, "theta_like": args.theta_like, "augment": args.augment,
         "config": cfg, "ours": ours, "lr": LR, "residual": residual, "protocol": protocol, "results": results,
         "ns_persistence": ns_pers, "target_n": int(target_key), "targets": targets, "notes": notes,
         "total_seconds": time.perf_counter() - t_start,
@@ -454,6 +506,10 @@ def main() -> None:
         stem = "codano_fewshot" if args.beta == DEFAULT_BETA else f"codano_fewshot_beta{args.beta:g}"
         if args.theta_like is not None:
             stem += f"_theta_like_{args.theta_like}"
+        if not args.augment:
+            stem += "_no_augment"
+        if args.seed != 0:
+            stem += f"_seed{args.seed}"
         (out / f"{stem}.json").write_text(json.dumps(summary, indent=2) + "\n")
         (out / f"{stem}.md").write_text(text)
 

@@ -43,3 +43,37 @@ def test_default_codano_has_a_parameter_count_similar_to_the_fno(fewshot):
     ours = fewshot.count_parameters(fewshot.build_ours(n_modes=8, **fewshot.OURS))
     fno = fewshot.count_parameters(fewshot.build_fno(28, 8))
     assert 1 / 1.3 <= ours / fno <= 1.3
+
+
+def _solve_boussinesq(w0, theta0, s):
+    from sciattn.pde_data.coupled_navier_stokes import solve_coupled_navier_stokes
+    from sciattn.pde_data.navier_stokes import fno_forcing
+
+    w, th, _ = solve_coupled_navier_stokes(w0, theta0, nu=1e-3, kappa=1e-3, beta=0.2, t_final=0.1, dt=1e-2,
+                                           forcing=fno_forcing(s))
+    return torch.stack([w[..., -1], th[..., -1]])
+
+
+def test_diagonal_shift_is_an_exact_symmetry_of_the_forced_boussinesq_solver(fewshot):
+    """Solving a rolled initial state equals rolling the solution for shifts along (1, -1) only:
+    FNO's forcing depends on x + y, so a shift along (1, 0) changes the answer."""
+    s = 16
+    gen = torch.Generator().manual_seed(3)
+    w0, th0 = torch.randn(2, s, s, generator=gen, dtype=torch.float64)
+    ref = _solve_boussinesq(w0, th0, s)
+    diag = _solve_boussinesq(w0.roll((5, -5), (0, 1)), th0.roll((5, -5), (0, 1)), s)
+    torch.testing.assert_close(diag, ref.roll((5, -5), (-2, -1)), atol=1e-10, rtol=1e-10)
+    axis = _solve_boussinesq(w0.roll(5, 0), th0.roll(5, 0), s)
+    assert (axis - ref.roll(5, -2)).abs().max() > 1e-3
+
+
+def test_diagonal_shift_rolls_input_and_target_of_each_pair_alike(fewshot):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 4, 8, 8, generator=gen)
+    y = torch.randn(6, 4, 8, 8, generator=gen)
+    xs, ys = fewshot.diagonal_shift(x, y, torch.Generator().manual_seed(1))
+    shifts = torch.randint(0, 8, (6,), generator=torch.Generator().manual_seed(1)).tolist()
+    assert len(set(shifts)) > 1
+    for i, k in enumerate(shifts):
+        torch.testing.assert_close(xs[i], x[i].roll((k, -k), (-2, -1)))
+        torch.testing.assert_close(ys[i], y[i].roll((k, -k), (-2, -1)))
