@@ -1,0 +1,39 @@
+"""The multi-seed collector: gains, the verdicts for the mean and every seed, and protocol checks."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def seeds(import_benchmark):
+    return import_benchmark("codano_fewshot_seeds")
+
+
+def _run(seed, ours, anchor, fno):
+    res = {m: {"parameters": 100, "finetune": {"25": {"test": {"all": e}}}}
+           for m, e in zip(("CoDANO (sciattn)", "CODANO (neuralop 2.0)", "FNO (from scratch)"), (ours, anchor, fno))}
+    return {"seed": seed, "results": res, "config": {"n_values": [25]}, "target_n": 25, "ours": {}, "lr": {},
+            "residual": True, "beta": 0.2, "theta_like": None, "augment": True, "command": "c", "total_seconds": 60}
+
+
+def test_gain_per_seed_and_of_the_mean_errors(seeds):
+    s = seeds.collect([_run(0, 0.06, 0.2, 0.10), _run(1, 0.09, 0.2, 0.10)])
+    assert s["gains"] == pytest.approx([0.4, 0.1])
+    assert s["gain_of_mean_errors"] == pytest.approx(0.25)
+    assert s["mean"]["CoDANO (sciattn)"]["25"] == pytest.approx(0.075)
+    assert not s["target_met_by_mean"] and not s["target_met_by_every_seed"]
+    s = seeds.collect([_run(0, 0.06, 0.2, 0.10), _run(1, 0.065, 0.2, 0.10)])
+    assert s["target_met_by_mean"] and s["target_met_by_every_seed"]
+    s = seeds.collect([_run(0, 0.06, 0.05, 0.10), _run(1, 0.065, 0.2, 0.10)])  # seed 0 above the anchor
+    assert s["target_met_by_mean"] and not s["target_met_by_every_seed"]
+    assert "in every seed NOT MET" in seeds.markdown({**s, "date": "d", "command": "c"})
+
+
+def test_runs_with_different_protocols_are_refused(seeds):
+    other = copy.deepcopy(_run(1, 0.06, 0.2, 0.1))
+    other["augment"] = False
+    with pytest.raises(ValueError, match=r"seed 1 differs from seed 0 in \['augment'\]"):
+        seeds.collect([_run(0, 0.06, 0.2, 0.1), other])
