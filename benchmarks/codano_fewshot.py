@@ -44,9 +44,9 @@ vorticity's (the other scalar the flow advects) instead of a fresh draw, so the 
 first treats theta as an advected scalar; FNO has no such prior to give.
 
 Writes benchmarks/results/codano_fewshot.{json,md}, or codano_fewshot_beta<β>.{json,md} for a
-``--beta`` other than the default, with ``_theta_like_<var>`` appended for ``--theta-like``
-then ``_no_augment`` and ``_seed<seed>`` for ``--no-augment`` and a seed other than 0
-(``--quick`` writes nothing unless ``--results``).
+``--beta`` other than the default, with ``_theta_like_<var>`` appended for ``--theta-like``, then
+``_no_augment`` for ``--no-augment`` and ``_seed<seed>`` for a seed other than 0 (``--quick`` writes
+nothing unless ``--results``).
 """
 
 from __future__ import annotations
@@ -409,8 +409,8 @@ def main() -> None:
                     help="start theta's encoding (both codomain models) as a copy of this variable's "
                          "(default: fresh); w, the vorticity, is the other advected scalar")
     ap.add_argument("--no-augment", dest="augment", action="store_false",
-                    help="no diagonal-shift augmentation (default: every training batch, every model, is rolled "
-                         "by (s, -s) cells, an exact symmetry of both systems)")
+                    help="no diagonal-shift augmentation (default: every fine-tuning batch, every model, is rolled "
+                         "by (s, -s) cells, an exact symmetry of both systems; pretraining never is)")
     ap.add_argument("--ours-width", type=int, default=OURS["width"], help="channels of each CoDANO token")
     ap.add_argument("--ours-heads", type=int, default=OURS["n_heads"], help="CoDANO attention heads")
     ap.add_argument("--ours-head-channels", type=int, default=OURS["head_channels"], help="channels per head")
