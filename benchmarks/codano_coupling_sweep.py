@@ -62,11 +62,9 @@ def markdown(summary) -> str:
     ]
     for r in rows:
         e = [r["test"][m]["all"] for m in MODELS]
-        gain = 100 * (1 - e[0] / e[2])
-        versus = f"{gain:.1f}% lower" if gain >= 0 else f"{-gain:.1f}% higher"
         met = "MET" if all(v == "MET" for v in list(r["targets"].values())[:2]) else "NOT MET"
         lines.append(f"| {r['beta']:g} | {r['increment_rms_ratio']:.2f} | " + " | ".join(f"{x:.4f}" for x in e)
-                     + f" | {versus} | {met} |")
+                     + f" | {fewshot.versus(1 - e[0] / e[2])} | {met} |")
     lines += ["", "Per variable (test relative L2, u / v / w / theta):", "", "| β | " + " | ".join(MODELS) + " |",
               "|---|" + "---|" * len(MODELS)]
     for r in rows:
@@ -107,7 +105,7 @@ def main() -> None:
                                                            ours=fewshot.OURS)
     rows = []
     for beta in args.betas:
-        data = data_for(beta)
+        data = first if beta == args.betas[0] else data_for(beta)
         print(f"== beta {beta:g}", flush=True)
         train_set, test_set = fewshot.fewshot_split(data, ns_scale, n)
         row = {"beta": beta, "increment_rms_ratio": increment_rms_ratio(data["test"], first["ns_test"]),

@@ -22,6 +22,9 @@ import statistics
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from codano_fewshot import versus  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("CoDANO (sciattn)", "CODANO (neuralop 2.0)", "FNO (from scratch)")
 PROTOCOL_KEYS = ("config", "ours", "lr", "residual", "beta", "theta_like", "augment")
@@ -78,8 +81,7 @@ def markdown(summary: dict) -> str:
                      + " | ".join(f"**{summary['mean'][m][n]:.4f}**{fmt_std(summary['std'][m][n])}" for n in ns)
                      + " |")
     lines += ["", f"CoDANO against the FNO at n = {target}, per seed: "
-              + ", ".join(f"seed {r['seed']} {100 * r['gain']:.1f}% lower" if r["gain"] >= 0 else
-                          f"seed {r['seed']} {-100 * r['gain']:.1f}% higher" for r in rows)
+              + ", ".join(f"seed {r['seed']} {versus(r['gain'])}" for r in rows)
               + f"; of the mean errors {100 * summary['gain_of_mean_errors']:.1f}% lower"
               + (f" (per-seed gains {100 * statistics.mean(summary['gains']):.1f}% ± "
                  f"{100 * statistics.stdev(summary['gains']):.1f}%)." if len(rows) > 1 else "."),

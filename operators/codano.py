@@ -43,7 +43,12 @@ from sciattn._checks import (
     check_rank,
     check_tensor,
 )
-from sciattn.codomain.module import CodomainAttention, QuadratureInstanceNorm, grid_weights
+from sciattn.codomain.module import (
+    CodomainAttention,
+    QuadratureInstanceNorm,
+    grid_weights,
+    per_token_spectral_conv,
+)
 from sciattn.codomain.positional import FourierField, VariableEncoding, evaluate_fields
 
 from .registry import register_operator
@@ -81,9 +86,7 @@ class _Block(nn.Module):
         flat = h.flatten(3)
         z = self.norm(flat, w)
         if self.spectral is not None:
-            # neuraloperator's SpectralConv allocates a complex64 spectrum: run it in float32
-            k = self.spectral(z.reshape(shape[0] * shape[1], shape[2], *shape[3:]).float()).to(z.dtype)
-            z = z + k.reshape(z.shape)
+            z = z + per_token_spectral_conv(self.spectral, z, shape[3:])
         return (flat + _channels_last(self.ffn, z)).reshape(shape)
 
 

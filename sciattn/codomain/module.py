@@ -35,7 +35,7 @@ from .._checks import check_choice, check_dim, check_positive_int, check_rank, c
 from ..domain import Grid
 from .functional import codomain_attention, codomain_logits
 
-__all__ = ["CodomainAttention", "QuadratureInstanceNorm", "grid_weights"]
+__all__ = ["CodomainAttention", "QuadratureInstanceNorm", "grid_weights", "per_token_spectral_conv"]
 
 QKV_TYPES = ("spectral", "pointwise")
 
@@ -57,6 +57,17 @@ def grid_weights(x: torch.Tensor, spatial_dims: int, rule: str = "uniform",
         w = w.reshape(1, -1) if w.dim() == spatial_dims else w.reshape(b, -1)
     w = w.expand(b, w.shape[-1])
     return w / w.sum(dim=1, keepdim=True)
+
+
+def per_token_spectral_conv(conv: nn.Module, h: torch.Tensor, grid: Sequence[int]) -> torch.Tensor:
+    """Apply neuraloperator's ``SpectralConv`` ``conv`` to every variable token of ``h``.
+
+    ``h``: ``(B, V, C, N)`` with ``N = prod(grid)`` -> ``(B, V, C', N)``. ``SpectralConv`` allocates a
+    complex64 spectrum, so it runs in float32 and the result is cast back to ``h``'s dtype.
+    """
+    b, nv, c, _ = h.shape
+    out = conv(h.reshape(b * nv, c, *grid).float()).to(h.dtype)
+    return out.reshape(b, nv, out.shape[1], -1)
 
 
 class QuadratureInstanceNorm(nn.Module):
@@ -170,7 +181,7 @@ class CodomainAttention(nn.Module):
 
     def _qkv(self, x, var_mask, weights):
         """Normalised, projected heads ``(B, H, V, N, Dh)`` ×3 and weights ``(B, N)``."""
-        b, nv, c, *grid = x.shape
+        grid = x.shape[3:]
         w = grid_weights(x, self.spatial_dims, self.rule, weights)
         if var_mask is not None:  # absent variables may hold anything, even NaN
             present = var_mask[(...,) + (None,) * (1 + self.spatial_dims)]
@@ -180,9 +191,7 @@ class CodomainAttention(nn.Module):
             h = self.norm(h, w)
         t = self.proj(h.transpose(-1, -2))  # (B, V, N, 3·H·Dh)
         if self.spectral is not None:
-            # neuraloperator's SpectralConv allocates a complex64 spectrum: run it in float32
-            s = self.spectral(h.reshape(b * nv, c, *grid).float()).to(t.dtype)
-            t = t + s.reshape(b, nv, -1, w.shape[1]).transpose(-1, -2)
+            t = t + per_token_spectral_conv(self.spectral, h, grid).transpose(-1, -2)
         t = t.unflatten(-1, (3, self.n_heads, self.head_channels)).permute(3, 0, 4, 1, 2, 5)
         return t[0], t[1], t[2], w
 
