@@ -52,7 +52,7 @@ def markdown(summary) -> str:
         f"`{summary['command']}`. Total wall time {summary['total_seconds'] / 60:.1f} min.", "",
         f"Protocol and sizes as `codano_fewshot.py` ({cfg['pretrain_steps']} pretraining steps, "
         f"{cfg['finetune_steps']} fine-tuning steps, data at {cfg['res']}², test on {cfg['test']} pairs per β"
-        + (", diagonal-shift augmentation while fine-tuning" if summary["augment"] else ", no augmentation")
+        + f", {fewshot.AUGMENT_LABEL[fewshot.augment_mode(summary['augment'])]}"
         + "). Pretraining NS held-out relative L2: "
         + ", ".join(f"{k} {v:.4f}" for k, v in summary["pretrain_ns_test"].items()) + ".", "",
         "Test relative L2 (mean over samples and the 4 variables):", "",
@@ -81,7 +81,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="tiny smoke run, results not written by default")
-    ap.add_argument("--no-augment", dest="augment", action="store_false", help="as in codano_fewshot.py")
+    ap.add_argument("--augment", choices=fewshot.AUGMENTATIONS, default="symmetry", help="as in codano_fewshot.py")
     ap.add_argument("--cache", type=Path, default=Path("~/.cache/sciattn").expanduser())
     ap.add_argument("--results", type=Path, default=None, help="default benchmarks/results (full runs only)")
     args = ap.parse_args()
@@ -136,7 +136,8 @@ def main() -> None:
     out = args.results if args.results is not None else (None if args.quick else ROOT / "benchmarks" / "results")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        stem = "codano_coupling_sweep" + (f"_seed{args.seed}" if args.seed != 0 else "")
+        stem = ("codano_coupling_sweep" + fewshot.augment_suffix(args.augment)
+                + (f"_seed{args.seed}" if args.seed != 0 else ""))
         (out / f"{stem}.json").write_text(json.dumps(summary, indent=2) + "\n")
         (out / f"{stem}.md").write_text(text)
 

@@ -22,10 +22,15 @@ Protocol (identical for both codomain-attention models, side by side in one run)
    ``_extend_positional_encoding(["theta"])``) and fine-tune every weight on n Boussinesq pairs.
 3. FNO (4 channels in, 4 out) trains from scratch on the same n pairs for the same number of steps.
 
-Fine-tuning (all three models) rolls each training pair by ``(s, -s)`` grid cells, ``s`` uniform:
-buoyancy, advection and diffusion commute with translations and FNO's forcing depends on ``x + y``
-only, so this is an exact symmetry (``--no-augment`` turns it off; the NS pretraining is never
-augmented: on validation pairs it did not help there).
+Fine-tuning (all three models) augments every batch with the symmetries of the forced Boussinesq
+system on the grid (``--augment symmetry``, the default): each pair is rolled by ``(s, -s)`` grid
+cells, ``s`` uniform (buoyancy, advection and diffusion commute with translations and FNO's forcing
+depends on ``x + y`` only), and with probability 1/2 turned by π about a point on ``x + y = 1/8``
+(:func:`half_turn`: the forcing is symmetric about that line, velocities flip sign with the turn,
+the vorticity does not, and ``theta`` flips sign so that the buoyancy, which turns with gravity,
+stays the same). Both are exact: the tests solve transformed initial states and compare.
+``--augment shift`` keeps the shifts only (the protocol before the half-turn), ``--augment none``
+neither; the NS pretraining is never augmented (on validation pairs shifting it did not help).
 
 Every model predicts the increment: ``y_hat = x + f(x)`` (masked inputs count as zero in ``x``), the
 same residual head for all three; ``--direct`` predicts ``y`` itself instead. Fields are divided by
@@ -45,8 +50,8 @@ first treats theta as an advected scalar; FNO has no such prior to give.
 
 Writes benchmarks/results/codano_fewshot.{json,md}, or codano_fewshot_beta<β>.{json,md} for a
 ``--beta`` other than the default, with ``_theta_like_<var>`` appended for ``--theta-like``, then
-``_no_augment`` for ``--no-augment`` and ``_seed<seed>`` for a seed other than 0 (``--quick`` writes
-nothing unless ``--results``).
+``_shift_augment`` / ``_none_augment`` for ``--augment shift`` / ``none`` and ``_seed<seed>`` for a seed
+other than 0 (``--quick`` writes nothing unless ``--results``).
 """
 
 from __future__ import annotations
@@ -206,9 +211,77 @@ def diagonal_shift(x: torch.Tensor, y: torch.Tensor, gen: torch.Generator):
     return roll(x), roll(y)
 
 
-def train(kind, model, data, names, *, steps, batch, lr, seed, residual, mask_fraction=0.0, augment=False,
+#: Each variable's factor under the half-turn: velocity components turn with the flow (sign flip),
+#: the vorticity is a scalar under rotations, and theta flips because gravity turns too (buoyancy
+#: ``(0, beta theta)`` is then unchanged).
+HALF_TURN_SIGN = {"u": -1.0, "v": -1.0, "w": 1.0, "theta": -1.0}
+
+
+def half_turn(a: torch.Tensor, names) -> torch.Tensor:
+    """Turn fields ``(B, V, r, r)`` by π about ``(1/8, 0)``: ``(x, y) -> (1/4 - x, -y)``, i.e. grid index
+    ``(i, j) -> (r/4 - i, -j) mod r``, each variable times :data:`HALF_TURN_SIGN`.
+
+    ``x + y -> 1/4 - (x + y)`` leaves FNO's forcing ``0.1 (sin 2π(x+y) + cos 2π(x+y))`` unchanged, so
+    with the signs this is an exact symmetry of both systems (any β). ``r`` must be a multiple of 4.
+    """
+    r = a.shape[-1]
+    if r % 4 or a.shape[-2] != r:
+        raise ValueError(f"a: expected a square grid whose size is a multiple of 4, got {tuple(a.shape[-2:])}")
+    unknown = [n for n in names if n not in HALF_TURN_SIGN]
+    if unknown or len(names) != a.shape[1]:
+        raise ValueError(f"names: expected {a.shape[1]} names from {sorted(HALF_TURN_SIGN)}, got {list(names)}")
+    i = (r // 4 - torch.arange(r)) % r
+    j = (-torch.arange(r)) % r
+    sign = torch.tensor([HALF_TURN_SIGN[n] for n in names], dtype=a.dtype)[None, :, None, None]
+    return sign * a[..., i, :][..., j]
+
+
+AUGMENTATIONS = ("none", "shift", "symmetry")
+
+
+def augment_pairs(x: torch.Tensor, y: torch.Tensor, names, gen: torch.Generator, augment: str):
+    """``"shift"``: :func:`diagonal_shift`; ``"symmetry"``: that, then :func:`half_turn` of each pair with
+    probability 1/2 (the shifts draw first, so both modes shift alike); ``"none"``: unchanged."""
+    if augment == "none":
+        return x, y
+    x, y = diagonal_shift(x, y, gen)
+    if augment == "symmetry":
+        turn = (torch.rand(x.shape[0], generator=gen) < 0.5)[:, None, None, None]
+        x, y = torch.where(turn, half_turn(x, names), x), torch.where(turn, half_turn(y, names), y)
+    return x, y
+
+
+AUGMENT_TEXT = {
+    "none": "No augmentation. ",
+    "shift": "Every fine-tuning batch (all three models; not the NS pretraining) is augmented by rolling each pair "
+             "by (s, -s) cells, s uniform, an exact symmetry of the forced system on the torus. ",
+    "symmetry": "Every fine-tuning batch (all three models; not the NS pretraining) is augmented with the forced "
+                "system's symmetries: each pair is rolled by (s, -s) cells, s uniform, and with probability 1/2 "
+                "turned by π about (1/8, 0) (u, v and theta change sign, w does not); both are exact. ",
+}
+
+
+AUGMENT_LABEL = {"none": "no augmentation", "shift": "diagonal-shift augmentation while fine-tuning",
+                 "symmetry": "diagonal-shift and half-turn augmentation while fine-tuning"}
+
+
+def augment_mode(value) -> str:
+    """A result file's ``augment`` entry as a mode of :data:`AUGMENTATIONS` (files written before the
+    half-turn store ``True`` for the shifts, ``False`` for none)."""
+    return {True: "shift", False: "none"}.get(value, value) if isinstance(value, bool) else value
+
+
+def augment_suffix(augment: str) -> str:
+    """File-name part of a mode: none for the default ``"symmetry"``, else ``"_<mode>_augment"``."""
+    return "" if augment == "symmetry" else f"_{augment}_augment"
+
+
+def train(kind, model, data, names, *, steps, batch, lr, seed, residual, mask_fraction=0.0, augment="none",
           log_every=50):
+    from sciattn._checks import check_choice
     from sciattn.train.losses import relative_l2
+
+    check_choice("augment", augment, AUGMENTATIONS)
 
     x_all, y_all = data
     n = x_all.shape[0]
@@ -225,8 +298,7 @@ def train(kind, model, data, names, *, steps, batch, lr, seed, residual, mask_fr
         idx = order[pos:pos + batch]
         pos += batch
         x, y = x_all[idx], y_all[idx]
-        if augment:
-            x, y = diagonal_shift(x, y, gen)
+        x, y = augment_pairs(x, y, names, gen, augment)
         masked = None
         if mask_fraction > 0:
             which = torch.randint(0, x.shape[1], (x.shape[0],), generator=gen)
@@ -411,9 +483,10 @@ def main() -> None:
     ap.add_argument("--theta-like", choices=NS_VARS, default=None,
                     help="start theta's encoding (both codomain models) as a copy of this variable's "
                          "(default: fresh); w, the vorticity, is the other advected scalar")
-    ap.add_argument("--no-augment", dest="augment", action="store_false",
-                    help="no diagonal-shift augmentation (default: every fine-tuning batch, every model, is rolled "
-                         "by (s, -s) cells, an exact symmetry of both systems; pretraining never is)")
+    ap.add_argument("--augment", choices=AUGMENTATIONS, default="symmetry",
+                    help="fine-tuning augmentation of every model (pretraining never is): 'symmetry' (default) rolls "
+                         "each pair by (s, -s) cells and half-turns it with probability 1/2, exact symmetries of "
+                         "both systems; 'shift' only rolls; 'none'")
     ap.add_argument("--ours-width", type=int, default=OURS["width"], help="channels of each CoDANO token")
     ap.add_argument("--ours-heads", type=int, default=OURS["n_heads"], help="CoDANO attention heads")
     ap.add_argument("--ours-head-channels", type=int, default=OURS["head_channels"], help="channels per head")
@@ -461,9 +534,7 @@ def main() -> None:
         "mask field, the anchor by zeroing the channel; the target is the full next state); then add `theta` and "
         f"fine-tune all weights for {cfg['finetune_steps']} steps (batch min(n, {cfg['batch']}), lr {LR['finetune']}). "
         f"FNO: from scratch on the same n pairs, same steps and batch, lr {LR['scratch']}. "
-        + ("Every fine-tuning batch (all three models; not the NS pretraining) is augmented by rolling each pair "
-           "by (s, -s) cells, s uniform, an exact symmetry of the forced system on the torus. " if args.augment
-           else "No augmentation. ")
+        + AUGMENT_TEXT[args.augment]
         + ("All models predict the increment, y_hat = x + f(x) (the same residual head for all). " if residual
            else "All models predict y directly. ")
         + "Fields divided by per-variable RMS (u, v, w: NS training set; theta: the n fine-tuning pairs). "
@@ -509,8 +580,7 @@ def main() -> None:
         stem = "codano_fewshot" if args.beta == DEFAULT_BETA else f"codano_fewshot_beta{args.beta:g}"
         if args.theta_like is not None:
             stem += f"_theta_like_{args.theta_like}"
-        if not args.augment:
-            stem += "_no_augment"
+        stem += augment_suffix(args.augment)
         if args.seed != 0:
             stem += f"_seed{args.seed}"
         (out / f"{stem}.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -2,15 +2,17 @@
 
 Each seed S is one full run, ``python benchmarks/codano_fewshot.py --threads 1 --seed S`` (new initial
 fields for every pair, new initial weights, new fine-tuning draws), which writes
-``codano_fewshot.json`` (S = 0) or ``codano_fewshot_seed<S>.json``. This script reads those files,
+``codano_fewshot.json`` (S = 0) or ``codano_fewshot_seed<S>.json`` (``--augment shift`` runs:
+``codano_fewshot_shift_augment[_seed<S>].json``, collected with the same flag). This script reads those files,
 refuses to mix runs whose protocol differs (sizes, steps, augmentation, β, learning rates), and
 reports per seed and as mean ± standard deviation the test relative L2 of the three models at
 every n, CoDANO's gain over the FNO at the target size, and whether the issue's target (at least
 30 % below the FNO and below neuraloperator's CODANO) holds for the mean and for every seed.
 
-    python benchmarks/codano_fewshot_seeds.py [--seeds 0 1 2] [--results benchmarks/results]
+    python benchmarks/codano_fewshot_seeds.py [--seeds 0 1 2] [--augment symmetry] [--results benchmarks/results]
 
-Writes ``codano_fewshot_seeds.{json,md}`` beside the inputs.
+Writes ``codano_fewshot_seeds.{json,md}`` (``codano_fewshot_<mode>_augment_seeds`` for another
+``--augment``) beside the inputs.
 """
 
 from __future__ import annotations
@@ -23,22 +25,26 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from codano_fewshot import versus  # noqa: E402
+from codano_fewshot import AUGMENTATIONS, augment_mode, augment_suffix, versus  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("CoDANO (sciattn)", "CODANO (neuralop 2.0)", "FNO (from scratch)")
 PROTOCOL_KEYS = ("config", "ours", "lr", "residual", "beta", "theta_like", "augment")
 
 
-def result_file(results: Path, seed: int) -> Path:
-    return results / ("codano_fewshot.json" if seed == 0 else f"codano_fewshot_seed{seed}.json")
+def result_file(results: Path, seed: int, augment: str = "symmetry") -> Path:
+    return results / (f"codano_fewshot{augment_suffix(augment)}" + (f"_seed{seed}" if seed else "") + ".json")
+
+
+def _protocol(run: dict, key: str):
+    return augment_mode(run.get(key)) if key == "augment" else run.get(key)
 
 
 def collect(runs: list[dict]) -> dict:
     """Per-seed rows and the mean / spread; ``runs`` are ``codano_fewshot.json`` summaries."""
     first = runs[0]
     for run in runs[1:]:
-        differ = [k for k in PROTOCOL_KEYS if run.get(k) != first.get(k)]
+        differ = [k for k in PROTOCOL_KEYS if _protocol(run, k) != _protocol(first, k)]
         if differ:
             raise ValueError(f"runs: expected one protocol for every seed, seed {run['seed']} differs from seed "
                              f"{first['seed']} in {differ}")
@@ -95,19 +101,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--augment", choices=AUGMENTATIONS, default="symmetry",
+                    help="which runs to collect: those of codano_fewshot.py --augment (file names differ)")
     args = ap.parse_args()
-    missing = [s for s in args.seeds if not result_file(args.results, s).is_file()]
+    files = [result_file(args.results, s, args.augment) for s in args.seeds]
+    missing = [s for s, f in zip(args.seeds, files) if not f.is_file()]
     if missing:
+        flag = "" if args.augment == "symmetry" else f" --augment {args.augment}"
         ap.error("--seeds: no result file for seed(s) " + ", ".join(map(str, missing)) + "; run "
-                 + "; ".join(f"python benchmarks/codano_fewshot.py --threads 1 --seed {s}" for s in missing))
-    runs = [json.loads(result_file(args.results, s).read_text()) for s in args.seeds]
+                 + "; ".join(f"python benchmarks/codano_fewshot.py --threads 1{flag} --seed {s}" for s in missing))
+    runs = [json.loads(f.read_text()) for f in files]
     summary = collect(runs)
     summary.update(benchmark="codano_fewshot_seeds", date=datetime.date.today().isoformat(),
                    command="python benchmarks/codano_fewshot_seeds.py " + " ".join(sys.argv[1:]))
     text = markdown(summary)
     print(text)
-    (args.results / "codano_fewshot_seeds.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (args.results / "codano_fewshot_seeds.md").write_text(text)
+    stem = f"codano_fewshot{augment_suffix(args.augment)}_seeds"
+    (args.results / f"{stem}.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (args.results / f"{stem}.md").write_text(text)
 
 
 if __name__ == "__main__":

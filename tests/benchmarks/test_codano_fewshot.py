@@ -77,3 +77,76 @@ def test_diagonal_shift_rolls_input_and_target_of_each_pair_alike(fewshot):
     for i, k in enumerate(shifts):
         torch.testing.assert_close(xs[i], x[i].roll((k, -k), (-2, -1)))
         torch.testing.assert_close(ys[i], y[i].roll((k, -k), (-2, -1)))
+
+
+def _states(w, th, s):
+    """``(1, 4, s, s)`` stack of ``u, v, w, theta`` from the vorticity and the scalar."""
+    from sciattn.pde_data.navier_stokes import spectral_grid, velocity
+
+    u, v = velocity(torch.fft.rfft2(w), spectral_grid(s))
+    return torch.stack([u, v, w, th])[None]
+
+
+def test_half_turn_is_an_exact_symmetry_of_the_forced_boussinesq_solver(fewshot):
+    """Solving the half-turned initial state equals half-turning the solution (u, v and theta change
+    sign, w does not); turning about the origin instead, whose line x + y = 0 is not a symmetry
+    line of the forcing, changes the answer."""
+    s, names = 16, ["u", "v", "w", "theta"]
+    gen = torch.Generator().manual_seed(4)
+    w0, th0 = torch.randn(2, s, s, generator=gen, dtype=torch.float64)
+    ref = _solve_boussinesq(w0, th0, s)
+    ref_states = _states(ref[0], ref[1], s)
+    turned0 = fewshot.half_turn(torch.stack([w0, th0])[None], ["w", "theta"])[0]
+    turned = _solve_boussinesq(turned0[0], turned0[1], s)
+    torch.testing.assert_close(_states(turned[0], turned[1], s), fewshot.half_turn(ref_states, names),
+                               atol=1e-10, rtol=1e-10)
+    origin = lambda a: a[..., (-torch.arange(s)) % s, :][..., (-torch.arange(s)) % s]  # noqa: E731
+    wrong = _solve_boussinesq(origin(w0), -origin(th0), s)
+    assert (wrong[0] - origin(ref[0])).abs().max() > 1e-3
+
+
+def test_half_turn_maps_grid_points_and_signs_and_is_an_involution(fewshot):
+    r = 8
+    a = torch.randn(2, 3, r, r, generator=torch.Generator().manual_seed(5))
+    t = fewshot.half_turn(a, ["u", "w", "theta"])
+    for i, j in [(0, 0), (1, 3), (5, 7)]:  # (x, y) -> (1/4 - x, -y): index (i, j) -> (r/4 - i, -j)
+        src = ((r // 4 - i) % r, (-j) % r)
+        torch.testing.assert_close(t[:, :, i, j], a[:, :, src[0], src[1]] * torch.tensor([-1.0, 1.0, -1.0]))
+    torch.testing.assert_close(fewshot.half_turn(t, ["u", "w", "theta"]), a)
+
+
+def test_half_turn_rejects_grids_and_names_it_cannot_turn(fewshot):
+    with pytest.raises(ValueError, match="multiple of 4"):
+        fewshot.half_turn(torch.zeros(1, 1, 6, 6), ["w"])
+    with pytest.raises(ValueError, match=r"names: expected 1 names .* got \['p'\]"):
+        fewshot.half_turn(torch.zeros(1, 1, 8, 8), ["p"])
+
+
+def test_augment_pairs_shifts_like_diagonal_shift_and_half_turns_some_pairs(fewshot):
+    names = ["u", "v", "w", "theta"]
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(2, 16, 4, 8, 8, generator=gen)
+    xs, ys = fewshot.diagonal_shift(x, y, torch.Generator().manual_seed(2))
+    xa, ya = fewshot.augment_pairs(x, y, names, torch.Generator().manual_seed(2), "shift")
+    torch.testing.assert_close((xa, ya), (xs, ys))
+    xa, ya = fewshot.augment_pairs(x, y, names, torch.Generator().manual_seed(2), "symmetry")
+    turned = [i for i in range(16) if not torch.equal(xa[i], xs[i])]
+    assert 0 < len(turned) < 16  # probability 1/2 per pair
+    for i in range(16):
+        expect = (fewshot.half_turn(xs[i:i + 1], names), fewshot.half_turn(ys[i:i + 1], names)) if i in turned \
+            else (xs[i:i + 1], ys[i:i + 1])
+        torch.testing.assert_close((xa[i:i + 1], ya[i:i + 1]), expect)
+    assert fewshot.augment_pairs(x, y, names, gen, "none") == (x, y)
+
+
+def test_train_names_an_unknown_augmentation(fewshot):
+    x = torch.zeros(2, 4, 8, 8)
+    with pytest.raises(ValueError, match="augment"):
+        fewshot.train("fno", None, (x, x), ["u", "v", "w", "theta"], steps=1, batch=2, lr=1e-3, seed=0,
+                      residual=True, augment="rotate")
+
+
+def test_augment_mode_reads_result_files_from_before_the_half_turn(fewshot):
+    assert [fewshot.augment_mode(v) for v in (True, False, "symmetry", "shift")] == ["shift", "none", "symmetry",
+                                                                                        "shift"]
+    assert fewshot.augment_suffix("symmetry") == "" and fewshot.augment_suffix("shift") == "_shift_augment"

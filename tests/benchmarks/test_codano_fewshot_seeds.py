@@ -37,3 +37,15 @@ def test_runs_with_different_protocols_are_refused(seeds):
     other["augment"] = False
     with pytest.raises(ValueError, match=r"seed 1 differs from seed 0 in \['augment'\]"):
         seeds.collect([_run(0, 0.06, 0.2, 0.1), other])
+    other["augment"] = "symmetry"  # True in older files means the shifts only
+    with pytest.raises(ValueError, match=r"seed 1 differs from seed 0 in \['augment'\]"):
+        seeds.collect([_run(0, 0.06, 0.2, 0.1), other])
+    other["augment"] = "shift"
+    assert seeds.collect([_run(0, 0.06, 0.2, 0.1), other])["gains"] == pytest.approx([0.4, 0.4])
+
+
+def test_result_file_names_follow_the_benchmark(seeds, tmp_path):
+    assert seeds.result_file(tmp_path, 0).name == "codano_fewshot.json"
+    assert seeds.result_file(tmp_path, 2).name == "codano_fewshot_seed2.json"
+    assert seeds.result_file(tmp_path, 0, "shift").name == "codano_fewshot_shift_augment.json"
+    assert seeds.result_file(tmp_path, 1, "none").name == "codano_fewshot_none_augment_seed1.json"
