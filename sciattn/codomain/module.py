@@ -31,7 +31,14 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .._checks import check_choice, check_dim, check_positive_int, check_rank, check_tensor
+from .._checks import (
+    check_choice,
+    check_dim,
+    check_per_axis_ints,
+    check_positive_int,
+    check_rank,
+    check_tensor,
+)
 from ..domain import Grid
 from .functional import codomain_attention, codomain_logits
 
@@ -151,9 +158,7 @@ class CodomainAttention(nn.Module):
         width = 3 * n_heads * head_channels
         self.proj = nn.Linear(channels, width, bias=qkv == "pointwise")
         if qkv == "spectral":
-            modes = [n_modes] * spatial_dims if isinstance(n_modes, int) else list(n_modes)
-            if len(modes) != spatial_dims or not all(isinstance(m, int) and m > 0 for m in modes):
-                raise ValueError(f"n_modes: expected a positive int or {spatial_dims} positive ints, got {n_modes!r}")
+            modes = list(check_per_axis_ints("n_modes", n_modes, spatial_dims))
             from neuralop.layers.spectral_convolution import SpectralConv  # slow to import: only when used
 
             self.n_modes = modes

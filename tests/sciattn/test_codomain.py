@@ -296,6 +296,10 @@ def test_block_errors_name_the_argument():
         block(torch.randn(1, 2, 4, 8, 8), weights=torch.ones(8))
     with pytest.raises(ValueError, match="qkv: expected one of \\['pointwise', 'spectral'\\], got 'fourier'"):
         CodomainAttention(4, qkv="fourier")
+    with pytest.raises(ValueError, match=r"n_modes: expected an int or 2 ints \(one per spatial axis\), got \[4, 4, 4\]"):
+        CodomainAttention(4, 2, 2, n_modes=[4, 4, 4])
+    with pytest.raises(ValueError, match="n_modes: expected a positive int, got 0"):
+        CodomainAttention(4, 2, 2, n_modes=[4, 0])
 
 
 # ----------------------------------------------------------------------------- encodings
