@@ -268,12 +268,23 @@ AUGMENT_LABEL = {"none": "no augmentation", "shift": "diagonal-shift augmentatio
 def augment_mode(value) -> str:
     """A result file's ``augment`` entry as a mode of :data:`AUGMENTATIONS` (files written before the
     half-turn store ``True`` for the shifts, ``False`` for none)."""
-    return {True: "shift", False: "none"}.get(value, value) if isinstance(value, bool) else value
+    if isinstance(value, bool):
+        return "shift" if value else "none"
+    return value
 
 
 def augment_suffix(augment: str) -> str:
     """File-name part of a mode: none for the default ``"symmetry"``, else ``"_<mode>_augment"``."""
     return "" if augment == "symmetry" else f"_{augment}_augment"
+
+
+def result_stem(*, beta: float = DEFAULT_BETA, theta_like: str | None = None, augment: str = "symmetry",
+                seed: int = 0) -> str:
+    """Name (without suffix) of a run's result files, as the module docstring lists them."""
+    stem = "codano_fewshot" if beta == DEFAULT_BETA else f"codano_fewshot_beta{beta:g}"
+    if theta_like is not None:
+        stem += f"_theta_like_{theta_like}"
+    return stem + augment_suffix(augment) + (f"_seed{seed}" if seed else "")
 
 
 def train(kind, model, data, names, *, steps, batch, lr, seed, residual, mask_fraction=0.0, augment="none",
@@ -577,12 +588,7 @@ def main() -> None:
     out = args.results if args.results is not None else (None if args.quick else ROOT / "benchmarks" / "results")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        stem = "codano_fewshot" if args.beta == DEFAULT_BETA else f"codano_fewshot_beta{args.beta:g}"
-        if args.theta_like is not None:
-            stem += f"_theta_like_{args.theta_like}"
-        stem += augment_suffix(args.augment)
-        if args.seed != 0:
-            stem += f"_seed{args.seed}"
+        stem = result_stem(beta=args.beta, theta_like=args.theta_like, augment=args.augment, seed=args.seed)
         (out / f"{stem}.json").write_text(json.dumps(summary, indent=2) + "\n")
         (out / f"{stem}.md").write_text(text)
 

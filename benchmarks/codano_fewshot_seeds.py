@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from codano_fewshot import AUGMENTATIONS, augment_mode, augment_suffix, versus  # noqa: E402
+from codano_fewshot import AUGMENTATIONS, augment_mode, augment_suffix, result_stem, versus  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("CoDANO (sciattn)", "CODANO (neuralop 2.0)", "FNO (from scratch)")
@@ -33,7 +33,7 @@ PROTOCOL_KEYS = ("config", "ours", "lr", "residual", "beta", "theta_like", "augm
 
 
 def result_file(results: Path, seed: int, augment: str = "symmetry") -> Path:
-    return results / (f"codano_fewshot{augment_suffix(augment)}" + (f"_seed{seed}" if seed else "") + ".json")
+    return results / f"{result_stem(augment=augment, seed=seed)}.json"
 
 
 def _protocol(run: dict, key: str):

@@ -150,3 +150,11 @@ def test_augment_mode_reads_result_files_from_before_the_half_turn(fewshot):
     assert [fewshot.augment_mode(v) for v in (True, False, "symmetry", "shift")] == ["shift", "none", "symmetry",
                                                                                         "shift"]
     assert fewshot.augment_suffix("symmetry") == "" and fewshot.augment_suffix("shift") == "_shift_augment"
+
+
+def test_result_stem_names_the_committed_result_files(fewshot):
+    assert fewshot.result_stem() == "codano_fewshot"
+    assert fewshot.result_stem(beta=0.0) == "codano_fewshot_beta0"
+    assert fewshot.result_stem(theta_like="w") == "codano_fewshot_theta_like_w"
+    assert fewshot.result_stem(augment="shift", seed=1) == "codano_fewshot_shift_augment_seed1"
+    assert fewshot.result_stem(beta=0.1, augment="none", seed=2) == "codano_fewshot_beta0.1_none_augment_seed2"
