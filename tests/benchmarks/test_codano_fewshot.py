@@ -158,3 +158,53 @@ def test_result_stem_names_the_committed_result_files(fewshot):
     assert fewshot.result_stem(theta_like="w") == "codano_fewshot_theta_like_w"
     assert fewshot.result_stem(augment="shift", seed=1) == "codano_fewshot_shift_augment_seed1"
     assert fewshot.result_stem(beta=0.1, augment="none", seed=2) == "codano_fewshot_beta0.1_none_augment_seed2"
+
+
+class _PositionalModel(torch.nn.Module):
+    """A model with no symmetry: a fixed position-dependent bias plus a channel mix and a square."""
+
+    def __init__(self, r, v):
+        super().__init__()
+        gen = torch.Generator().manual_seed(3)
+        self.bias = torch.randn(v, r, r, generator=gen)
+        self.mix = torch.randn(v, v, generator=gen)
+
+    def forward(self, x):
+        return torch.einsum("ab,nbij->naij", self.mix, x).square() + self.bias
+
+
+def test_half_turn_average_is_exactly_equivariant_for_any_model(fewshot):
+    names = ["u", "v", "w", "theta"]
+    model = _PositionalModel(8, 4)
+    x = torch.randn(3, 4, 8, 8, generator=torch.Generator().manual_seed(4))
+    turn = lambda a: fewshot.half_turn(a, names)  # noqa: E731
+    plain = lambda a: fewshot.predict("fno", model, a, names)  # noqa: E731
+    averaged = lambda a: fewshot.half_turn_averaged_predict("fno", model, a, names)  # noqa: E731
+    assert (plain(turn(x)) - turn(plain(x))).abs().max() > 0.1  # the model itself is not equivariant
+    torch.testing.assert_close(averaged(turn(x)), turn(averaged(x)))
+    torch.testing.assert_close(averaged(x), 0.5 * (plain(x) + turn(plain(turn(x)))))
+    # an equivariant model is left as it is: the residual head alone (f = 0) predicts y = x
+    zero = lambda a: torch.zeros_like(a)  # noqa: E731
+    torch.testing.assert_close(fewshot.half_turn_averaged_predict("fno", zero, x, names), x)
+
+
+def test_evaluate_reports_the_plain_or_the_half_turn_averaged_error(fewshot):
+    names = ["u", "v", "w", "theta"]
+    model = _PositionalModel(8, 4)
+    gen = torch.Generator().manual_seed(6)
+    x, y = torch.randn(2, 12, 4, 8, 8, generator=gen)
+    for flag, fn in ((False, fewshot.predict), (True, fewshot.half_turn_averaged_predict)):
+        got = fewshot.evaluate("fno", model, (x, y), names, True, batch=5, half_turn_average=flag)
+        err = fewshot.per_variable_rel_l2(fn("fno", model, x, names), y)
+        assert got["all"] == pytest.approx(err.mean().item(), rel=1e-5)
+        assert got["theta"] == pytest.approx(err[:, 3].mean().item(), rel=1e-5)
+    plain = fewshot.evaluate("fno", model, (x, y), names, True)["all"]
+    assert fewshot.evaluate("fno", model, (x, y), names, True, half_turn_average=True)["all"] != pytest.approx(plain)
+
+
+def test_targets_are_checked_for_the_metric_asked_for(fewshot):
+    res = _results(0.08, 0.2, 0.1)
+    for r, e in zip(res.values(), (0.06, 0.2, 0.1)):
+        r["finetune"]["25"]["test_half_turn_averaged"] = {"all": e}
+    assert list(fewshot.check_targets(res, "25").values())[0] == "NOT MET"
+    assert list(fewshot.check_targets(res, "25", "test_half_turn_averaged").values())[0] == "MET"

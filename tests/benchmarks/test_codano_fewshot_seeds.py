@@ -49,3 +49,20 @@ def test_result_file_names_follow_the_benchmark(seeds, tmp_path):
     assert seeds.result_file(tmp_path, 2).name == "codano_fewshot_seed2.json"
     assert seeds.result_file(tmp_path, 0, "shift").name == "codano_fewshot_shift_augment.json"
     assert seeds.result_file(tmp_path, 1, "none").name == "codano_fewshot_none_augment_seed1.json"
+
+
+def test_half_turn_averaged_errors_are_collected_when_every_run_has_them(seeds):
+    runs = [_run(0, 0.08, 0.2, 0.10), _run(1, 0.09, 0.2, 0.10)]
+    assert "half_turn_averaged" not in seeds.collect(runs)
+    for run, e in zip(runs, (0.06, 0.065)):
+        for m, v in zip(seeds.MODELS, (e, 0.2, 0.1)):
+            run["results"][m]["finetune"]["25"]["test_half_turn_averaged"] = {"all": v}
+    s = seeds.collect(runs)
+    assert s["gains"] == pytest.approx([0.2, 0.1]) and not s["target_met_by_mean"]
+    avg = s["half_turn_averaged"]
+    assert avg["metric"] == "test_half_turn_averaged" and avg["gains"] == pytest.approx([0.4, 0.35])
+    assert avg["target_met_by_mean"] and avg["target_met_by_every_seed"]
+    text = seeds.markdown({**s, "date": "d", "command": "c"})
+    assert text.count("Target (n = 25") == 2 and "half-turned counterpart" in text
+    del runs[1]["results"][seeds.MODELS[2]]["finetune"]["25"]["test_half_turn_averaged"]
+    assert "half_turn_averaged" not in seeds.collect(runs)
