@@ -361,6 +361,11 @@ def evaluate(kind, model, data, names, residual, batch=10, half_turn_average=Fal
     return {"all": e.mean().item(), **{v: e[:, j].mean().item() for j, v in enumerate(names)}}
 
 
+#: The two test metrics every run records (result key: label): each model's own prediction, and its
+#: half-turn average (:func:`half_turn_averaged_predict`).
+METRICS = {"test": "plain predictions", "test_half_turn_averaged": "half-turn averaged"}
+
+
 # ------------------------------------------------------------------------------------ protocol
 ANCHOR_HIDDEN, FNO_HIDDEN, MODES = 12, 28, 8
 WRAPPERS = {
@@ -421,9 +426,8 @@ def finetune_and_test(name, r, pretrained, train_set, test_set, cfg, *, seed, n,
     print(f"[fine-tune n={n}] {name}: {r['parameters']:,} parameters", flush=True)
     info = train(kind, model, train_set, BOUS_VARS, steps=cfg["finetune_steps"], batch=cfg["batch"], lr=lr,
                  seed=seed + n, residual=residual, augment=augment, log_every=0)
-    info["test"] = evaluate(kind, model, test_set, BOUS_VARS, residual)
-    info["test_half_turn_averaged"] = evaluate(kind, model, test_set, BOUS_VARS, residual, half_turn_average=True)
-    for key in ("test", "test_half_turn_averaged"):
+    for key in METRICS:
+        info[key] = evaluate(kind, model, test_set, BOUS_VARS, residual, half_turn_average=key != "test")
         print(f"  {key} {json.dumps({k: round(v, 4) for k, v in info[key].items()})} ({info['seconds']:.0f}s)",
               flush=True)
     return info
@@ -432,10 +436,6 @@ def finetune_and_test(name, r, pretrained, train_set, test_set, cfg, *, seed, n,
 def versus(gain: float) -> str:
     """``gain = 1 - ours / reference`` as ``"18.9% lower"`` or ``"2.1% higher"``."""
     return f"{100 * gain:.1f}% lower" if gain >= 0 else f"{-100 * gain:.1f}% higher"
-
-
-#: The two test metrics every run records: each model's own prediction, and its half-turn average.
-METRICS = {"test": "plain prediction", "test_half_turn_averaged": "half-turn averaged prediction"}
 
 
 def check_targets(results: dict, key: str, metric: str = "test") -> dict[str, str]:
@@ -506,7 +506,8 @@ def markdown(summary) -> str:
               + ", ".join(f"{k} {r['pretrain']['ns_test']['all']:.4f}" for k, r in res.items() if r.get("pretrain"))
               + f"; NS persistence {summary['ns_persistence']['all']:.4f}.", ""]
     lines += ["Protocol: " + summary["protocol"]]
-    for key, label in (("targets", "plain predictions"), ("targets_half_turn_averaged", "half-turn averaged")):
+    for metric, label in METRICS.items():
+        key = "targets" + metric.removeprefix("test")
         if key in summary:
             lines += ["", f"Targets (n = {summary['target_n']}, {label}):"]
             lines += [f"- {k}: {v}" for k, v in summary[key].items()]
@@ -574,8 +575,7 @@ def main() -> None:
     results["persistence"] = {"test": pers}
 
     target_key = "25" if 25 in cfg["n_values"] else str(cfg["n_values"][-1])
-    targets = check_targets(results, target_key)
-    targets_averaged = check_targets(results, target_key, "test_half_turn_averaged")
+    targets = {"targets" + m.removeprefix("test"): check_targets(results, target_key, m) for m in METRICS}
     protocol = (
         f"pretrain both codomain models for {cfg['pretrain_steps']} steps (batch {cfg['batch']}, AdamW lr "
         f"{LR['pretrain']}, weight decay {WEIGHT_DECAY}, OneCycle, grad clip {GRAD_CLIP}) on NS masked one-step "
@@ -620,8 +620,7 @@ def main() -> None:
         "command": f"python benchmarks/codano_fewshot.py{' ' + argv if argv else ''}", "seed": args.seed,
         "beta": args.beta, "theta_like": args.theta_like, "augment": args.augment,
         "config": cfg, "ours": ours, "lr": LR, "residual": residual, "protocol": protocol, "results": results,
-        "ns_persistence": ns_pers, "target_n": int(target_key), "targets": targets,
-        "targets_half_turn_averaged": targets_averaged, "notes": notes,
+        "ns_persistence": ns_pers, "target_n": int(target_key), **targets, "notes": notes,
         "total_seconds": time.perf_counter() - t_start,
     }
     text = markdown(summary)

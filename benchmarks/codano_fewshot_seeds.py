@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from codano_fewshot import AUGMENTATIONS, augment_mode, augment_suffix, result_stem, versus  # noqa: E402
+from codano_fewshot import AUGMENTATIONS, METRICS, augment_mode, augment_suffix, result_stem, versus  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("CoDANO (sciattn)", "CODANO (neuralop 2.0)", "FNO (from scratch)")
@@ -71,7 +71,7 @@ def collect(runs: list[dict], metric: str = "test") -> dict:
                "gains": gains, "gain_of_mean_errors": mean_gain, "gain_min": min(gains),
                "target_met_by_mean": mean_gain >= 0.3 and mean[MODELS[0]][target] < mean[MODELS[1]][target],
                "target_met_by_every_seed": min(gains) >= 0.3 and all(r["below_anchor"] for r in rows)}
-    averaged = "test_half_turn_averaged"
+    averaged = next(m for m in METRICS if m != "test")
     if metric == "test" and all(averaged in run["results"][m]["finetune"][n] for run in runs for m in MODELS
                                 for n in ns):
         summary["half_turn_averaged"] = collect(runs, averaged)
@@ -84,7 +84,8 @@ def markdown(summary: dict) -> str:
         f"CoDANO few-shot benchmark over {len(rows)} seeds ({', '.join(str(r['seed']) for r in rows)}), collected "
         f"{summary['date']} by `{summary['command']}` from the result files of `{rows[0]['command']}` and its "
         f"`--seed S` reruns ({sum(r['seconds'] for r in rows) / 60:.0f} min of runs in all).", "",
-        "Test relative L2 (mean over samples and variables), per seed and mean ± standard deviation over seeds:", "",
+        "Test relative L2 (mean over samples and variables) of each model's own prediction, per seed and mean ± "
+        "standard deviation over seeds:", "",
     ] + _metric_lines(summary)
     if "half_turn_averaged" in summary:
         lines += ["", "The same runs with every model's prediction averaged with its half-turned counterpart, "
