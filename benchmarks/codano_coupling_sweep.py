@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import codano_fewshot as fewshot  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = ("CoDANO (sciattn)", "CODANO (neuralop 2.0)", "FNO (from scratch)")
+MODELS = fewshot.MODELS
 
 
 def increment_rms_ratio(pair, ns_pair, var: int = 2) -> float:

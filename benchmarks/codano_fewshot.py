@@ -374,6 +374,8 @@ WRAPPERS = {
                              "add_variable→_extend_positional_encoding([name])",
     "FNO (from scratch)": "none",
 }
+#: The three models' names, in table order (CoDANO, the anchor, the FNO).
+MODELS = tuple(WRAPPERS)
 
 
 def pretrain_codomain_models(ns_train, ns_test, cfg, *, seed, residual, ours):
@@ -441,7 +443,7 @@ def versus(gain: float) -> str:
 def check_targets(results: dict, key: str, metric: str = "test") -> dict[str, str]:
     """The issue's targets at ``n = key`` by ``metric`` (a key of :data:`METRICS`): CoDANO ≥ 30% below
     the FNO, below neuralop's CODANO, at similar parameter counts."""
-    ours, anchor, fno = (results[k] for k in ("CoDANO (sciattn)", "CODANO (neuralop 2.0)", "FNO (from scratch)"))
+    ours, anchor, fno = (results[k] for k in MODELS)
     e_o, e_a, e_f = (r["finetune"][key][metric]["all"] for r in (ours, anchor, fno))
     params = [r["parameters"] for r in (ours, anchor, fno)]
     return {

@@ -26,10 +26,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from codano_fewshot import AUGMENTATIONS, METRICS, augment_mode, augment_suffix, result_stem, versus  # noqa: E402
+from codano_fewshot import AUGMENTATIONS, METRICS, MODELS, augment_mode, augment_suffix, result_stem, versus  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = ("CoDANO (sciattn)", "CODANO (neuralop 2.0)", "FNO (from scratch)")
 PROTOCOL_KEYS = ("config", "ours", "lr", "residual", "beta", "theta_like", "augment")
 
 

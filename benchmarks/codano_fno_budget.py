@@ -33,23 +33,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import codano_fewshot as fewshot  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-OURS, FNO = "CoDANO (sciattn)", "FNO (from scratch)"
+OURS, FNO = fewshot.MODELS[0], fewshot.MODELS[2]
 METRICS = tuple(fewshot.METRICS)
 
 
 def fno_at_budget(data, ns_scale, cfg, *, seed: int, n: int, steps: int) -> dict:
-    """Train ``codano_fewshot``'s FNO on the first ``n`` pool pairs for ``steps`` steps, exactly as its
-    ``finetune_and_test`` does for 400; returns the seconds and both test metrics."""
+    """``codano_fewshot``'s FNO run (:func:`codano_fewshot.finetune_and_test`) on the first ``n`` pool pairs
+    with ``steps`` training steps; returns its steps, seconds and both test metrics."""
     train_set, test_set = fewshot.fewshot_split(data, ns_scale, n)
-    torch.manual_seed(seed + n)
-    model = fewshot.build_fno(fewshot.FNO_HIDDEN, fewshot.MODES)
-    info = fewshot.train("fno", model, train_set, fewshot.BOUS_VARS, steps=steps, batch=cfg["batch"],
-                         lr=fewshot.LR["scratch"], seed=seed + n, residual=True, augment="symmetry", log_every=0)
-    out = {"steps": steps, "seconds": info["seconds"]}
-    for metric in METRICS:
-        out[metric] = fewshot.evaluate("fno", model, test_set, fewshot.BOUS_VARS, True,
-                                       half_turn_average=metric != "test")
-    return out
+    info = fewshot.finetune_and_test(FNO, {"kind": "fno"}, {}, train_set, test_set, {**cfg, "finetune_steps": steps},
+                                     seed=seed, n=n, residual=True, augment="symmetry", theta_like=None)
+    return {"steps": steps, "seconds": info["seconds"], **{m: info[m] for m in METRICS}}
 
 
 def reference(run: dict, n: int) -> dict:
@@ -85,7 +79,7 @@ def markdown(summary: dict) -> str:
         "| model | steps | seconds (mean) | plain | half-turn averaged | CoDANO lower by (plain) | "
         "CoDANO lower by (averaged) |", "|---|---|---|---|---|---|---|",
     ]
-    mean = lambda xs: statistics.mean(xs)  # noqa: E731
+    mean = statistics.mean
     codano = {m: mean(per[str(s)]["reference"]["codano"][m] for s in seeds) for m in METRICS}
     ft = mean(per[str(s)]["reference"]["codano_finetune_seconds"] for s in seeds)
     pre = mean(per[str(s)]["reference"]["codano_pretrain_seconds"] for s in seeds)
