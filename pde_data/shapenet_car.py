@@ -37,6 +37,7 @@ from torch.utils.data import Dataset
 from sciattn._checks import check_choice, check_file
 
 from .geofno import PointSetDataset
+from .splits import describe_split, split_indices
 
 __all__ = ["ShapeNetCarDataset", "load_mini_car", "load_shapenet_car", "vertex_areas_from_centroids"]
 
@@ -218,8 +219,15 @@ def _mini_car_sample(p: Path, i: int, d: object) -> tuple[dict[str, torch.Tensor
     return sample, unmatched
 
 
-def load_mini_car(path: str | os.PathLike) -> PointSetDataset:
+def load_mini_car(
+    path: str | os.PathLike, split: str | None = None, *, split_rule: str | None = None
+) -> PointSetDataset:
     """neuraloperator's ``mini_car.pt`` as point samples ``{"x": (N, 6), "y": (N, 1), "pos": (N, 3), "weights": (N,)}``.
+
+    The file is one undivided list of cars (a single-split file, :mod:`sciattn.pde_data.splits`):
+    ``split=None`` takes every car; ``split="train"``/``"test"`` need ``split_rule`` (``"last:K"``:
+    test = the last K cars, train = the ones before) and are refused without it, since both would
+    otherwise be the same cars. ``meta["indices"]`` lists the cars taken (positions in the file).
 
     Loaded with ``torch.load(weights_only=True)``. ``meta["unmatched_triangles"]`` counts, per sample, the
     triangles whose vertices could not be recovered from the centroid (their area went to the 3 nearest
@@ -238,12 +246,18 @@ def load_mini_car(path: str | os.PathLike) -> PointSetDataset:
         raise ValueError(
             f"path: expected {str(p)!r} to hold a non-empty list of dicts, got {type(data).__name__}"
         )
-    samples, unmatched = zip(*(_mini_car_sample(p, i, d) for i, d in enumerate(data)))
-    total = [float(d["triangle_areas"].double().sum()) for d in data]
+    idx = list(split_indices(len(data), split, split_rule, what=f"{str(p)!r}", unit="car"))
+    samples, unmatched = zip(*(_mini_car_sample(p, i, data[i]) for i in idx))
+    total = [float(data[i]["triangle_areas"].double().sum()) for i in idx]
     meta = {
         "name": "mini_car",
         "source": str(p),
         "format": "neuralop_mini_car",
+        "split": split,
+        "split_rule": split_rule,
+        "split_convention": describe_split(split_rule, "car"),
+        "indices": idx,
+        "n_file": len(data),
         "variables": {
             "x": ["vertices", "vertex_normals"],
             "y": "press.T",
