@@ -7,13 +7,18 @@ A checkpoint is a dict of tensors and plain data only::
      "model": state_dict, "x_normalizer": {...}, "y_normalizer": {...},
      "optimizer": state_dict | None, "scheduler": state_dict | None,
      "epoch": int, "step": int, "rng": ByteTensor, "metrics": JSON str,
-     "training": {...}}
+     "training": {...}, "data_meta": JSON str}
 
 ``epoch`` counts completed epochs and ``step`` optimiser steps. ``training`` (version 2, written
 by the trainer) holds what an exact continuation needs beyond the weights: the sampler position
 (``batches_done`` of the current epoch), each rank's RNG states (:func:`capture_rng_state`: torch
 CPU and CUDA, NumPy's global generator, Python's ``random``), the gradient scaler and the running
 sums of the unfinished epoch. Version 1 files (no ``step``/``training``) still load.
+
+``data_meta`` (written by the trainer; see :mod:`.run_metadata`) describes the training data: variable
+names, ``dt``, the domain, the data source, per-channel statistics and the training resolution. It is
+a JSON string, so the file still loads with ``weights_only=True``; files without it still load and
+:func:`~.run_metadata.read_data_meta` falls back to what they recorded.
 
 It is written to a temporary file in the target directory, flushed to disk and renamed over
 the target, so a killed run leaves either the previous checkpoint or the new one, never a
@@ -91,15 +96,24 @@ def save_checkpoint(
     metrics: dict[str, Any] | None = None,
     step: int = 0,
     training: dict[str, Any] | None = None,
+    data_meta: dict[str, Any] | None = None,
 ) -> Path:
     """Write a checkpoint of ``model`` (built by ``create_operator``) atomically.
 
     ``training``: the trainer's resumption state (tensors and plain data), stored as is.
+    ``data_meta``: plain JSON data about the training data (:func:`~.run_metadata.collect_data_meta`),
+    stored as a JSON string under ``state["data_meta"]``.
     """
     name = getattr(model, "operator_name", None)
     config = getattr(model, "config", None)
     if name is None or config is None:
         raise ValueError("model: expected an operator built by sciattn.operators.create_operator, got one without a config")
+    if data_meta is not None and not isinstance(data_meta, dict):
+        raise TypeError(f"data_meta: expected a dict of plain JSON data or None, got {type(data_meta).__name__}")
+    try:
+        data_meta_json = json.dumps(data_meta or {})
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"data_meta: expected plain JSON data (numbers, strings, lists, dicts), got {err}") from None
     state = {
         "format": FORMAT,
         "version": VERSION,
@@ -116,6 +130,7 @@ def save_checkpoint(
         "rng": torch.get_rng_state(),
         "metrics": json.dumps(metrics or {}),
         "training": training or {},
+        "data_meta": data_meta_json,
     }
     return atomic_torch_save(state, path)
 

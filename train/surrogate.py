@@ -33,12 +33,24 @@ Accepted inputs (``x`` for :meth:`Surrogate.predict`, ``state`` for :meth:`Surro
   all with the same dims ``(batch?, *spatial)``; the result is a Dataset with one variable per
   output channel, the same coordinates and the Dataset's ``attrs``.
 
-Channel names and the time step come from the run's metadata when the run recorded them: a
-``"meta"`` dict in the checkpoint's metrics or run config, or in ``metrics.json``, with keys
-``"variables": {"x": [...], "y": [...]}`` (the layout of ``GridPairDataset.meta``) and ``"dt"``;
-the built-in Darcy generator's runs are known to map ``coefficient`` to ``pressure``. Otherwise
-channels are ``in_0, in_1, ...`` and ``out_0, out_1, ...`` and the time step is unknown. Every
-one of these can be given to :meth:`Surrogate.from_run` or the constructor instead.
+Channel names, the time step and the domain come from the run's data metadata
+(``state["data_meta"]``, written by the :class:`~sciattn.train.Trainer` whether it was started by
+``sciattn train`` or from Python; see :mod:`.run_metadata`), so :meth:`Surrogate.from_run` needs no
+arguments the run already knows:
+
+* ``variables`` name the channels of DataArrays and the variables of Datasets (in and out);
+* ``dt`` is the time step of :meth:`Surrogate.step` and the spacing of the ``time`` coordinate of
+  :meth:`Surrogate.rollout`;
+* the ``domain`` gives xarray outputs their spatial coordinates where the input has none (a grid:
+  the uniform nodes ``a + (b - a) i / n`` of its recorded bounds at the input's size; a sphere:
+  ``lat``/``lon`` in degrees of its recorded grid), and, when it records the spatial dim names,
+  which dims of a DataArray are spatial.
+
+Older checkpoints without ``data_meta`` fall back to a ``"meta"`` dict in the checkpoint's metrics
+or run config, or in ``metrics.json``; the built-in Darcy generator's runs are known to map
+``coefficient`` to ``pressure``. Otherwise channels are ``in_0, in_1, ...`` and ``out_0, out_1,
+...`` and the time step is unknown. Every one of these can be given to :meth:`Surrogate.from_run`
+or the constructor instead.
 
 Errors name the argument (``x``, ``state``, ``dt``, ``n_steps``): wrong rank, wrong channel
 count, non-finite values and unsupported types are reported before the operator runs.
@@ -51,7 +63,6 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -63,10 +74,12 @@ from sciattn._checks import check_finite, check_positive_int
 from sciattn.pde_data.normalizers import IdentityNormalizer
 
 from .checkpoint import load_model
+from .run_metadata import read_data_meta
 
 __all__ = ["Surrogate", "NonFiniteStateError", "run_metadata"]
 
-_DARCY_VARIABLES = {"x": ["coefficient"], "y": ["pressure"]}
+#: The run's recorded data metadata (:func:`~.run_metadata.read_data_meta`); kept under its old name.
+run_metadata = read_data_meta
 
 
 class NonFiniteStateError(ValueError):
@@ -77,46 +90,6 @@ class NonFiniteStateError(ValueError):
         super().__init__(message)
         self.step = step
         self.trajectory = trajectory
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def run_metadata(state: Mapping[str, Any], run_dir: str | os.PathLike | None = None) -> dict[str, Any]:
-    """What a run recorded about its data: ``{"variables": {"x": [...], "y": [...]}, "dt": ...,
-    "train_resolution": [...]}``, each key present only when known.
-
-    Looks at ``meta`` dicts in the checkpoint's run config and metrics and in ``metrics.json``
-    beside the checkpoint (later sources win), and at ``train_resolution`` in the metrics.
-    """
-    run_config = json.loads(state.get("run_config") or "{}")
-    metrics = json.loads(state.get("metrics") or "{}")
-    file_metrics: dict[str, Any] = {}
-    if run_dir is not None:
-        p = Path(run_dir)
-        file_metrics = _read_json((p if p.is_dir() else p.parent) / "metrics.json")
-    out: dict[str, Any] = {}
-    data_cfg = run_config.get("data") if isinstance(run_config.get("data"), dict) else {}
-    if data_cfg.get("format") == "darcy_solver":
-        out["variables"] = {k: list(v) for k, v in _DARCY_VARIABLES.items()}
-    for src in (run_config, metrics, file_metrics):
-        meta = src.get("meta")
-        if isinstance(meta, dict):
-            out.update({k: v for k, v in meta.items() if k in ("variables", "dt")})
-    for src in (metrics, file_metrics):
-        res = src.get("train_resolution")
-        if isinstance(res, list) and res and all(isinstance(n, int) for n in res):
-            out["train_resolution"] = list(res)
-    if "train_resolution" not in out and data_cfg.get("format") == "darcy_solver":
-        res = data_cfg.get("train_resolution")
-        if isinstance(res, int):
-            out["train_resolution"] = [res, res]
-    return out
 
 
 def _names(arg: str, names: Sequence[str] | None, n: int | None) -> list[str] | None:
@@ -173,7 +146,10 @@ class Surrogate:
         spatial_dim_names: the xarray dims that are the operator's spatial axes, in the operator's
             axis order (default: the last ``spatial_dims`` non-channel dims, in the input's order).
             Needed when the batch dim does not come first or the spatial dims are stored in
-            another order than the operator was trained on.
+            another order than the operator was trained on. Without it, a ``domain`` that records
+            its ``dims`` supplies them for inputs that have all of those dims.
+        domain: the run's domain (``data_meta["domain"]``, see :mod:`.run_metadata`): spatial
+            coordinates of xarray outputs whose input has none, and default spatial dim names.
 
     Predictions run under ``torch.no_grad()`` on the model's device; inputs are moved there and
     outputs back to the CPU (NumPy, xarray) or the input's device (torch).
@@ -192,6 +168,7 @@ class Surrogate:
         channel_dim: str = "channel",
         spatial_dims: int | None = None,
         spatial_dim_names: Sequence[str] | None = None,
+        domain: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
@@ -227,6 +204,9 @@ class Surrogate:
                 )
             spatial_dim_names = [str(n) for n in spatial_dim_names]
         self.spatial_dim_names = spatial_dim_names
+        if domain is not None and not isinstance(domain, Mapping):
+            raise TypeError(f"domain: expected a mapping (a run's data_meta['domain']) or None, got {type(domain).__name__}")
+        self.domain: dict[str, Any] | None = dict(domain) if domain is not None else None
         self.run_meta: dict[str, Any] = {}  # what the run recorded (see run_metadata); set by from_run
         params = [p for p in model.parameters() if p.is_floating_point()]
         self.device = params[0].device if params else torch.device("cpu")
@@ -238,10 +218,10 @@ class Surrogate:
         """Load a run directory (or checkpoint file) written by ``sciattn train``.
 
         ``kwargs`` are constructor arguments; they override what the run recorded (channel
-        names, ``dt``; see :func:`run_metadata`).
+        names, ``dt``, ``domain``; see :func:`~.run_metadata.read_data_meta`).
         """
         model, xn, yn, state = load_model(run_dir, device=device)
-        meta = run_metadata(state, run_dir)
+        meta = read_data_meta(state, run_dir)
         variables = meta.get("variables") if isinstance(meta.get("variables"), dict) else {}
         config = json.loads(state.get("operator_config") or "{}")
         n_in = getattr(model, "in_channels", config.get("in_channels"))
@@ -252,6 +232,8 @@ class Surrogate:
                 kwargs[arg] = [str(s) for s in names]
         if "dt" not in kwargs and isinstance(meta.get("dt"), (int, float)) and not isinstance(meta.get("dt"), bool):
             kwargs["dt"] = meta["dt"]
+        if "domain" not in kwargs and isinstance(meta.get("domain"), dict):
+            kwargs["domain"] = meta["domain"]
         if "spatial_dims" not in kwargs and getattr(model, "spatial_dims", None) is None:
             kwargs["spatial_dims"] = config.get("spatial_dims", 2)
         sur = cls(model, xn, yn, **kwargs)
@@ -344,14 +326,18 @@ class Surrogate:
                 f"{name}: expected {d} spatial dims and at most one batch dim besides {self.channel_dim!r}, "
                 f"got dims {tuple(dims)} (shape {shape})"
             )
-        if self.spatial_dim_names is None:
+        wanted = self.spatial_dim_names
+        recorded = (self.domain or {}).get("dims")
+        if wanted is None and isinstance(recorded, list) and len(recorded) == d and all(n in dims for n in recorded):
+            wanted = [str(n) for n in recorded]
+        if wanted is None:
             return (dims[0] if len(dims) == d + 1 else None), list(dims[-d:])
-        missing = [n for n in self.spatial_dim_names if n not in dims]
+        missing = [n for n in wanted if n not in dims]
         if missing:
-            raise ValueError(f"{name}: expected the spatial dims {self.spatial_dim_names}, got dims {tuple(dims)} "
+            raise ValueError(f"{name}: expected the spatial dims {wanted}, got dims {tuple(dims)} "
                              f"without {missing}")
-        rest = [n for n in dims if n not in self.spatial_dim_names]
-        return (rest[0] if rest else None), list(self.spatial_dim_names)
+        rest = [n for n in dims if n not in wanted]
+        return (rest[0] if rest else None), list(wanted)
 
     def _unpack_dataarray(self, da: xr.DataArray, name: str) -> _Frame:
         ch = self.channel_dim
@@ -446,6 +432,7 @@ class Surrogate:
             first = in_dims.index(frame.spatial[0])
             out_dims = in_dims[:first] + [ch] + in_dims[first:]
         coords = {k: v.variable for k, v in da.coords.items() if ch not in v.dims}
+        coords.update(self._missing_coords(frame, arr.shape[-len(frame.spatial):], coords))
         if ch in dims and labels is not None:
             coords[ch] = list(labels)
         attrs = dict(da.attrs)
@@ -473,7 +460,39 @@ class Surrogate:
                 attrs = {} if units is None else {"units": units}
             variables[label] = xr.Variable(dims, np.take(arr, i, axis=axis), attrs=attrs)
         coords = {k: v.variable for k, v in ds.coords.items() if set(v.dims) <= set(dims)}
+        coords.update(self._missing_coords(frame, arr.shape[-len(frame.spatial):], coords))
         return xr.Dataset(variables, coords=coords, attrs=dict(ds.attrs))
+
+    def domain_coords(self, shape: Sequence[int]) -> list[np.ndarray] | None:
+        """Coordinates of the recorded domain at spatial ``shape``, one array per spatial axis (operator
+        order), or ``None`` when the run recorded no grid or sphere domain.
+
+        A grid: the uniform nodes ``a + (b - a) i / n`` of each axis's recorded bounds ``[a, b]`` (the
+        layout of :class:`sciattn.domain.Grid`). A sphere: latitudes ``90 - colatitude`` in degrees of
+        the recorded grid (north first) and longitudes ``360 j / nlon`` degrees.
+        """
+        dom = self.domain or {}
+        shape = [int(n) for n in shape]
+        if dom.get("kind") == "grid":
+            bounds = dom.get("bounds")
+            if not isinstance(bounds, list) or len(bounds) != len(shape):
+                return None
+            return [float(a) + (float(b) - float(a)) * np.arange(n) / n for (a, b), n in zip(bounds, shape)]
+        if dom.get("kind") == "sphere" and len(shape) == 2 and dom.get("grid"):
+            from sciattn.quadrature import sphere_quadrature
+
+            colat, _ = sphere_quadrature(shape[0], dom["grid"])
+            return [90.0 - np.degrees(colat.numpy()), 360.0 * np.arange(shape[1]) / shape[1]]
+        return None
+
+    def _missing_coords(self, frame: _Frame, shape: Sequence[int], present: Mapping[str, Any]) -> dict[str, Any]:
+        """Domain coordinates for the spatial dims of ``frame`` that have none (see :meth:`domain_coords`)."""
+        if all(d in present for d in frame.spatial):
+            return {}
+        values = self.domain_coords(shape)
+        if values is None:
+            return {}
+        return {d: (d, v) for d, v in zip(frame.spatial, values) if d not in present}
 
     # -- evaluation --------------------------------------------------------------------------
     def _forward(self, t: torch.Tensor) -> torch.Tensor:

@@ -54,7 +54,7 @@ def write_training_state(tr: Any) -> None:
         save_checkpoint(
             tr.checkpoint_path, model=tr.model, x_normalizer=tr.x_normalizer, y_normalizer=tr.y_normalizer,
             run_config=tr.run_config, optimizer=tr.optimizer, scheduler=tr.scheduler, epoch=tr.epoch, step=tr.step,
-            metrics=metrics, training=training,
+            metrics=metrics, training=training, data_meta=getattr(tr, "data_meta", None),
         )
         if tr.batches_done == 0:
             atomic_write_bytes((json.dumps(metrics, indent=2) + "\n").encode(), tr.run_dir / "metrics.json")

@@ -56,6 +56,7 @@ from .evaluation import evaluate_dataset, evaluate_sharded
 from .loggers import MetricLogger
 from .losses import make_loss
 from .precision import Precision
+from .run_metadata import collect_data_meta
 from .train_state import restore_training_state, write_training_state
 
 __all__ = ["Trainer", "evaluate_dataset"]
@@ -92,6 +93,9 @@ class Trainer:
         log: message sink (rank 0).
         loggers: streaming metric loggers (:mod:`.loggers`), or a function of the starting optimiser
             step (known after resuming) that makes them; used on rank 0 only.
+        data_meta: what the run records about its data (see :mod:`.run_metadata`); merged over
+            :func:`~.run_metadata.collect_data_meta` of ``train_data`` (variable names, ``dt``, domain,
+            source, statistics) and stored in every checkpoint as ``state["data_meta"]``.
     """
 
     def __init__(
@@ -122,6 +126,7 @@ class Trainer:
         progress: bool = True,
         log: Callable[[str], None] = print,
         loggers: Sequence[MetricLogger] | Callable[[int], Sequence[MetricLogger]] | None = None,
+        data_meta: dict[str, Any] | None = None,
     ) -> None:
         check_positive_int("epochs", epochs)
         check_positive_int("batch_size", batch_size)
@@ -165,6 +170,7 @@ class Trainer:
             self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, T_max=steps)
         sample = train_data[0]["x"]
         self.train_resolution = list(sample.shape[1:])
+        self.data_meta = collect_data_meta(train_data, extra=data_meta)
         self.epoch = 0  # completed epochs
         self.step = 0  # optimiser steps
         self.batches_done = 0  # optimiser steps done in the current epoch

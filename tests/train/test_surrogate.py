@@ -63,6 +63,7 @@ def test_torch_in_torch_out_other_resolution_and_no_grad(run, sur):
 
 
 def test_dataarray_keeps_nonuniform_coords_dims_order_attrs_and_names_the_output(run):
+    recorded = Surrogate.from_run(run)  # the names the run recorded for its data (or in_0 / out_0)
     sur = Surrogate.from_run(run, output_names=["pressure"], output_units="kPa", spatial_dim_names=("y", "x"))
     x = field((2, 8, 8))
     ycoord = np.cumsum(np.linspace(0.1, 1.0, 8))  # non-uniform
@@ -70,7 +71,7 @@ def test_dataarray_keeps_nonuniform_coords_dims_order_attrs_and_names_the_output
     da = xr.DataArray(
         x[:, None].transpose(3, 1, 0, 2),  # dims (x, channel, sample, y): any order
         dims=("x", "channel", "sample", "y"),
-        coords={"x": xcoord, "y": ycoord, "sample": [10, 20], "channel": ["in_0"],
+        coords={"x": xcoord, "y": ycoord, "sample": [10, 20], "channel": recorded.input_names,
                 "area": (("x", "y"), np.ones((8, 8))), "run": "r1"},
         attrs={"units": "m^2", "source": "test"}, name="perm",
     )
@@ -84,8 +85,8 @@ def test_dataarray_keeps_nonuniform_coords_dims_order_attrs_and_names_the_output
     np.testing.assert_allclose(out.transpose("sample", "channel", "y", "x").values, ref, atol=1e-6)
     # Without a channel dim: one channel in, one out, no channel dim back; input units are dropped.
     single = xr.DataArray(x[0], dims=("y", "x"), coords={"y": ycoord, "x": xcoord}, attrs={"units": "m^2"})
-    out1 = Surrogate.from_run(run).predict(single)
-    assert out1.dims == ("y", "x") and out1.name == "out_0" and "units" not in out1.attrs
+    out1 = recorded.predict(single)
+    assert out1.dims == ("y", "x") and out1.name == recorded.output_names[0] and "units" not in out1.attrs
     np.testing.assert_array_equal(out1["y"].values, ycoord)
     np.testing.assert_allclose(out1.values, ref[0, 0], atol=1e-6)
 
@@ -178,7 +179,7 @@ def test_step_with_a_window_of_past_states():
 def test_errors_name_the_argument(sur):
     with pytest.raises(ValueError, match=r"x: expected 3 dims \(C, S0, S1\) or 4 dims .* got shape \(8, 8, 1, 1, 1\)"):
         sur.predict(np.zeros((8, 8, 1, 1, 1)))
-    with pytest.raises(ValueError, match=r"x: expected 1 input channel\(s\), got 2"):
+    with pytest.raises(ValueError, match=r"x: expected 1 input channel\(s\)( \[.*\])?, got 2"):
         sur.predict(np.zeros((2, 8, 8)))
     bad = field((1, 8, 8))
     bad[0, 1, 2] = np.nan
@@ -192,7 +193,7 @@ def test_errors_name_the_argument(sur):
         sur.predict(np.zeros((1, 8, 8), complex))
     with pytest.raises(ValueError, match=r"x: expected 2 spatial dims and at most one batch dim"):
         sur.predict(xr.DataArray(np.zeros((2, 2, 8, 8)), dims=("a", "b", "y", "x")))
-    with pytest.raises(ValueError, match=r"x: Dataset lacks input variable\(s\) \['in_0'\]"):
+    with pytest.raises(ValueError, match=rf"x: Dataset lacks input variable\(s\) \[{sur.input_names[0]!r}\]"):
         sur.predict(xr.Dataset({"a": (("y", "x"), np.zeros((8, 8)))}))
     with pytest.raises(ValueError, match="n_steps: expected a positive int, got 0"):
         sur.rollout(field((1, 8, 8)), 0)
@@ -200,3 +201,40 @@ def test_errors_name_the_argument(sur):
         sur.step(field((1, 8, 8)), dt=-1.0)
     with pytest.raises(TypeError, match="model: expected a torch.nn.Module, got str"):
         Surrogate("model")
+
+
+class _AxisProbe(nn.Module):
+    """Output = input + 10 * (index along the first spatial axis): shows which dim the operator saw as axis 0."""
+
+    in_channels = out_channels = 1
+    spatial_dims = 2
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(()))
+
+    def forward(self, x):
+        return x * self.w + 10 * torch.arange(x.shape[2], dtype=x.dtype)[:, None]
+
+
+def test_the_recorded_domain_gives_coordinates_and_spatial_dims():
+    grid = {"kind": "grid", "shape": [4, 6], "bounds": [[0.0, 2.0], [-1.0, 1.0]], "dims": ["lat", "lon"]}
+    sur = Surrogate(_AxisProbe(), domain=grid)
+    np.testing.assert_allclose(sur.domain_coords((4, 3))[0], [0.0, 0.5, 1.0, 1.5])
+    np.testing.assert_allclose(sur.domain_coords((4, 3))[1], [-1.0, -1 / 3, 1 / 3])
+    # Stored as (lon, lat): the recorded dims put lat on the operator's first axis; coordinates are added.
+    da = xr.DataArray(np.zeros((6, 4)), dims=("lon", "lat"), coords={"lon": np.arange(6.0) * 7})
+    out = sur.predict(da)
+    assert out.dims == ("lon", "lat")
+    np.testing.assert_allclose(out.values, np.broadcast_to(10 * np.arange(4.0), (6, 4)))
+    np.testing.assert_allclose(out["lat"].values, [0.0, 0.5, 1.0, 1.5])  # from the domain
+    np.testing.assert_array_equal(out["lon"].values, np.arange(6.0) * 7)  # the input's own, kept
+    # Without the recorded dims the last two dims are spatial in the input's order (lon first).
+    plain = Surrogate(_AxisProbe(), domain={k: v for k, v in grid.items() if k != "dims"}).predict(da)
+    np.testing.assert_allclose(plain.values, np.broadcast_to(10 * np.arange(6.0)[:, None], (6, 4)))
+    sphere = Surrogate(_AxisProbe(), domain={"kind": "sphere", "grid": "equiangular", "nlat": 5, "nlon": 8})
+    lat, lon = sphere.domain_coords((5, 8))
+    np.testing.assert_allclose(lat, [90, 45, 0, -45, -90], atol=1e-9)
+    np.testing.assert_allclose(lon, 45.0 * np.arange(8))
+    with pytest.raises(TypeError, match="domain: expected a mapping"):
+        Surrogate(_AxisProbe(), domain=[1, 2])
