@@ -215,6 +215,14 @@ class CoDANO(nn.Module):
         check_dim("x", x, 1, len(names), f"one field per variable in {names}")
         return names
 
+    @property
+    def ddp_find_unused_parameters(self) -> bool:
+        """True when a plain ``forward(x)`` skips parameters: the encodings of ``extra_variables``
+        (variables known to the model but absent from its default order) enter only a forward that
+        names them, so ``DistributedDataParallel`` must look for unused parameters then
+        (:func:`sciattn.train.distributed.wrap_ddp`). Every other parameter is always used."""
+        return bool(self.extra_variables)
+
     # ----------------------------------------------------------------------------- forward
     def forward(self, x: torch.Tensor, variables: Sequence[str] | None = None, y: torch.Tensor | None = None,
                 masked: torch.Tensor | None = None) -> torch.Tensor:

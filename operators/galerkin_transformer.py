@@ -75,7 +75,12 @@ class _ConvFeatures(nn.Module):
 
 
 class _SpectralRegressor(nn.Module):
-    """``L × SiLU(SpectralConv(h) + W h)`` then a pointwise MLP, on ``(B, C, *spatial)``."""
+    """``L × SiLU(SpectralConv(h) + W h)`` then a pointwise MLP, on ``(B, C, *spatial)``.
+
+    Band-limited, the last block has no bypass ``W``, so it has no ``skips`` entry (every parameter
+    takes part in the loss, as ``DistributedDataParallel`` requires). Checkpoints written before
+    that change hold the never-used last ``W``; loading drops it (:meth:`_drop_unused_skip`).
+    """
 
     def __init__(self, d_model, width, out_channels, n_modes, n_layers, dim_ff, spatial_dims, band_limited):
         super().__init__()
@@ -83,14 +88,23 @@ class _SpectralRegressor(nn.Module):
         conv = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}[spatial_dims]
         self.lift = conv(d_model, width, 1)
         self.spectral = nn.ModuleList(SpectralConv(width, width, n_modes=n_modes) for _ in range(n_layers))
-        self.skips = nn.ModuleList(conv(width, width, 1) for _ in range(n_layers))
+        skips = [conv(width, width, 1) for _ in range(n_layers)]
+        if band_limited:  # drawn, then dropped: every other weight keeps the initial value of earlier releases
+            skips.pop()
+        self.skips = nn.ModuleList(skips)
         self.head = nn.Sequential(conv(width, dim_ff, 1), nn.SiLU(), conv(dim_ff, out_channels, 1))
         self.act = nn.SiLU()
+        if band_limited:
+            self._register_load_state_dict_pre_hook(self._drop_unused_skip)
+
+    def _drop_unused_skip(self, state_dict, prefix, *args) -> None:
+        for k in (f"{prefix}skips.{len(self.skips)}.weight", f"{prefix}skips.{len(self.skips)}.bias"):
+            state_dict.pop(k, None)
 
     def forward(self, h, output_shape=None):
         h = self.lift(h)
         last = len(self.spectral) - 1
-        for i, (spec, skip) in enumerate(zip(self.spectral, self.skips)):
+        for i, spec in enumerate(self.spectral):
             if i == last and self.band_limited:
                 # No pointwise bypass: a band-limited field, evaluated on the output grid by its
                 # Fourier series (exact interpolation when the grids are nested).
@@ -99,7 +113,7 @@ class _SpectralRegressor(nn.Module):
                     h = fourier_resample(h, output_shape)
                 h = self.act(h)
             else:
-                h = self.act(spec(h) + skip(h))
+                h = self.act(spec(h) + self.skips[i](h))
         return self.head(h)
 
 

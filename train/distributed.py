@@ -19,6 +19,12 @@ permutation ``π_e = randperm(N)`` seeded with ``seed + e``, rank ``r`` takes
 is a multiple of ``W``; otherwise torch pads the permutation by repeating its head). It can start
 an epoch after ``k`` batches, which makes mid-epoch resumption replay the same shuffling.
 
+Unused parameters. DDP reduces every parameter's gradient once per backward and fails (or,
+with ``find_unused_parameters=True``, walks the autograd graph every step) when a parameter
+took no part in the loss. Every registered operator uses every parameter in its forward (a
+registry-driven test checks it); a model whose forward really skips a branch says so with a
+``ddp_find_unused_parameters`` attribute, and :func:`wrap_ddp` passes it on.
+
 Seeding. Rank ``r`` seeds ``torch``, NumPy and ``random`` with ``seed + r`` (dropout and other
 parameter-free randomness differ between ranks, reproducibly); the initial weights are rank 0's,
 broadcast by DDP.
@@ -53,6 +59,7 @@ __all__ = [
     "resolve_device",
     "seed_everything",
     "shutdown_distributed",
+    "wrap_ddp",
 ]
 
 
@@ -120,6 +127,20 @@ def resolve_device(device: str | torch.device, ctx: DistContext) -> torch.device
     if dev.type == "cuda" and dev.index is None and ctx.distributed:
         return torch.device("cuda", ctx.local_rank)
     return dev
+
+
+def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.parallel.DistributedDataParallel:
+    """``DistributedDataParallel(model)`` on ``device`` (its index as ``device_ids`` on CUDA).
+
+    ``find_unused_parameters`` is the model's ``ddp_find_unused_parameters`` (default False): only
+    a model that declares a skipped branch (e.g. CoDANO's encodings of variables outside its
+    default order) pays for the per-step search of unused parameters.
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device.index] if device.type == "cuda" else None
+    find = bool(getattr(model, "ddp_find_unused_parameters", False))
+    return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find)
 
 
 def per_rank_batch(batch_size: int, world_size: int, grad_accum_steps: int = 1) -> tuple[int, int]:
