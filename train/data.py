@@ -1,8 +1,25 @@
-"""Build the train and test datasets that a :class:`DataConfig` describes, and load one data set
-at several resolutions for a resolution sweep (:func:`load_at_resolutions`)."""
+"""Build the train and test datasets that a :class:`DataConfig` describes (:func:`build_datasets`),
+record where they came from (:func:`describe_source`), and load one data set at several
+resolutions for a resolution sweep (:func:`load_at_resolutions`).
+
+Every source goes through one path: :func:`.sources.resolve_source` says whether ``[data] train``
+names a generator, a registered benchmark or a file (and the file's reader), the reader or
+generator is called with ``[data] options``, and the result is held in memory as either
+
+* grid pairs, a :class:`~sciattn.pde_data.grid_dataset.GridPairDataset` of
+  ``{"x": (C_in, *spatial), "y": (C_out, *spatial)}``, or
+* point samples, a :class:`~sciattn.pde_data.geofno.PointSetDataset` of
+  ``{"x": (N, C_in), "y": (N, C_out), "pos": (N, d), "weights": (N,)}`` (``N`` may differ
+  between samples; :mod:`.batching` pads them and adds a mask).
+
+Each dataset's ``meta`` carries ``variables`` (``{"x": [...], "y": [...]}``), ``layout``
+(``"grid"``/``"points"``), ``time_series`` with ``t_in`` (input frames) and ``frame_channels``
+(variables per frame, frames stored time-major as channels), and ``dt`` where known.
+"""
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 from pathlib import Path
@@ -10,55 +27,394 @@ from typing import Any
 
 import torch
 
-from sciattn._checks import check_choice, check_positive_int
+from sciattn._checks import check_positive_int
 from sciattn.pde_data import load
-from sciattn.pde_data.darcy import load_or_generate_darcy
+from sciattn.pde_data.geofno import PointSetDataset
 from sciattn.pde_data.grid_dataset import GridPairDataset
-from sciattn.pde_data.neuralop_pt import load_neuralop_pt
-from sciattn.pde_data.registry import default_root
+from sciattn.pde_data.registry import BENCHMARKS, default_root
 
-from .config import DataConfig
+from .config import ConfigError, DataConfig
+from .sources import READERS, Source, detect_reader, resolve_source
 
-__all__ = ["build_datasets", "load_data_file", "load_at_resolutions", "DATA_FORMATS", "GENERATED", "TIME_SERIES"]
+__all__ = ["build_datasets", "describe_source", "load_data_file", "load_at_resolutions", "data_layout",
+           "DATA_FORMATS", "GENERATED", "TIME_SERIES"]
 
-DATA_FORMATS = ("neuralop_pt", "darcy_solver")
-GENERATED = ("darcy", "burgers", "navier_stokes")  # built-in solvers: any resolution, same samples at each
+DATA_FORMATS = ("auto", "neuralop_pt", "darcy_solver")
+GENERATED = ("darcy", "burgers", "navier_stokes")  # sweepable solvers: any resolution, same samples at each
 TIME_SERIES = ("navier_stokes",)  # inputs and outputs are consecutive time steps of one field
+
+# generator: (n_train, n_test, resolution) defaults (the registry's)
+_GEN_DEFAULTS = {"darcy": (1000, 100, 64), "burgers": (1000, 100, 1024), "navier_stokes": (1000, 200, 64),
+                 "shallow_water": (896, 128, 32), "coupled_navier_stokes": (1000, 100, 64)}
+_SINGLE_RESOLUTION = ("shallow_water",)
+
+
+# ------------------------------------------------------------------------------------ provenance
+
+
+def _root(cfg: DataConfig) -> Path:
+    return Path(cfg.root).expanduser().resolve() if cfg.root else default_root()
+
+
+def _cache(cfg: DataConfig) -> Path:
+    return Path(cfg.cache_dir).expanduser().resolve() if cfg.cache_dir else _root(cfg) / "generated"
+
+
+def _sizes(cfg: DataConfig, name: str) -> tuple[int, int, int, list[int]]:
+    n_train, n_test, res = _GEN_DEFAULTS[name]
+    r = cfg.train_res or res
+    return cfg.n_train or n_train, cfg.n_test or n_test, r, list(cfg.test_resolutions or [r])
+
+
+def _describe_one(cfg: DataConfig, spec: str) -> dict[str, Any]:
+    src = resolve_source(spec, fmt=cfg.format)
+    if src.kind == "generated":
+        n_train, n_test, r, test_res = _sizes(cfg, src.name)
+        return {"kind": "generated", "name": src.name, "params": dict(cfg.options), "seed": cfg.seed,
+                "resolution": r, "test_resolutions": test_res, "n_train": n_train, "n_test": n_test,
+                "cache_dir": str(_cache(cfg))}
+    if src.kind == "benchmark":
+        return {"kind": "benchmark", "name": src.name, "root": str(_root(cfg)), "options": dict(cfg.options),
+                "resolution": cfg.train_res, "test_resolutions": cfg.test_resolutions, "seed": cfg.seed,
+                "n_train": cfg.n_train, "n_test": cfg.n_test}
+    reader = src.reader or (detect_reader(src.path) if src.path.exists() else None)
+    return {"kind": "file", "path": str(src.path), "reader": reader, "options": dict(cfg.options),
+            "resolution": cfg.train_res, "test_resolutions": cfg.test_resolutions, "n_train": cfg.n_train,
+            "n_test": cfg.n_test, "split_rule": _split_rule(cfg, src, reader) if not cfg.test else "separate file"}
+
+
+def describe_source(cfg: DataConfig) -> dict[str, Any]:
+    """Where the training (and test) data came from, as plain JSON, so a later evaluation can rebuild
+    matched data: ``{"kind": "generated", "name", "params", "seed", "resolution", ...}``,
+    ``{"kind": "file", "path" (absolute), "reader", "options", "split_rule", ...}`` or
+    ``{"kind": "benchmark", "name", "root", "options", ...}``; a separate ``[data] test`` source is
+    described under ``"test"``."""
+    out = _describe_one(cfg, cfg.source)
+    if cfg.test:
+        out["test"] = _describe_one(cfg, cfg.test)
+    return out
+
+
+# ------------------------------------------------------------------------------------ normalising samples
+
+
+def _is_points(sample: dict[str, torch.Tensor]) -> bool:
+    """Point samples hold ``pos (N, d)`` and ``x (N, C)``; structured meshes hold ``pos (d, *grid)``."""
+    pos = sample.get("pos")
+    return pos is not None and pos.dim() == 2 and sample["x"].dim() == 2 and pos.shape[0] == sample["x"].shape[0]
+
+
+def _grid_points(shape: tuple[int, ...]) -> torch.Tensor:
+    axes = [torch.linspace(0.0, 1.0, n) for n in shape]
+    return torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, len(shape))
+
+
+def _as_point_sample(s: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A point sample of ``s``: as is, or a grid / structured-mesh sample flattened (channels last)."""
+    if _is_points(s):
+        out = {"x": s["x"].float(), "y": s["y"].float(), "pos": s["pos"].float()}
+        n = out["x"].shape[0]
+        out["weights"] = s["weights"].float() if "weights" in s else torch.full((n,), 1.0 / n)
+        return out
+    x, y = s["x"].float(), s["y"].float()
+    shape = tuple(x.shape[1:])
+    pos = s["pos"].float().flatten(1).T if "pos" in s else _grid_points(shape)
+    n = pos.shape[0]
+    w = s["weights"].float().reshape(-1) if "weights" in s else torch.full((n,), 1.0 / n)
+    return {"x": x.flatten(1).T.contiguous(), "y": y.flatten(1).T.contiguous(), "pos": pos.contiguous(),
+            "weights": w / w.sum()}
+
+
+def _variables(meta: dict[str, Any], c_in: int, c_out: int) -> dict[str, list[str]]:
+    v = meta.get("variables")
+    if isinstance(v, dict) and "x" in v and "y" in v:
+        x, y = v["x"], v["y"]
+        x = list(x) if isinstance(x, (list, tuple)) else [str(x)] * (1 if c_in == 1 else 0)
+        y = list(y) if isinstance(y, (list, tuple)) else [str(y)] * (1 if c_out == 1 else 0)
+        if len(x) == c_in and len(y) == c_out:
+            return {"x": [str(n) for n in x], "y": [str(n) for n in y]}
+    if isinstance(v, (list, tuple)) and v and c_in % len(v) == 0 and c_out % len(v) == 0:
+        names = [str(n) for n in v]  # time-major frames of these variables
+        return {"x": [f"{n}[{k}]" for k in range(c_in // len(v)) for n in names],
+                "y": [f"{n}[{k}]" for k in range(c_out // len(v)) for n in names]}
+    return {"x": [f"x{i}" for i in range(c_in)], "y": [f"y{i}" for i in range(c_out)]}
+
+
+def _time_series(meta: dict[str, Any], c_in: int) -> tuple[bool, int | None, int]:
+    """``(time_series, t_in, frame_channels)`` from a reader's ``meta``."""
+    v = meta.get("variables")
+    n_var = len(v) if isinstance(v, (list, tuple)) and v and meta.get("format") in ("pdebench", "the_well") else 1
+    if meta.get("format") == "the_well":
+        return True, int(meta.get("n_steps_input", c_in // n_var)), n_var
+    if meta.get("t_in") is not None:
+        return True, int(meta["t_in"]), n_var
+    attrs = meta.get("attrs") if isinstance(meta.get("attrs"), dict) else {}
+    if meta.get("time_series") or attrs.get("pde") == "navier_stokes":
+        return True, c_in // n_var, n_var
+    return False, None, n_var
+
+
+def _finish(ds, meta: dict[str, Any], as_points: bool, split: str):
+    """``ds`` held in memory as grid pairs or point samples, with the normalised ``meta``."""
+    meta = {**meta, "split": split}
+    if isinstance(ds, GridPairDataset) and not as_points:
+        grid = ds
+    else:
+        samples = [ds[i] for i in range(len(ds))]
+        if not samples:
+            raise ValueError(f"data: the {split} split is empty")
+        if as_points or _is_points(samples[0]):
+            pts = [_as_point_sample(s) for s in samples]
+            c_in, c_out = pts[0]["x"].shape[1], pts[0]["y"].shape[1]
+            ts, t_in, fc = _time_series(meta, c_in)
+            meta.update(layout="points", variables=_variables(meta, c_in, c_out), time_series=ts, t_in=t_in,
+                        frame_channels=fc, n_points=[int(p["x"].shape[0]) for p in pts][:1000])
+            return PointSetDataset(pts, meta)
+        grid = GridPairDataset(torch.stack([s["x"] for s in samples]), torch.stack([s["y"] for s in samples]), meta)
+    ts, t_in, fc = _time_series(meta, grid.in_channels)
+    meta.update(layout="grid", variables=_variables(meta, grid.in_channels, grid.out_channels), time_series=ts,
+                t_in=t_in, frame_channels=fc, resolution=list(grid.resolution))
+    return GridPairDataset(grid.x, grid.y, meta)
+
+
+def data_layout(ds) -> str:
+    """``"points"`` or ``"grid"``."""
+    return "points" if getattr(ds, "meta", {}).get("layout") == "points" or (
+        len(ds) and _is_points(ds[0])) else "grid"
+
+
+def _take(ds, indices: range | list[int]):
+    if isinstance(ds, GridPairDataset):
+        idx = torch.as_tensor(list(indices), dtype=torch.long)
+        return GridPairDataset(ds.x[idx], ds.y[idx], ds.meta)
+    return _Items(ds, list(indices))
+
+
+class _Items(torch.utils.data.Dataset):
+    def __init__(self, base, indices: list[int]):
+        self.base, self.indices, self.meta = base, indices, dict(getattr(base, "meta", {}))
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int):
+        return self.base[self.indices[i]]
+
+
+# ------------------------------------------------------------------------------------ generators
+
+
+def _generate(cfg: DataConfig, name: str, progress: bool):
+    n_train, n_test, r, test_res = _sizes(cfg, name)
+    n = n_train + n_test
+    opts = dict(cfg.options)
+    res = sorted({r, *test_res})
+    cache = _cache(cfg)
+    meta: dict[str, Any] = {"source": f"sciattn.pde_data.{name}", "name": name, "seed": cfg.seed,
+                            "params": dict(cfg.options)}
+    if name in _SINGLE_RESOLUTION and res != [r]:
+        raise ConfigError(f"data.test_resolutions: the {name} generator solves on one grid (nlat = data.resolution "
+                          f"= {r}); expected [{r}], got {cfg.test_resolutions}")
+    fine = opts.pop("fine_resolution", None) or math.lcm(*res)
+    if name in ("navier_stokes", "coupled_navier_stokes") and fine % 2:
+        fine *= 2
+    kw = {"seed": cfg.seed, "progress": progress}
+    pairs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    if name == "darcy":
+        from sciattn.pde_data.darcy import load_or_generate_darcy
+
+        data = load_or_generate_darcy(cache, n, res, fine_resolution=fine, **kw, **opts)
+        pairs = {k: (torch.from_numpy(a)[:, None], torch.from_numpy(u)[:, None]) for k, (a, u) in data.items()}
+        meta["variables"] = {"x": ["coefficient"], "y": ["pressure"]}
+    elif name == "burgers":
+        from sciattn.pde_data.burgers import load_or_generate_burgers
+
+        data = load_or_generate_burgers(cache, n, res, fine_resolution=fine, **kw, **opts)
+        pairs = {k: (torch.from_numpy(a)[:, None], torch.from_numpy(u)[:, None]) for k, (a, u) in data.items()}
+        meta["variables"] = {"x": ["initial"], "y": ["solution"]}
+        meta["dt"] = float(opts.get("t_final", 1.0))
+    elif name == "navier_stokes":
+        from sciattn.pde_data.navier_stokes import NS_DEFAULTS, load_or_generate_navier_stokes
+
+        t_in = opts.pop("t_in", 10)
+        data = load_or_generate_navier_stokes(cache, n, res, fine_resolution=fine, **kw, **opts)
+        for k, (_, u) in data.items():
+            steps = u.shape[-1]
+            if isinstance(t_in, bool) or not isinstance(t_in, int) or not 0 < t_in < steps:
+                raise ConfigError(f"data.options.t_in: expected an integer in 1..{steps - 1} (of the {steps} "
+                                  f"recorded steps), got {t_in!r}")
+            field = torch.from_numpy(u).permute(0, 3, 1, 2)
+            pairs[k] = (field[:, :t_in].contiguous(), field[:, t_in:].contiguous())
+        p = {**NS_DEFAULTS, **opts}
+        meta.update(t_in=t_in, time_series=True, dt=float(p["t_final"]) / int(p["record_steps"]),
+                    variables={"x": [f"w[{k}]" for k in range(t_in)],
+                               "y": [f"w[{k}]" for k in range(t_in, int(p["record_steps"]))]})
+    elif name == "shallow_water":
+        from sciattn.pde_data.shallow_water_data import load_or_generate_shallow_water
+
+        data = load_or_generate_shallow_water(cache, n, nlat=r, nlon=2 * r, seed=cfg.seed, **opts)
+        pairs = {r: (torch.from_numpy(data["x"]), torch.from_numpy(data["y"]))}
+        names = ["geopotential", "vorticity", "divergence"]
+        meta.update(variables={"x": names, "y": names}, grid=opts.get("grid", "equiangular"),
+                    dt=float(opts.get("dt", 600.0)) * int(opts.get("n_steps_between", 6)),
+                    domain={"kind": "sphere", "grid": opts.get("grid", "equiangular"), "nlat": r, "nlon": 2 * r})
+    else:  # coupled_navier_stokes
+        from sciattn.pde_data.coupled_navier_stokes import load_or_generate_coupled_navier_stokes
+
+        system = opts.pop("system", "ns")
+        out = load_or_generate_coupled_navier_stokes(cache, n, res, system=system, fine_resolution=fine, **kw, **opts)
+        pairs = {k: (torch.from_numpy(a), torch.from_numpy(b)) for k, (a, b) in out.pairs.items()}
+        meta.update(variables={"x": list(out.variables), "y": list(out.variables)}, system=system,
+                    dt=float(out.times[1] - out.times[0]))
+    train_x, train_y = pairs[r]
+    train = GridPairDataset(train_x[:n_train], train_y[:n_train], {**meta, "resolution": r})
+    tests = {k: GridPairDataset(pairs[k][0][n_train:n], pairs[k][1][n_train:n], {**meta, "resolution": k})
+             for k in test_res}
+    return train, tests
+
+
+# ------------------------------------------------------------------------------------ readers and benchmarks
+
+
+def _split_rule(cfg: DataConfig, src: Source, reader: str | None) -> str:
+    splits = src.kind != "file" or (reader is not None and READERS[reader].splits)
+    rule = cfg.split_rule
+    if rule == "auto":
+        return "reader" if splits else "test_last"
+    if rule == "reader" and not splits:
+        raise ConfigError(f"data.split_rule: reader {reader!r} of {src.name!r} has no train/test split of its own; "
+                          f"expected 'test_last' or 'test_first' (with data.n_test), or a data.test file")
+    return rule
+
+
+def _accepts(fn) -> set[str]:
+    return set(inspect.signature(fn).parameters)
+
+
+def _read(cfg: DataConfig, src: Source, split: str | None, resolution: int | None, n: int | None, key: str):
+    """One split of a benchmark or file (``split=None``: the whole file of a reader without splits)."""
+    opts = dict(cfg.options)
+    if src.kind == "benchmark":
+        accepted = _accepts(BENCHMARKS[src.name].loader)
+        if "n_train" in accepted:
+            opts.update({k: v for k, v in (("n_train", cfg.n_train), ("n_test", cfg.n_test)) if v is not None})
+        elif "n_samples" in accepted and n is not None:
+            opts["n_samples"] = n
+        if "seed" in accepted:
+            opts["seed"] = cfg.seed
+        if "progress" in accepted:
+            opts["progress"] = False
+        return load(src.name, split=split or "train", resolution=resolution, root=_root(cfg), **opts)
+    if not src.path.exists():
+        raise FileNotFoundError(f"data.{key}: expected an existing file, got {str(src.path)!r}")
+    reader = src.reader or detect_reader(src.path)
+    info = READERS[reader]
+    if resolution is not None and not info.resolution:
+        raise ConfigError(f"data.resolution: reader {reader!r} of {src.name!r} reads the stored grid only; expected "
+                          f"no data.resolution / data.test_resolutions (use its options, e.g. spatial_stride), got "
+                          f"{resolution}")
+    accepted = _accepts(info.target())
+    if split is not None and "n_train" in accepted:
+        opts.update({k: v for k, v in (("n_train", cfg.n_train), ("n_test", cfg.n_test)) if v is not None})
+    elif "n_samples" in accepted and n is not None:
+        opts["n_samples"] = n
+    if cfg.format == "neuralop_pt":  # the older format key: the file as neuraloperator wrote it
+        from sciattn.pde_data.neuralop_pt import load_neuralop_pt
+
+        return _subsample(load_neuralop_pt(src.path, **opts), resolution, key)
+    # split=None: the whole file (a single-split file), or the reader's own train split
+    return load(src.path, split=split if info.splits else None, resolution=resolution, **opts)
+
+
+def _subsample(ds: GridPairDataset, r: int | None, key: str) -> GridPairDataset:
+    return ds if r is None else _at_resolution(ds, r, key)
+
+
+def _head(ds, n: int | None, key: str):
+    if n is None or n == len(ds):
+        return ds
+    if n > len(ds):
+        raise ConfigError(f"data.{key}: expected at most the {len(ds)} samples the source holds, got {n}")
+    return _take(ds, range(n))
+
+
+def _from_source(cfg: DataConfig, progress: bool):
+    src = resolve_source(cfg.source, fmt=cfg.format)
+    generated = src.kind == "generated"
+    r = cfg.train_res
+    test_res = list(cfg.test_resolutions or [r])
+    as_points = cfg.as_points
+    if generated:
+        train, tests = _generate(cfg, src.name, progress)
+    elif cfg.test:
+        tsrc = resolve_source(cfg.test, fmt=cfg.format)
+        train = _head(_read(cfg, src, "train", r, cfg.n_train, "train"), cfg.n_train, "n_train")
+        tests = {t: _head(_read(cfg, tsrc, "test", t, cfg.n_test, "test"), cfg.n_test, "n_test") for t in test_res}
+    else:
+        reader = src.reader or (detect_reader(src.path) if src.kind == "file" and src.path.exists() else None)
+        if src.kind == "file" and reader is None:
+            raise FileNotFoundError(f"data.train: expected an existing file, got {str(src.path)!r}")
+        rule = _split_rule(cfg, src, reader)
+        if rule == "reader":
+            train = _head(_read(cfg, src, "train", r, cfg.n_train, "train"), cfg.n_train, "n_train")
+            tests = {t: _head(_read(cfg, src, "test", t, cfg.n_test, "train"), cfg.n_test, "n_test")
+                     for t in test_res}
+        else:
+            full = _read(cfg, src, None, r, None, "train")
+            total = len(full)
+            n_test = cfg.n_test or max(1, total // 5)
+            n_train = cfg.n_train or total - n_test
+            if n_train + n_test > total or total < 2:
+                raise ConfigError(f"data.n_train / data.n_test: {cfg.source!r} holds {total} samples; expected "
+                                  f"n_train + n_test <= {total}, got {n_train} + {n_test}")
+            if rule == "test_last":
+                train_idx, test_idx = range(n_train), range(total - n_test, total)
+            else:
+                train_idx, test_idx = range(total - n_train, total), range(n_test)
+            train = _take(full, train_idx)
+            tests = {}
+            for t in test_res:
+                other = full if t == r else _read(cfg, src, None, t, None, "train")
+                tests[t] = _take(other, test_idx)
+    meta = dict(getattr(train, "meta", {}))
+    train = _finish(train, {**meta, "source_spec": cfg.source}, as_points, "train")
+    tests = {t: _finish(ds, {**getattr(ds, "meta", {}), "source_spec": cfg.test or cfg.source}, as_points, "test")
+             for t, ds in tests.items()}
+    return train, tests, generated
+
+
+def build_datasets(cfg: DataConfig, progress: bool = False) -> tuple[Any, dict[str, Any]]:
+    """``(train, {test_name: test})`` for ``cfg``. Test names: ``"test_<r>"`` for generated data,
+    ``"test_<shape>"`` (e.g. ``test_16x16``) for grids read from files or benchmarks, ``"test"`` (or
+    ``"test_<r>"`` with resolutions) for point samples."""
+    train, tests, generated = _from_source(cfg, progress)
+    out: dict[str, Any] = {}
+    for r, ds in tests.items():
+        if generated or data_layout(ds) == "points":
+            name = "test" if r is None else f"test_{r}"
+        else:
+            name = f"test_{'x'.join(map(str, ds.resolution))}"
+        out[name] = ds
+    return train, out
+
+
+# ------------------------------------------------------------------------------------ single files, sweeps
 
 
 def load_data_file(path: str | os.PathLike, fmt: str | None = None, split: str = "test"):
     """Load one data file of any supported format (``fmt=None``: detected from the content), or a
     registered benchmark name."""
     if fmt not in (None, "auto"):
+        from sciattn._checks import check_choice
+        from sciattn.pde_data.neuralop_pt import load_neuralop_pt
+
         check_choice("format", fmt, ("auto", "neuralop_pt"))
         return load_neuralop_pt(Path(path))
+    if str(path) not in BENCHMARKS and Path(path).suffix in (".nc", ".nc4", ".zarr", ".cdf"):
+        from sciattn.pde_data.xarray_data import load_xarray
+
+        return load_xarray(Path(path).expanduser())
     return load(path, split=split)
-
-
-def build_datasets(cfg: DataConfig, progress: bool = False) -> tuple[GridPairDataset, dict[str, GridPairDataset]]:
-    """``(train, {test_name: test})``; test names are ``"test_<resolution>"``."""
-    check_choice("data.format", cfg.format, DATA_FORMATS)
-    if cfg.format == "neuralop_pt":
-        if not cfg.train or not cfg.test:
-            raise ValueError("data.train / data.test: expected paths of neuraloperator .pt files, got an empty path")
-        train = load_neuralop_pt(cfg.train, n_samples=cfg.n_train)
-        test = load_neuralop_pt(cfg.test, n_samples=cfg.n_test)
-        return train, {f"test_{'x'.join(map(str, test.resolution))}": test}
-    n_train, n_test = cfg.n_train or 1000, cfg.n_test or 100
-    resolutions = sorted({cfg.train_resolution, *cfg.test_resolutions})
-    data = load_or_generate_darcy(
-        Path(cfg.cache_dir).expanduser(), n_train + n_test, resolutions, seed=cfg.seed, progress=progress
-    )
-
-    def subset(res: int, sl: slice, split: str) -> GridPairDataset:
-        coeff, u = data[res]
-        meta = {"source": "sciattn.pde_data.darcy", "name": "darcy", "split": split, "resolution": res,
-                "variables": {"x": ["coefficient"], "y": ["pressure"]}}
-        return GridPairDataset(torch.from_numpy(coeff[sl])[:, None], torch.from_numpy(u[sl])[:, None], meta)
-
-    train = subset(cfg.train_resolution, slice(0, n_train), "train")
-    tests = {f"test_{r}": subset(r, slice(n_train, n_train + n_test), "test") for r in cfg.test_resolutions}
-    return train, tests
 
 
 def _as_grid(ds) -> GridPairDataset:

@@ -33,8 +33,8 @@ regressor_layers = 2
 latent_resolution = 32
 
 [data]
-format = "darcy_solver"
-train_resolution = 32
+train = "darcy"
+resolution = 32
 test_resolutions = [32, 64, 128]
 n_train = 1000
 n_test = 50
@@ -54,7 +54,7 @@ def run_demo(out: str | Path = "sciattn-demo", overrides: list[str] | None = Non
     cfg = load_config(tomllib.loads(DEMO_CONFIG), overrides)
     metrics = train_run(cfg, out, progress=progress, log=log)
     errs = metrics["rel_l2_by_resolution"]
-    train_res = str(cfg.data.train_resolution)
+    train_res = str(cfg.data.train_res)
     log("")
     log("| resolution | relative L2 | ratio to training resolution |")
     log("|---|---|---|")

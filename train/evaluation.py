@@ -6,6 +6,12 @@ normalisers) the reported errors are ``(1/n) Σ_i ‖û_i − u_i‖ / ‖u_i‖
 in neuraloperator's finite-difference H1 norm. Sharded: rank ``r`` of ``W`` takes samples
 ``r, r + W, ...``, the sums ``Σ_i`` and ``n`` are added over ranks (every sample counted once, as in
 one process) and the time is the slowest rank's.
+
+Point samples (``pos``, :mod:`.batching`) are padded per batch and their error is the masked,
+quadrature-weighted relative L2 error of the real points (:func:`.losses.relative_l2_points`); H1 is
+not defined on point sets and is reported as ``None``. When the targets hold more channels than the
+model predicts (later frames of a time series), the prediction is compared with the first ones
+(the one-step error; :mod:`.rollout` gives the error over the whole horizon).
 """
 
 from __future__ import annotations
@@ -17,8 +23,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
+from .batching import collate, is_point_batch, predict, to_device
 from .distributed import DistContext, all_reduce_sum
-from .losses import relative_h1, relative_l2
+from .losses import relative_h1, relative_l2, relative_l2_points
 
 __all__ = ["evaluate_dataset", "evaluate_sharded"]
 
@@ -28,11 +35,18 @@ def _error_sums(model, dataset, *, x_normalizer, y_normalizer, spatial_dims, bat
     l2_sum = h1_sum = 0.0
     n = 0
     t0 = time.perf_counter()
-    for batch in DataLoader(dataset, batch_size=batch_size, generator=torch.Generator()):
-        x, y = batch["x"].to(device), batch["y"].to(device)
-        pred = y_normalizer.decode(model(x_normalizer.encode(x)))
-        l2_sum += float(relative_l2(pred, y, spatial_dims)) * x.shape[0]
-        h1_sum += float(relative_h1(pred, y, spatial_dims)) * x.shape[0]
+    for batch in DataLoader(dataset, batch_size=batch_size, generator=torch.Generator(), collate_fn=collate):
+        batch = to_device(batch, device)
+        x, y = batch["x"], batch["y"]
+        pred = predict(model, batch, x_normalizer, y_normalizer)
+        if is_point_batch(batch):
+            y = y[..., :pred.shape[-1]]
+            l2_sum += float(relative_l2_points(pred, y, batch["mask"], batch["weights"])) * x.shape[0]
+            h1_sum = float("nan")
+        else:
+            y = y[:, :pred.shape[1]]
+            l2_sum += float(relative_l2(pred, y, spatial_dims)) * x.shape[0]
+            h1_sum += float(relative_h1(pred, y, spatial_dims)) * x.shape[0]
         n += x.shape[0]
     return [l2_sum, h1_sum, float(n), time.perf_counter() - t0]
 
@@ -52,7 +66,13 @@ def evaluate_dataset(
     model.eval()
     l2, h1, n, seconds = _error_sums(model, dataset, x_normalizer=x_normalizer, y_normalizer=y_normalizer,
                                      spatial_dims=spatial_dims, batch_size=batch_size, device=device)
-    return {"rel_l2": l2 / n, "rel_h1": h1 / n, "seconds_per_sample": seconds / n, "n_samples": int(n)}
+    return _result(l2, h1, n, seconds)
+
+
+def _result(l2: float, h1: float, n: float, seconds: float) -> dict[str, float]:
+    h1_mean = h1 / n
+    return {"rel_l2": l2 / n, "rel_h1": None if h1_mean != h1_mean else h1_mean, "seconds_per_sample": seconds / n,
+            "n_samples": int(n)}
 
 
 @torch.no_grad()
@@ -70,4 +90,4 @@ def evaluate_sharded(model: nn.Module, dataset: Dataset, ctx: DistContext, *, x_
     l2, h1, n = (float(v) for v in all_reduce_sum(torch.tensor(sums[:3], dtype=torch.float64, device=device), ctx))
     seconds = torch.tensor([sums[3]], dtype=torch.float64, device=device)
     dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # ranks run concurrently
-    return {"rel_l2": l2 / n, "rel_h1": h1 / n, "seconds_per_sample": float(seconds) / n, "n_samples": int(n)}
+    return _result(l2, h1, n, float(seconds))

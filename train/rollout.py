@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from .losses import relative_l2
 
-__all__ = ["rollout_errors", "stability_verdict", "STABILITY_RULE"]
+__all__ = ["autoregressive", "rollout_errors", "stability_verdict", "STABILITY_RULE"]
 
 ROUND_OFF = 1e-9  # errors below ROUND_OFF * threshold are not tested for growth
 
@@ -41,6 +41,27 @@ STABILITY_RULE = (
     "factor exp(slope of log error against frame, least squares over the second half of the frames) exceeds "
     "max_growth (not tested while the last error is below 1e-9 x threshold); stable: otherwise"
 )
+
+
+def autoregressive(step, x: torch.Tensor, *, applications: int | None = None, frames: int | None = None,
+                   dim: int = 1) -> torch.Tensor:
+    """The module's rollout of ``step`` from inputs ``x``: ``applications`` applications, or as many as
+    cover ``frames`` channels (then cut to ``frames``); predictions concatenated along ``dim``
+    (``1``: grids ``(B, C, *spatial)``; ``-1``: points ``(B, N, C)``). Differentiable (the
+    training loss of ``[train] rollout_steps`` backpropagates through every application)."""
+    if (applications is None) == (frames is None):
+        raise ValueError("applications, frames: expected exactly one of them")
+    c_in = x.shape[dim]
+    window, preds, done, k = x, [], 0, 0
+    while (k < applications) if applications is not None else (done < frames):
+        p = step(window)
+        preds.append(p)
+        done += p.shape[dim]
+        k += 1
+        window = torch.cat([window, p.to(window.dtype)], dim=dim)
+        window = window.narrow(dim, window.shape[dim] - c_in, c_in)
+    out = torch.cat(preds, dim=dim)
+    return out if frames is None else out.narrow(dim, 0, frames)
 
 
 @torch.no_grad()
@@ -53,35 +74,46 @@ def rollout_errors(
     spatial_dims: int,
     batch_size: int = 8,
     device: str | torch.device = "cpu",
+    frame_channels: int = 1,
 ) -> dict[str, Any]:
     """Per-frame mean relative L2 error of the autoregressive rollout over each sample's horizon.
 
     Shapes:
         dataset samples: ``x (C_in, *spatial)``, ``y (K, *spatial)``; ``model``: ``(B, C_in, *spatial)``
         -> ``(B, C_out, *spatial)``. Returns ``frame_errors`` (K,) and the counts of applications.
+        With ``frame_channels = V`` a frame is ``V`` consecutive channels (``V`` variables,
+        time-major) and its error is the mean over those variables.
     """
     model.eval()
     sums: torch.Tensor | None = None
     n = 0
     c_in = c_out = n_frames = 0
+    if isinstance(frame_channels, bool) or not isinstance(frame_channels, int) or frame_channels < 1:
+        raise ValueError(f"frame_channels: expected an integer >= 1, got {frame_channels!r}")
     for batch in DataLoader(dataset, batch_size=batch_size, generator=torch.Generator()):
         x, y = batch["x"].to(device), batch["y"].to(device)
-        c_in, n_frames = x.shape[1], y.shape[1]
-        window, preds, done = x, [], 0
-        while done < n_frames:
-            p = y_normalizer.decode(model(x_normalizer.encode(window)))
-            c_out = p.shape[1]
-            preds.append(p)
-            done += c_out
-            window = torch.cat([window, p], dim=1)[:, -c_in:]
-        pred = torch.cat(preds, dim=1)[:, :n_frames]
-        errs = torch.stack([relative_l2(pred[:, k:k + 1], y[:, k:k + 1], spatial_dims) for k in range(n_frames)])
+        c_in, n_frames = x.shape[1], y.shape[1] // frame_channels
+        if y.shape[1] % frame_channels:
+            raise ValueError(f"frame_channels: expected a divisor of the {y.shape[1]} target channels, got "
+                             f"{frame_channels}")
+        widths: list[int] = []
+
+        def step(w, widths=widths):
+            p = y_normalizer.decode(model(x_normalizer.encode(w)))
+            widths.append(p.shape[1])
+            return p
+
+        pred = autoregressive(step, x, frames=y.shape[1])
+        c_out = widths[0]
+        v = frame_channels
+        errs = torch.stack([relative_l2(pred[:, k * v:(k + 1) * v], y[:, k * v:(k + 1) * v], spatial_dims)
+                            for k in range(n_frames)])
         sums = errs.double() * x.shape[0] if sums is None else sums + errs.double() * x.shape[0]
         n += x.shape[0]
     if sums is None:
         raise ValueError("dataset: expected at least one trajectory sample, got an empty dataset")
     return {"frame_errors": (sums / n).tolist(), "n_samples": n, "input_steps": c_in, "steps_per_application": c_out,
-            "applications": math.ceil(n_frames / c_out)}
+            "applications": math.ceil(n_frames * frame_channels / c_out)}
 
 
 def stability_verdict(errors: list[float], *, threshold: float = 1.0, max_growth: float = 1.1) -> dict[str, Any]:

@@ -16,22 +16,25 @@ from typing import Any
 import torch
 
 from sciattn.operators import create_operator
+from sciattn.operators.registry import operator_parameters
 from sciattn.pde_data.normalizers import fit_normalizers
 
 from .checkpoint import atomic_write_bytes, load_checkpoint, load_model
 from .config import ConfigError, RunConfig
-from .data import build_datasets, load_data_file
+from .data import build_datasets, data_layout, describe_source, load_data_file
 from .distributed import barrier, init_distributed, shutdown_distributed
 from .loggers import make_loggers
 from .plots import plot_resolution_curve, plot_sample
+from .rollout import rollout_errors, stability_verdict
 from .trainer import Trainer, evaluate_dataset
 
-__all__ = ["train_run", "evaluate_run", "count_parameters", "check_resume_config", "RESUME_FREE_KEYS"]
+__all__ = ["train_run", "evaluate_run", "count_parameters", "check_resume_config", "fit_data_normalizers",
+           "RESUME_FREE_KEYS"]
 
 # keys that may differ between a run and its continuation without changing the computation
 RESUME_FREE_KEYS = frozenset({
     "train.device", "train.threads", "train.tensorboard", "train.wandb", "train.wandb_project",
-    "train.checkpoint_every_steps", "data.train", "data.test", "data.cache_dir",
+    "train.checkpoint_every_steps", "data.train", "data.test", "data.cache_dir", "data.root",
 })
 
 
@@ -83,6 +86,52 @@ def train_run(cfg: RunConfig, out: str | Path, *, resume: bool = False, progress
         shutdown_distributed(ctx)
 
 
+def _model_params(cfg: RunConfig, train, c_out: int) -> dict[str, Any]:
+    """The ``[model]`` arguments, with what the data decides filled in where the operator takes it and
+    the config does not say: channels, ``spatial_dims`` (point sets), ``nlat``/``nlon`` (sphere grids),
+    ``variables`` (codomain models)."""
+    params = dict(cfg.model_params)
+    accepted = operator_parameters(cfg.model_name)
+    first = train[0]
+    points = data_layout(train) == "points"
+    c_in = first["x"].shape[-1] if points else first["x"].shape[0]
+    fill: dict[str, Any] = {"in_channels": c_in, "out_channels": c_out}
+    if points:
+        fill["spatial_dims"] = first["pos"].shape[-1]
+    else:
+        shape = tuple(first["x"].shape[1:])
+        if len(shape) == 2:
+            fill["nlat"], fill["nlon"] = shape
+        names = train.meta.get("variables", {}).get("x")
+        if isinstance(names, list) and len(names) == c_in and c_in == c_out:
+            fill["variables"] = list(names)
+    for key, value in fill.items():
+        if key in accepted and key not in params:
+            params[key] = value
+    return params
+
+
+def _time_series_plan(cfg: RunConfig, train) -> tuple[int, bool]:
+    """``(c_out, time_series)``: channels the model predicts per application; checks ``[train]
+    rollout_steps`` / ``frames_per_step`` against the data."""
+    t = cfg.train
+    meta = train.meta
+    points = data_layout(train) == "points"
+    c_y = train[0]["y"].shape[-1] if points else train[0]["y"].shape[0]
+    if not meta.get("time_series"):
+        for key, value in (("rollout_steps", t.rollout_steps), ("frames_per_step", t.frames_per_step)):
+            if value != 1:
+                raise ConfigError(f"train.{key}: needs time-series data (samples of input frames and later target "
+                                  f"frames); {cfg.data.source!r} is not one, got {key} = {value}")
+        return c_y, False
+    v = int(meta.get("frame_channels") or 1)
+    c_out = t.frames_per_step * v
+    if t.rollout_steps * c_out > c_y:
+        raise ConfigError(f"train.rollout_steps: {t.rollout_steps} step(s) of {t.frames_per_step} frame(s) need "
+                          f"{t.rollout_steps * t.frames_per_step} target frames; the data holds {c_y // v}")
+    return c_out, True
+
+
 def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, log) -> dict[str, Any]:
     started = time.perf_counter()
     t = cfg.train
@@ -99,14 +148,18 @@ def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, 
     if ctx.is_main:
         barrier(ctx)
     data_seconds = time.perf_counter() - started
-    spatial_dims = len(train.resolution)
-    params = dict(cfg.model_params)
-    params.setdefault("in_channels", train.in_channels)
-    params.setdefault("out_channels", train.out_channels)
-    model = create_operator(cfg.model_name, **params)
-    xn, yn = fit_normalizers(train, normalize_x=cfg.data.normalize_x, normalize_y=cfg.data.normalize_y)
-    log(f"{cfg.model_name}: {count_parameters(model):,} parameters; {len(train)} training samples at "
-        f"{'x'.join(map(str, train.resolution))}" + (f"; {ctx.world_size} ranks" if ctx.distributed else ""))
+    source = describe_source(cfg.data)
+    points = data_layout(train) == "points"
+    c_out, time_series = _time_series_plan(cfg, train)
+    spatial_dims = train[0]["pos"].shape[-1] if points else len(train.resolution)
+    if points and t.loss != "l2":
+        raise ConfigError(f"train.loss: point-set data supports 'l2' (H1 needs a grid), got {t.loss!r}")
+    model = create_operator(cfg.model_name, **_model_params(cfg, train, c_out))
+    xn, yn = fit_data_normalizers(train, c_out, normalize_x=cfg.data.normalize_x, normalize_y=cfg.data.normalize_y)
+    where = ("points" if points else "x".join(map(str, train.resolution)))
+    log(f"{cfg.model_name}: {count_parameters(model):,} parameters; {len(train)} training samples at {where}"
+        + (f"; time series, {t.rollout_steps}-step rollout loss" if time_series else "")
+        + (f"; {ctx.world_size} ranks" if ctx.distributed else ""))
 
     def loggers(start_step: int):
         return make_loggers(out, tensorboard=t.tensorboard, wandb=t.wandb, wandb_project=t.wandb_project,
@@ -118,30 +171,69 @@ def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, 
         weight_decay=t.weight_decay, scheduler=t.scheduler, pct_start=t.pct_start, loss=t.loss,
         h1_weight=t.h1_weight, grad_clip=t.grad_clip, grad_accum_steps=t.grad_accum_steps, precision=t.precision,
         checkpoint_every_steps=t.checkpoint_every_steps, run_dir=out, run_config=cfg.to_dict(), seed=t.seed,
-        device=t.device, progress=progress, log=log, loggers=loggers,
+        device=t.device, progress=progress, log=log, loggers=loggers, data_meta={"source": source},
+        rollout_steps=t.rollout_steps,
     )
     metrics = trainer.fit(resume=resume)
     final = trainer.evaluate()
     metrics["test"] = final
     metrics["parameters"] = count_parameters(model)
-    metrics["train_resolution"] = list(train.resolution)
+    metrics["train_resolution"] = None if points else list(train.resolution)
     metrics["precision"] = t.precision
+    metrics["data_source"] = source
+    metrics["meta"] = {k: train.meta[k] for k in ("variables", "dt", "time_series", "t_in", "frame_channels", "layout")
+                       if k in train.meta}
     errors = {r: v["rel_l2"] for k, v in final.items() if (r := _resolution_of(k)) is not None}
     metrics["rel_l2_by_resolution"] = {str(r): e for r, e in sorted(errors.items())}
+    if time_series and not points:
+        metrics["rollout"] = _rollouts(trainer, tests, spatial_dims, int(train.meta.get("frame_channels") or 1))
+        for name, r in metrics["rollout"].items():
+            log(f"rollout {name}: {r['verdict']}, error over {len(r['frame_errors'])} frames "
+                f"{r['frame_errors'][0]:.4g} -> {r['frame_errors'][-1]:.4g}")
     if not ctx.is_main:
         return metrics
     model.eval()
-    for name, ds in tests.items():
-        s = ds[0]
-        with torch.no_grad():
-            pred = yn.decode(model(xn.encode(s["x"][None].to(trainer.device))))[0]
-        plot_sample(s["x"], s["y"], pred, out / f"sample_{name}.png", title=f"{cfg.model_name}, {name}")
-    if len(errors) > 1:
-        plot_resolution_curve(errors, out / "error_vs_resolution.png", train.resolution[0])
+    if not points:
+        for name, ds in tests.items():
+            s = ds[0]
+            with torch.no_grad():
+                pred = yn.decode(model(xn.encode(s["x"][None].to(trainer.device))))[0]
+            if len(train.resolution) <= 2:
+                plot_sample(s["x"], s["y"][:pred.shape[0]], pred, out / f"sample_{name}.png",
+                            title=f"{cfg.model_name}, {name}")
+        if len(errors) > 1:
+            plot_resolution_curve(errors, out / "error_vs_resolution.png", train.resolution[0])
     metrics["data_seconds"] = data_seconds
     metrics["wall_seconds"] = time.perf_counter() - started
     atomic_write_bytes((json.dumps(metrics, indent=2) + "\n").encode(), out / "metrics.json")
     return metrics
+
+
+def _rollouts(trainer: Trainer, tests: dict[str, Any], spatial_dims: int, frame_channels: int) -> dict[str, Any]:
+    """Autoregressive rollout error over each test set's whole horizon, with the stability verdict."""
+    out = {}
+    for name, ds in tests.items():
+        roll = rollout_errors(trainer.model, ds, x_normalizer=trainer.x_normalizer, y_normalizer=trainer.y_normalizer,
+                              spatial_dims=spatial_dims, device=trainer.device, frame_channels=frame_channels)
+        roll.update(stability_verdict(roll["frame_errors"]))
+        out[name] = roll
+    return out
+
+
+def fit_data_normalizers(train, c_out: int, *, normalize_x: bool = True, normalize_y: bool = True):
+    """``(x_norm, y_norm)`` per channel on the training data; ``y`` on the ``c_out`` channels the model
+    predicts (the first target frames of a time series). Point sets: over their real points."""
+    from sciattn.pde_data.grid_dataset import GridPairDataset
+    from sciattn.pde_data.normalizers import IdentityNormalizer, UnitGaussianNormalizer
+
+    if data_layout(train) == "points":
+        xs = torch.cat([train[i]["x"] for i in range(len(train))]).T[None]  # (1, C, total points)
+        ys = torch.cat([train[i]["y"][:, :c_out] for i in range(len(train))]).T[None]
+        xn = UnitGaussianNormalizer().fit(xs) if normalize_x else IdentityNormalizer()
+        yn = UnitGaussianNormalizer().fit(ys) if normalize_y else IdentityNormalizer()
+        return xn, yn
+    return fit_normalizers(GridPairDataset(train.x, train.y[:, :c_out], train.meta), normalize_x=normalize_x,
+                           normalize_y=normalize_y)
 
 
 def evaluate_run(run_dir: str | Path, data: str | Path, *, fmt: str | None = None,

@@ -43,6 +43,7 @@ from tqdm.auto import tqdm
 
 from sciattn._checks import check_choice, check_positive_int
 
+from .batching import collate, is_point_batch, predict, to_device
 from .checkpoint import atomic_write_bytes
 from .distributed import (
     ResumableDistributedSampler,
@@ -56,6 +57,7 @@ from .evaluation import evaluate_dataset, evaluate_sharded
 from .loggers import MetricLogger
 from .losses import make_loss
 from .precision import Precision
+from .rollout import autoregressive
 from .run_metadata import collect_data_meta
 from .train_state import restore_training_state, write_training_state
 
@@ -93,6 +95,10 @@ class Trainer:
         log: message sink (rank 0).
         loggers: streaming metric loggers (:mod:`.loggers`), or a function of the starting optimiser
             step (known after resuming) that makes them; used on rank 0 only.
+        rollout_steps: applications of the model per training sample: ``1`` trains one step on the
+            true inputs; ``k > 1`` feeds each prediction back as input (time series, frames as
+            channels, see :mod:`.rollout`) and the loss compares all ``k`` predictions with the
+            first target frames.
         data_meta: what the run records about its data (see :mod:`.run_metadata`); merged over
             :func:`~.run_metadata.collect_data_meta` of ``train_data`` (variable names, ``dt``, domain,
             source, statistics) and stored in every checkpoint as ``state["data_meta"]``.
@@ -127,10 +133,12 @@ class Trainer:
         log: Callable[[str], None] = print,
         loggers: Sequence[MetricLogger] | Callable[[int], Sequence[MetricLogger]] | None = None,
         data_meta: dict[str, Any] | None = None,
+        rollout_steps: int = 1,
     ) -> None:
         check_positive_int("epochs", epochs)
         check_positive_int("batch_size", batch_size)
         check_positive_int("grad_accum_steps", grad_accum_steps)
+        self.rollout_steps = check_positive_int("rollout_steps", rollout_steps)
         check_choice("scheduler", scheduler, ("onecycle", "cosine"))
         self.ctx = current_context()
         self.device = resolve_device(device, self.ctx)
@@ -145,7 +153,8 @@ class Trainer:
         self.spatial_dims = spatial_dims
         self.epochs, self.batch_size = epochs, batch_size
         self.rank_batch, self.micro_batch = per_rank_batch(batch_size, self.ctx.world_size, grad_accum_steps)
-        self.loss_fn = make_loss(loss, spatial_dims, h1_weight)
+        self.points = "pos" in train_data[0]  # point samples: padded batches with a mask (see .batching)
+        self.loss_fn = make_loss(loss, spatial_dims, h1_weight, points=self.points)
         self.grad_clip = grad_clip
         self.precision = Precision(precision, self.device)
         self.checkpoint_every_steps = checkpoint_every_steps or 0
@@ -169,7 +178,7 @@ class Trainer:
         else:
             self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, T_max=steps)
         sample = train_data[0]["x"]
-        self.train_resolution = list(sample.shape[1:])
+        self.train_resolution = None if self.points else list(sample.shape[1:])
         self.data_meta = collect_data_meta(train_data, extra=data_meta)
         self.epoch = 0  # completed epochs
         self.step = 0  # optimiser steps
@@ -208,20 +217,21 @@ class Trainer:
     # -- loop ---------------------------------------------------------------------------------
     def _train_step(self, batch: dict[str, torch.Tensor]) -> tuple[float, int]:
         """One optimiser step on this rank's share of a global batch; returns the global (Σ loss·n, n)."""
-        x, y = batch["x"].to(self.device), batch["y"].to(self.device)
-        n = x.shape[0]
+        batch = to_device(batch, self.device)
+        n = batch["x"].shape[0]
         self.optimizer.zero_grad(set_to_none=True)
-        chunks = list(zip(x.split(self.micro_batch), y.split(self.micro_batch)))
+        parts = {k: v.split(self.micro_batch) for k, v in batch.items()}
+        chunks = [{k: v[j] for k, v in parts.items()} for j in range(len(parts["x"]))]
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        for j, (xc, yc) in enumerate(chunks):
+        for j, mb in enumerate(chunks):
             last = j == len(chunks) - 1
+            m = mb["x"].shape[0]
             sync = self.net.no_sync() if self.ctx.distributed and not last else contextlib.nullcontext()
             with sync:
-                with self.precision.autocast():
-                    out = self.net(self.x_normalizer.encode(xc))
-                loss = self.loss_fn(self.y_normalizer.decode(out.float()), yc)
-                self.precision.backward(loss * (xc.shape[0] / n) if len(chunks) > 1 else loss)
-            loss_sum += loss.detach().double() * xc.shape[0]
+                pred, target = self._predict(mb)
+                loss = self.loss_fn(pred, target, mb)
+                self.precision.backward(loss * (m / n) if len(chunks) > 1 else loss)
+            loss_sum += loss.detach().double() * m
         stats = all_reduce_sum(torch.stack([loss_sum, loss_sum.new_tensor(float(n))]), self.ctx)
         total, count = float(stats[0]), int(stats[1])
         if not math.isfinite(total):
@@ -237,12 +247,29 @@ class Trainer:
         self.scheduler.step()
         return total, count
 
+    def _predict(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(prediction, target)`` of a micro-batch: one application, or ``rollout_steps`` fed back."""
+        def step(window):
+            return predict(self.net, mb, self.x_normalizer, self.y_normalizer, x=window,
+                           autocast=self.precision.autocast)
+
+        dim = -1 if is_point_batch(mb) else 1
+        if self.rollout_steps == 1:
+            pred = step(mb["x"])
+        else:
+            pred = autoregressive(step, mb["x"], applications=self.rollout_steps, dim=dim)
+        y = mb["y"]
+        if y.shape[dim] < pred.shape[dim]:
+            raise ValueError(f"rollout_steps: {self.rollout_steps} application(s) predict {pred.shape[dim]} "
+                             f"channels, the targets hold only {y.shape[dim]}")
+        return pred, y.narrow(dim, 0, pred.shape[dim])
+
     def train_epoch(self) -> float:
         """Train the rest of the current epoch; returns its mean training loss (over all ranks)."""
         self.net.train()
         self.sampler.set_position(self.epoch, self.batches_done)
         loader = DataLoader(self.train_data, batch_size=self.rank_batch, sampler=self.sampler,
-                            generator=torch.Generator())  # the global RNG stays untouched
+                            generator=torch.Generator(), collate_fn=collate)  # the global RNG stays untouched
         seconds0, t0 = self._partial["seconds"], time.perf_counter()
         bar = tqdm(loader, desc=f"epoch {self.epoch + 1}/{self.epochs}", leave=False, disable=not self.progress,
                    initial=self.batches_done, total=self.steps_per_epoch)

@@ -78,7 +78,7 @@ def test_cli_errors_name_the_problem(tiny_files, tmp_path, capsys):
 def test_demo_with_a_tiny_budget(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--no-progress", "--set", f"data.cache_dir={json.dumps(str(tmp_path))}",
-                 "--set", "data.n_train=16", "--set", "data.n_test=4", "--set", "data.train_resolution=8",
+                 "--set", "data.n_train=16", "--set", "data.n_test=4", "--set", "data.resolution=8",
                  "--set", "data.test_resolutions=[8, 16]", "--set", "train.epochs=1", "--set", "model.d_model=16",
                  "--set", "model.n_modes=4", "--set", "model.latent_resolution=8"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
