@@ -37,7 +37,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
@@ -52,6 +51,7 @@ from .distributed import (
     per_rank_batch,
     resolve_device,
     seed_everything,
+    wrap_ddp,
 )
 from .evaluation import evaluate_dataset, evaluate_sharded
 from .loggers import MetricLogger
@@ -145,8 +145,7 @@ class Trainer:
         self.model = model.to(self.device)
         self.net: nn.Module = self.model
         if self.ctx.distributed:
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            self.net = DistributedDataParallel(self.model, device_ids=ids)
+            self.net = wrap_ddp(self.model, self.device)  # finds unused parameters where the model says so
         self.train_data, self.test_data = train_data, test_data
         self.x_normalizer = x_normalizer.to(self.device)
         self.y_normalizer = y_normalizer.to(self.device)
