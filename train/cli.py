@@ -55,6 +55,9 @@ def _cmd_evaluate(args) -> int:
 
     if args.resolutions:
         return _cmd_sweep(args)
+    if not args.data:
+        raise ValueError("--data: expected one or more data files to evaluate on (or --resolutions R... to sweep the "
+                         "run's own data distribution), got none")
     results = [evaluate_run(args.run_dir, d, fmt=args.format, plot=None) for d in args.data]
     print("| data | resolution | relative L2 | relative H1 | ms/sample |")
     print("|---|---|---|---|---|")
@@ -70,14 +73,15 @@ def _cmd_sweep(args) -> int:
     from .config import parse_overrides
     from .sweep import resolution_sweep, sweep_markdown
 
-    if len(args.data) != 1:
+    if args.data and len(args.data) != 1:
         raise ValueError(f"--data: expected one benchmark name or path with --resolutions, got {len(args.data)}: "
                          f"{args.data}")
     params = {key: value for _, key, value in parse_overrides([f"param.{p}" for p in args.param])}
-    report = resolution_sweep(args.run_dir, args.data[0], args.resolutions, split=args.split, root=args.root,
-                              n_samples=args.n_samples, seed=args.seed, params=params, batch_size=args.batch_size,
-                              device=args.device, threshold=args.threshold, max_growth=args.max_growth,
-                              progress=not args.no_progress)
+    report = resolution_sweep(args.run_dir, args.data[0] if args.data else None, args.resolutions, split=args.split,
+                              root=args.root, n_samples=args.n_samples, seed=args.seed, params=params,
+                              batch_size=args.batch_size, device=args.device, threshold=args.threshold,
+                              max_growth=args.max_growth, allow_distribution_shift=args.allow_distribution_shift,
+                              tolerance=args.tolerance, progress=not args.no_progress)
     print(sweep_markdown(report))
     print("wrote " + ", ".join(report["files"].values()))
     if args.json:
@@ -166,8 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the resolution-invariance report of one data set (Markdown, JSON and plots in "
                                    "RUN_DIR/eval/), with the rollout error and a stability verdict for time series.")
     e.add_argument("run_dir")
-    e.add_argument("--data", nargs="+", required=True,
-                   help="data file(s); with --resolutions one benchmark name (darcy, burgers, navier_stokes are "
+    e.add_argument("--data", nargs="+",
+                   help="data file(s); with --resolutions optional: default the run's own data distribution (its "
+                        "recorded generator, the generator matched to a neuraloperator Darcy file, or restriction "
+                        "of its file), else one benchmark name (darcy, darcy_neuralop, burgers, navier_stokes are "
                         "generated at each resolution) or path")
     e.add_argument("--resolutions", nargs="+", type=int, metavar="R", help="points per axis to evaluate at")
     e.add_argument("--format", default=None, help="data format (default: detected from the file content)")
@@ -183,6 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--threshold", type=float, default=1.0, help="rollout: error above which it is unstable (default 1)")
     e.add_argument("--max-growth", type=float, default=1.1,
                    help="rollout: per-frame error growth factor above which it is 'growing' (default 1.1)")
+    e.add_argument("--allow-distribution-shift", action="store_true",
+                   help="sweep data outside the training statistics anyway (the report then says out of "
+                        "distribution); without it such a sweep is refused")
+    e.add_argument("--tolerance", type=float, default=1.5,
+                   help="invariant when every relative L2 is within this factor of the training-resolution one "
+                        "(default 1.5)")
     e.add_argument("--no-progress", action="store_true")
     e.set_defaults(func=_cmd_evaluate)
 

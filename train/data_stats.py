@@ -33,7 +33,7 @@ __all__ = ["SHIFT_RULE", "compare_statistics", "dataset_statistics"]
 
 SHIFT_RULE = ("per channel of x and y: channel counts equal; |mean - ref mean| <= {mean_tol} ref std; "
               "std / ref std within [1/{std_ratio}, {std_ratio}]; [min, max] within the reference range widened "
-              "by {range_tol} of its width on each side")
+              "by {range_tol} of its width on each side").format(mean_tol=3, std_ratio=2, range_tol=0.5)
 
 
 class _Accumulator:

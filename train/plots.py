@@ -80,9 +80,12 @@ def _save(fig, plt, path: str | Path) -> Path:
 
 
 def plot_resolution_sweep(rows: list[dict], path: str | Path, train_resolution: int | None = None,
-                          title: str = "resolution invariance") -> Path:
+                          title: str = "resolution invariance", verdict: str | None = None) -> Path:
     """Relative L2 and H1 against resolution (rows with ``resolution``, ``rel_l2``, ``rel_h1``); the
-    training resolution is a dashed line, the zero-shot regions below and above it are shaded."""
+    training resolution is a dashed line, the zero-shot regions below and above it are shaded.
+
+    ``verdict`` (:func:`.sweep.sweep_verdict`) is written under the title: in red unless it starts with
+    "invariant", and an out-of-distribution sweep is titled so, with its points hollow."""
     plt = _pyplot()
     rows = sorted(rows, key=lambda r: r["resolution"])
     res = [r["resolution"] for r in rows]
@@ -103,7 +106,18 @@ def plot_resolution_sweep(rows: list[dict], path: str | Path, train_resolution: 
     ax.set_xlabel("resolution (points per axis)")
     ax.set_ylabel("relative error")
     ax.set_ylim(bottom=0)
-    ax.set_title(title)
+    if verdict is not None:
+        ood = verdict.startswith("out of distribution")
+        if ood:
+            title = f"{title}: OUT OF DISTRIBUTION"
+            for line in ax.get_lines()[:2]:
+                line.set_markerfacecolor("none")
+        ok = verdict.startswith("invariant")
+        ax.text(0.5, 1.01, verdict if len(verdict) <= 90 else verdict[:87] + "...", transform=ax.transAxes,
+                ha="center", va="bottom", fontsize=7, color="black" if ok else "red")
+        ax.set_title(title, pad=14, color="black" if ok else "red")
+    else:
+        ax.set_title(title)
     ax.legend(fontsize=8)
     return _save(fig, plt, path)
 

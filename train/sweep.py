@@ -18,8 +18,11 @@ series, ``<label>_rollout.png``.
 from __future__ import annotations
 
 import json
+import math
 import os
+import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +30,23 @@ import torch
 
 from .checkpoint import atomic_write_bytes, load_model
 from .data import GENERATED, TIME_SERIES, load_at_resolutions
+from .data_stats import SHIFT_RULE, compare_statistics, dataset_statistics
 from .plots import plot_resolution_sweep, plot_rollout
 from .rollout import STABILITY_RULE, rollout_errors, stability_verdict
+from .sweep_data import (
+    MATCHED_GENERATORS,
+    generate_sets,
+    reference_statistics,
+    run_source,
+    source_label,
+    sweep_sets,
+)
 from .trainer import evaluate_dataset
 
-__all__ = ["resolution_sweep", "sweep_markdown", "train_resolution_of"]
+__all__ = ["INVARIANCE_TOLERANCE", "resolution_sweep", "sweep_markdown", "sweep_verdict", "train_resolution_of"]
+
+#: a sweep is "invariant" when every resolution's relative L2 is within this factor of the training one's
+INVARIANCE_TOLERANCE = 1.5
 
 
 def train_resolution_of(state: dict[str, Any], run_dir: Path) -> list[int] | None:
@@ -62,9 +77,37 @@ def _one_step(ds, c_out: int):
     return GridPairDataset(ds.x, ds.y[:, :c_out], ds.meta)
 
 
+def sweep_verdict(rows: list[dict[str, Any]], train_res: int | None, shift: dict[str, list[str]],
+                  tolerance: float = INVARIANCE_TOLERANCE) -> str:
+    """One line: ``out of distribution``, ``not meaningful``, ``invariant`` or ``not invariant`` (with why).
+
+    Invariance is claimed only for in-distribution data whose training-resolution error is finite and
+    below 1 (a model that fits the data) and where every resolution's L2 is finite and within
+    ``tolerance`` times it.
+    """
+    if shift:
+        return (f"out of distribution: the evaluation data at {', '.join(shift)} lies outside the training "
+                f"statistics, so these errors say nothing about resolution invariance")
+    ref = next((row["rel_l2"] for row in rows if row["resolution"] == train_res), None)
+    if ref is None:
+        return "no verdict: the training resolution is not among the swept resolutions"
+    if not math.isfinite(ref) or ref >= 1.0:
+        return (f"not meaningful: the relative L2 at the training resolution is {ref:.3g} (>= 1: the model does "
+                f"not fit this data)")
+    bad = [row["resolution"] for row in rows if not math.isfinite(row["rel_l2"])]
+    if bad:
+        return f"not invariant: non-finite error at {bad}"
+    worst = max(rows, key=lambda row: row["rel_l2"] / ref)
+    ratio = worst["rel_l2"] / ref
+    if ratio <= tolerance:
+        return f"invariant: every relative L2 within {tolerance:g}x the training-resolution error (max {ratio:.2f}x)"
+    return (f"not invariant: relative L2 {ratio:.2f}x the training-resolution error at {worst['resolution']} "
+            f"(tolerance {tolerance:g}x)")
+
+
 def resolution_sweep(
     run_dir: str | os.PathLike,
-    data: str | os.PathLike,
+    data: str | os.PathLike | None,
     resolutions: list[int],
     *,
     split: str = "test",
@@ -76,38 +119,94 @@ def resolution_sweep(
     device: str | torch.device = "cpu",
     threshold: float = 1.0,
     max_growth: float = 1.1,
+    allow_distribution_shift: bool = False,
+    tolerance: float = INVARIANCE_TOLERANCE,
     progress: bool = False,
     out_dir: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Evaluate the run at every resolution and write the report (see the module docstring).
 
-    ``data``: a generated benchmark name (:data:`.data.GENERATED`: fresh samples drawn with ``seed``,
-    default the run's data seed + 1, so not the training samples), another registered benchmark or
-    a file path. ``params``: solver parameters or loader keywords. Returns the JSON report.
+    ``data=None``: the run's own distribution (:mod:`.sweep_data`: the recorded generator and parameters,
+    the generator matched to a neuraloperator Darcy file, or restriction of the run's file). Otherwise a
+    generated benchmark name (:data:`.data.GENERATED` or ``darcy_neuralop``: fresh samples drawn with
+    ``seed``, default the run's data seed + 1), another registered benchmark or a file path; ``params``:
+    solver parameters or loader keywords.
+
+    Each resolution's data is checked against the statistics of the training data
+    (:func:`.data_stats.compare_statistics`); data outside them raises ``ValueError`` unless
+    ``allow_distribution_shift``, and then the report and its verdict say "out of distribution".
+    Returns the JSON report.
     """
     run_dir = Path(run_dir)
     model, xn, yn, state = load_model(run_dir, device=device)
     train_shape = train_resolution_of(state, run_dir)
     train_res = train_shape[0] if train_shape else None
     run_data = json.loads(state.get("run_config") or "{}").get("data", {})
-    key = str(data)
-    generated = key in GENERATED
-    seed = int(run_data.get("seed", 0)) + 1 if seed is None else seed
     params = dict(params or {})
-    t_in = params.pop("t_in", model.in_channels) if key in TIME_SERIES else None
-    sets = load_at_resolutions(data, resolutions, split=split, root=root, n_samples=n_samples, seed=seed, t_in=t_in,
-                               progress=progress, **params)
+    source = None
+    try:
+        source = run_source(state, run_dir)
+    except ValueError:
+        if data is None:
+            raise
+    if data is None:
+        t_in = params.pop("t_in", model.in_channels) if source.get("name") in TIME_SERIES else None
+        if params:
+            source = {**source, "params": {**(source.get("params") or {}), **params}} \
+                if source["kind"] == "generated" else source
+        sets, built = sweep_sets(source, resolutions, run_dir, n_samples=n_samples, seed=seed, root=root, t_in=t_in,
+                                 progress=progress)
+        key = source_label(source, (built["generator"], {}) if built["kind"] == "generated" else None)
+        generated = built["kind"] == "generated"
+        seed = built.get("seed")
+    else:
+        key = str(data)
+        generated = key in GENERATED or key in MATCHED_GENERATORS
+        seed = int(run_data.get("seed", 0)) + 1 if seed is None else seed
+        t_in = params.pop("t_in", model.in_channels) if key in TIME_SERIES else None
+        if key in MATCHED_GENERATORS:
+            from sciattn.pde_data.darcy_neuralop import NEURALOP_DARCY_FIT
+
+            params = {**NEURALOP_DARCY_FIT, **params}
+            sets = generate_sets(key, params, sorted(set(resolutions)), n_samples=n_samples, seed=seed)
+        else:
+            sets = load_at_resolutions(data, resolutions, split=split, root=root, n_samples=n_samples, seed=seed,
+                                       t_in=t_in, progress=progress, **params)
+        built = {"kind": "generated" if generated else "given", "data": key, "params": params,
+                 "seed": seed if generated else None}
     label = key if generated or not Path(key).exists() else Path(key).stem
-    rows, rollouts = [], {}
-    for r, ds in sets.items():
+    for r, ds in sets.items():  # structural mismatches first: they are errors whatever the statistics say
         if ds.x.shape[1] != model.in_channels:
             raise ValueError(f"data: expected {model.in_channels} input channels for this model, got {ds.x.shape[1]} "
                              f"in {key!r} at resolution {r}")
-        spatial = len(ds.resolution)
-        if train_shape and spatial != len(train_shape):
+        if train_shape and len(ds.resolution) != len(train_shape):
             raise ValueError(f"data: the run was trained on {len(train_shape)}-D fields "
-                             f"({'x'.join(map(str, train_shape))}), got {spatial}-D fields "
+                             f"({'x'.join(map(str, train_shape))}), got {len(ds.resolution)}-D fields "
                              f"({'x'.join(map(str, ds.resolution))}) from {key!r}")
+    reference, reference_from = reference_statistics(state, run_dir, source)
+    shift: dict[str, list[str]] = {}
+    observed: dict[str, Any] = {}
+    for r, ds in sets.items():
+        if reference is None:
+            break
+        one = ds.meta.get("time_series") or ds.y.shape[1] != model.out_channels
+        observed[str(r)] = dataset_statistics(_one_step(ds, model.out_channels) if one else ds)
+        reasons = compare_statistics(reference, observed[str(r)])
+        if reasons:
+            shift[str(r)] = reasons
+    if shift and not allow_distribution_shift:
+        first = next(iter(shift))
+        raise ValueError(f"data: the evaluation data {label!r} lies outside the training data's statistics "
+                         f"({reference_from}) at resolution(s) {', '.join(shift)}: {'; '.join(shift[first][:3])}; "
+                         f"pass --allow-distribution-shift to sweep anyway (the report then says out of distribution)")
+    if shift:
+        msg = (f"OUT OF DISTRIBUTION: the evaluation data {label!r} lies outside the training statistics at "
+               f"{', '.join(shift)}: {'; '.join(next(iter(shift.values()))[:3])}")
+        warnings.warn(msg, stacklevel=2)
+        print(f"WARNING: {msg}", file=sys.stderr)
+    rows, rollouts = [], {}
+    for r, ds in sets.items():
+        spatial = len(ds.resolution)
         time_series = bool(ds.meta.get("time_series")) or ds.y.shape[1] != model.out_channels
         step_ds = _one_step(ds, model.out_channels) if time_series else ds
         with torch.no_grad():  # warm-up: first-call allocations and kernel selection are not timed
@@ -115,7 +214,8 @@ def resolution_sweep(
         m = evaluate_dataset(model, step_ds, x_normalizer=xn, y_normalizer=yn, spatial_dims=spatial,
                              batch_size=batch_size, device=device)
         rows.append({"resolution": r, "regime": _regime(r, train_res), "rel_l2": m["rel_l2"], "rel_h1": m["rel_h1"],
-                     "ms_per_sample": 1e3 * m["seconds_per_sample"], "n_samples": m["n_samples"]})
+                     "ms_per_sample": 1e3 * m["seconds_per_sample"], "n_samples": m["n_samples"],
+                     "in_distribution": None if reference is None else str(r) not in shift})
         if time_series:
             t0 = time.perf_counter()
             roll = rollout_errors(model, ds, x_normalizer=xn, y_normalizer=yn, spatial_dims=spatial,
@@ -124,19 +224,26 @@ def resolution_sweep(
             roll.update(stability_verdict(roll["frame_errors"], threshold=threshold, max_growth=max_growth))
             rollouts[r] = roll
     ref = next((row["rel_l2"] for row in rows if row["resolution"] == train_res), None)
+    meaningful = ref is not None and math.isfinite(ref) and 0 < ref < 1.0
     for row in rows:
-        row["ratio_to_training"] = row["rel_l2"] / ref if ref else None
+        row["ratio_to_training"] = row["rel_l2"] / ref if meaningful and math.isfinite(row["rel_l2"]) else None
     report = {
         "run_dir": str(run_dir), "operator": state["operator"], "data": key, "split": "generated" if generated else split,
         "seed": seed if generated else None, "params": params, "train_resolution": train_res,
-        "one_step": bool(rollouts), "rows": rows,
+        "data_built": built, "one_step": bool(rollouts), "rows": rows,
+        "distribution": {"reference": reference_from, "shift": shift, "rule": SHIFT_RULE,
+                         "observed": observed, "allowed": bool(allow_distribution_shift)},
+        "verdict": sweep_verdict(rows, train_res, shift, tolerance),
         "rollout": {str(r): v for r, v in rollouts.items()} if rollouts else None,
         "stability_rule": STABILITY_RULE if rollouts else None,
     }
+    if reference is None:
+        report["verdict"] += " (no training statistics recorded: the distribution was not checked)"
     out = Path(out_dir) if out_dir is not None else (run_dir if run_dir.is_dir() else run_dir.parent) / "eval"
     out.mkdir(parents=True, exist_ok=True)
     files = {"json": out / f"{label}.json", "markdown": out / f"{label}.md", "plot": out / f"{label}_resolution.png"}
-    plot_resolution_sweep(rows, files["plot"], train_res, title=f"{state['operator']} on {label}")
+    plot_resolution_sweep(rows, files["plot"], train_res, title=f"{state['operator']} on {label}",
+                          verdict=report["verdict"])
     if rollouts:
         files["rollout_plot"] = out / f"{label}_rollout.png"
         plot_rollout({r: v["frame_errors"] for r, v in rollouts.items()}, files["rollout_plot"], threshold,
@@ -151,6 +258,17 @@ def _fmt(v: float | None, spec: str = ".4f") -> str:
     return "—" if v is None else format(v, spec)
 
 
+def _describe_built(built: dict[str, Any]) -> str:
+    if built.get("kind") == "generated":
+        what = f"generator `{built.get('generator', built.get('data'))}`"
+        if built.get("matched_to"):
+            what += f" matched to `{built['matched_to']}`"
+        return f"{what}, seed {built.get('seed')}, solved on a fine grid and restricted (same samples at each resolution)"
+    if built.get("kind") == "restricted file":
+        return f"`{built['path']}` restricted to each resolution"
+    return f"`{built.get('data')}` as given"
+
+
 def sweep_markdown(report: dict[str, Any]) -> str:
     """The report as Markdown tables."""
     what = "one application of the operator" if report["one_step"] else "the prediction"
@@ -160,12 +278,27 @@ def sweep_markdown(report: dict[str, Any]) -> str:
         f"Run `{report['run_dir']}`, trained at {report['train_resolution']} points per axis; errors of {what}, "
         f"mean over samples.",
         "",
-        "| resolution | regime | relative L2 | relative H1 | L2 / L2 at training res. | ms/sample | samples |",
-        "|---|---|---|---|---|---|---|",
+        f"**Verdict: {report.get('verdict', '—')}**",
+        "",
+        f"Data: {_describe_built(report.get('data_built') or {})}.",
+        "",
+        "| resolution | regime | in distribution | relative L2 | relative H1 | L2 / L2 at training res. | ms/sample "
+        "| samples |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in report["rows"]:
-        lines.append(f"| {r['resolution']} | {r['regime']} | {r['rel_l2']:.4f} | {r['rel_h1']:.4f} | "
+        ind = {True: "yes", False: "**NO**", None: "unchecked"}[r.get("in_distribution")]
+        lines.append(f"| {r['resolution']} | {r['regime']} | {ind} | {r['rel_l2']:.4f} | {r['rel_h1']:.4f} | "
                      f"{_fmt(r['ratio_to_training'], '.2f')} | {r['ms_per_sample']:.2f} | {r['n_samples']} |")
+    dist = report.get("distribution") or {}
+    if dist.get("shift"):
+        lines += ["", f"## Out of distribution (reference statistics: {dist['reference']})", ""]
+        for r, reasons in dist["shift"].items():
+            lines += [f"- resolution {r}: " + "; ".join(reasons)]
+        lines += ["", f"Rule: {dist['rule']}."]
+    elif dist:
+        lines += ["", f"Every resolution lies within the training statistics ({dist['reference']}); rule: "
+                      f"{dist['rule']}."]
     if report["rollout"]:
         lines += [
             "",

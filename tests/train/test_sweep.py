@@ -58,7 +58,8 @@ def test_sweep_report_matches_an_independent_evaluation(darcy_run, capsys):
     md = (root / "run" / "eval" / "darcy.md").read_text()
     assert "| 16 | zero-shot finer | " in md and "| relative L2 | relative H1 |" in md
     assert (root / "run" / "eval" / "darcy_resolution.png").stat().st_size > 5000
-    assert f"| 4 | zero-shot coarser | {rows[4]['rel_l2']:.4f} |" in capsys.readouterr().out
+    assert f"| 4 | zero-shot coarser | yes | {rows[4]['rel_l2']:.4f} |" in capsys.readouterr().out
+    assert all(r["in_distribution"] for r in rows.values()) and report["distribution"]["shift"] == {}
 
 
 def test_same_samples_at_every_resolution(tmp_path):
@@ -88,3 +89,84 @@ def test_sweep_cli_errors(darcy_run, capsys):
                  str(root / "data"), "--n-samples", "2", "--no-progress"]) == 2
     assert "data: the run was trained on 2-D fields (8x8), got 1-D fields (16) from 'burgers'" in \
         capsys.readouterr().err
+
+
+def test_sweep_without_data_uses_the_recorded_generator(darcy_run, capsys):
+    root = darcy_run
+    assert main(["evaluate", str(root / "run"), "--resolutions", "8", "16", "--root", str(root / "data"),
+                 "--n-samples", "3", "--no-progress"]) == 0
+    report = json.loads((root / "run" / "eval" / "darcy.json").read_text())
+    assert report["data_built"]["kind"] == "generated" and report["data_built"]["generator"] == "darcy"
+    assert report["seed"] == 1  # the run's data seed (0) + 1: not the training samples
+    # the same samples as naming the generator explicitly (oracle: the registry split, as above)
+    model, xn, yn, _ = load_model(root / "run")
+    ds = load("darcy", split="test", resolution=16, root=root / "data", n_train=0, n_test=3, seed=1,
+              fine_resolution=16, progress=False)
+    direct = evaluate_dataset(model, ds, x_normalizer=xn, y_normalizer=yn, spatial_dims=2)
+    assert report["rows"][1]["rel_l2"] == pytest.approx(direct["rel_l2"], rel=1e-6)
+    assert "Verdict:" in capsys.readouterr().out
+
+
+def test_out_of_distribution_data_is_refused_then_labelled(darcy_run, tmp_path, capsys):
+    root = darcy_run
+    sets = load_at_resolutions("darcy", [8], root=tmp_path, n_samples=4, seed=2)
+    path = tmp_path / "shifted_test_8.pt"
+    write_neuralop_pt(path, sets[8].x[:, 0] / 12.0, sets[8].y[:, 0] * 100.0)  # another scaling of the same law
+    args = ["evaluate", str(root / "run"), "--data", str(path), "--resolutions", "8", "--no-progress"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "data: the evaluation data 'shifted_test_8' lies outside the training data's statistics" in err
+    assert "--allow-distribution-shift" in err and "x[0]: std" in err
+    with pytest.warns(UserWarning, match="OUT OF DISTRIBUTION"):
+        assert main(args + ["--allow-distribution-shift"]) == 0
+    report = json.loads((root / "run" / "eval" / "shifted_test_8.json").read_text())
+    assert report["verdict"].startswith("out of distribution") and report["rows"][0]["in_distribution"] is False
+    assert "y[0]: std" in " ".join(report["distribution"]["shift"]["8"])
+    md = (root / "run" / "eval" / "shifted_test_8.md").read_text()
+    assert "## Out of distribution" in md and "| 8 | training | **NO** |" in md and "invariant:" not in md
+
+
+def test_verdict_never_calls_garbage_invariant():
+    from sciattn.train.sweep import sweep_verdict
+
+    def rows(*errs):
+        return [{"resolution": r, "rel_l2": e} for r, e in zip((16, 32, 64), errs)]
+
+    assert sweep_verdict(rows(0.1, 0.12, 0.149), 16, {}).startswith("invariant")
+    assert sweep_verdict(rows(0.1, 0.12, 0.16), 16, {}).startswith("not invariant: relative L2 1.60x")
+    assert sweep_verdict(rows(80.0, 80.0, 80.0), 16, {}).startswith("not meaningful")  # flat, but garbage
+    assert sweep_verdict(rows(1.0, 1.0, 1.0), 16, {}).startswith("not meaningful")
+    assert sweep_verdict(rows(0.1, float("nan"), 0.1), 16, {}).startswith("not invariant: non-finite")
+    assert sweep_verdict(rows(0.1, 0.1, 0.1), 16, {"32": ["x[0]: mean"]}).startswith("out of distribution")
+    assert sweep_verdict(rows(0.1, 0.1, 0.1), 8, {}).startswith("no verdict")
+    assert sweep_verdict(rows(0.1, 0.12, 0.16), 16, {}, tolerance=2.0).startswith("invariant")
+
+
+def test_run_source_of_old_configs(tmp_path):
+    from sciattn.train.sweep_data import run_source
+
+    solver = {"run_config": json.dumps({"data": {"format": "darcy_solver", "seed": 7, "train_resolution": 32}})}
+    assert run_source(solver, tmp_path) == {"kind": "generated", "name": "darcy", "params": {}, "seed": 7,
+                                            "resolution": 32}
+    files = {"run_config": json.dumps({"data": {"format": "neuralop_pt", "train": "a_train_16.pt",
+                                                "test": "a_test_16.pt"}})}
+    src = run_source(files, tmp_path)
+    assert src["kind"] == "file" and src["path"] == "a_train_16.pt" and src["test_path"] == "a_test_16.pt"
+    with pytest.raises(ValueError, match="records no data source"):
+        run_source({"run_config": json.dumps({"data": {"format": "other"}})}, tmp_path)
+
+
+def test_unmatched_file_is_restricted_and_refuses_finer(tmp_path):
+    from sciattn.train.sweep_data import sweep_sets
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(3, 16, 16, generator=g), torch.randn(3, 16, 16, generator=g)  # not a 0/1 mask
+    write_neuralop_pt(tmp_path / "f_test_16.pt", x, y)
+    src = {"kind": "file", "path": str(tmp_path / "f_test_16.pt"), "reader": "neuralop_pt"}
+    sets, built = sweep_sets(src, [4, 8, 16], tmp_path)
+    assert built["kind"] == "restricted file"
+    torch.testing.assert_close(sets[4].x[:, 0], x[:, ::4, ::4])
+    torch.testing.assert_close(sets[16].y[:, 0], y)
+    with pytest.raises(ValueError, match="no generator matches it, so it can only be restricted to divisors of 16, "
+                                         "got 32"):
+        sweep_sets(src, [16, 32], tmp_path)

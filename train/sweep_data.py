@@ -1,0 +1,193 @@
+"""The evaluation data of a resolution sweep, drawn from the run's own training distribution.
+
+:func:`run_source` finds where the run's training data came from, in this order: the checkpoint's
+``data_meta["source"]`` (:func:`.run_metadata.read_data_meta`), ``metrics.json``'s ``"data_source"``, and
+for older runs the stored config's ``[data]`` (``format = "darcy_solver"`` → the built-in ``darcy``
+generator with the run's seed; ``format = "neuralop_pt"`` → the ``train`` / ``test`` files).
+
+:func:`sweep_sets` builds the same samples at every requested resolution from that source:
+
+- a generated source: fresh samples (seed: the run's data seed + 1) of the recorded generator with the
+  recorded parameters, solved once on a fine grid and restricted;
+- a neuraloperator Darcy file (``x`` a 0/1 mask, one channel): the matched generator
+  :mod:`sciattn.pde_data.darcy_neuralop` with its fitted law and rescaling, solved at 128 per axis (or
+  finer) and restricted;
+- any other file: restriction of the run's test file (else its training file) where it holds a multiple
+  of the requested resolution; finer resolutions raise an error naming the file.
+
+:func:`reference_statistics` returns the statistics of the training inputs and targets: the checkpoint's
+``data_meta["statistics"]``, else ``metrics.json``'s ``"data_statistics"``, else recomputed from the
+training file or generator (:func:`.data_stats.dataset_statistics`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sciattn.pde_data.grid_dataset import GridPairDataset
+
+from .data_stats import dataset_statistics
+
+__all__ = ["MATCHED_GENERATORS", "reference_statistics", "run_source", "sweep_sets", "source_label"]
+
+#: generators this module draws from itself (beyond :data:`.data.GENERATED`)
+MATCHED_GENERATORS = ("darcy_neuralop",)
+
+
+def _metrics_file(run_dir: Path) -> dict[str, Any]:
+    path = (run_dir if run_dir.is_dir() else run_dir.parent) / "metrics.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _data_meta(state: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    try:
+        from .run_metadata import read_data_meta
+    except ImportError:  # older tree without run metadata
+        return {}
+    try:
+        return read_data_meta(state, run_dir)
+    except ValueError:
+        return {}
+
+
+def run_source(state: dict[str, Any], run_dir: str | os.PathLike) -> dict[str, Any]:
+    """The training data's source as ``{"kind": "generated" | "file", ...}`` (see the module docstring)."""
+    run_dir = Path(run_dir)
+    for candidate in (_data_meta(state, run_dir).get("source"), _metrics_file(run_dir).get("data_source")):
+        if isinstance(candidate, dict) and candidate.get("kind") in ("generated", "file"):
+            return dict(candidate)
+    data = json.loads(state.get("run_config") or "{}").get("data", {})
+    fmt = data.get("format")
+    if fmt == "darcy_solver":
+        return {"kind": "generated", "name": "darcy", "params": {}, "seed": int(data.get("seed", 0)),
+                "resolution": int(data.get("train_resolution", 0)) or None}
+    if fmt == "neuralop_pt" and data.get("train"):
+        return {"kind": "file", "path": data["train"], "test_path": data.get("test") or None, "reader": "neuralop_pt",
+                "options": {}}
+    raise ValueError(f"run_dir: the run {str(run_dir)!r} records no data source (no data_meta source, no metrics.json "
+                     f"data_source, config data.format {fmt!r}); pass --data NAME_OR_PATH")
+
+
+def _resolve(path: str | os.PathLike, run_dir: Path) -> Path:
+    p = Path(path).expanduser()
+    for cand in (p, (run_dir if run_dir.is_dir() else run_dir.parent) / p):
+        if cand.is_file():
+            return cand
+    raise FileNotFoundError(f"data source: the run's data file {str(path)!r} was not found (looked as given and "
+                            f"relative to {str(run_dir)!r}); pass --data PATH")
+
+
+def _read_file(path: Path, reader: str | None) -> GridPairDataset:
+    from .data import load_data_file
+
+    fmt = "neuralop_pt" if reader == "neuralop_pt" or path.suffix == ".pt" else None
+    ds = load_data_file(path, fmt)
+    if not isinstance(ds, GridPairDataset):
+        samples = [ds[i] for i in range(len(ds))]
+        ds = GridPairDataset(torch.stack([s["x"] for s in samples]), torch.stack([s["y"] for s in samples]),
+                             getattr(ds, "meta", {}))
+    return ds
+
+
+def _is_neuralop_darcy(ds: GridPairDataset) -> bool:
+    """One mask channel of 0/1 values and one target channel on a square 2-D grid."""
+    x = ds.x
+    return (x.dim() == 4 and x.shape[1] == 1 and ds.y.shape[1] == 1 and x.shape[-1] == x.shape[-2]
+            and bool(((x == 0) | (x == 1)).all()))
+
+
+def matched_generator(source: dict[str, Any], run_dir: str | os.PathLike = ".") -> tuple[str, dict[str, Any]] | None:
+    """``(generator name, parameters)`` whose samples share the source's distribution; ``None`` for a file
+    that no generator matches."""
+    if source["kind"] == "generated":
+        return str(source["name"]), dict(source.get("params") or {})
+    ds = _read_file(_resolve(source["path"], Path(run_dir)), source.get("reader"))
+    if _is_neuralop_darcy(ds):
+        from sciattn.pde_data.darcy_neuralop import NEURALOP_DARCY_FIT
+
+        return "darcy_neuralop", dict(NEURALOP_DARCY_FIT)
+    return None
+
+
+def source_label(source: dict[str, Any], generator: tuple[str, dict[str, Any]] | None) -> str:
+    if generator is not None:
+        return generator[0]
+    return Path(str(source.get("test_path") or source["path"])).stem
+
+
+def _restrict(ds: GridPairDataset, r: int, label: str) -> GridPairDataset:
+    shape = tuple(ds.x.shape[2:])
+    n = shape[0]
+    if all(s == r for s in shape):
+        return ds
+    if n < r or n % r or any(s != n for s in shape):
+        raise ValueError(f"resolutions: {label!r} holds {'x'.join(map(str, shape))} points and no generator matches "
+                         f"it, so it can only be restricted to divisors of {n}, got {r}")
+    sl = (slice(None), slice(None)) + (slice(None, None, n // r),) * len(shape)
+    return GridPairDataset(ds.x[sl], ds.y[sl], {**ds.meta, "resolution": r})
+
+
+def generate_sets(name: str, params: dict[str, Any], resolutions: list[int], *, n_samples: int, seed: int,
+                  root: str | os.PathLike | None = None, t_in: int | None = None,
+                  progress: bool = False) -> dict[int, GridPairDataset]:
+    """``{r: dataset}`` of one generator, the same ``n_samples`` samples at every resolution."""
+    if name == "darcy_neuralop":
+        from sciattn.pde_data.darcy_neuralop import generate_darcy_neuralop
+
+        data = generate_darcy_neuralop(n_samples, resolutions, seed=seed, progress=progress, **params)
+        fine = max(int(params.get("solve_resolution", 128)), math.lcm(*resolutions))
+        return {r: GridPairDataset(torch.from_numpy(m)[:, None], torch.from_numpy(y)[:, None],
+                                   {"name": name, "seed": seed, "resolution": r, "split": "generated",
+                                    "fine_resolution_at_least": fine}) for r, (m, y) in data.items()}
+    from .data import load_at_resolutions
+
+    return load_at_resolutions(name, resolutions, root=root, n_samples=n_samples, seed=seed, t_in=t_in,
+                               progress=progress, **params)
+
+
+def sweep_sets(source: dict[str, Any], resolutions: list[int], run_dir: str | os.PathLike, *, n_samples: int = 16,
+               seed: int | None = None, root: str | os.PathLike | None = None, t_in: int | None = None,
+               progress: bool = False) -> tuple[dict[int, GridPairDataset], dict[str, Any]]:
+    """``({r: dataset}, description)`` from the run's source (module docstring). ``seed`` defaults to the
+    source's seed + 1 (not the training samples)."""
+    run_dir = Path(run_dir)
+    res = sorted({int(r) for r in resolutions})
+    generator = matched_generator(source, run_dir)
+    if generator is not None:
+        name, params = generator
+        seed = int(source.get("seed", 0) or 0) + 1 if seed is None else seed
+        sets = generate_sets(name, params, res, n_samples=n_samples, seed=seed, root=root, t_in=t_in,
+                             progress=progress)
+        return sets, {"kind": "generated", "generator": name, "params": params, "seed": seed,
+                      "n_samples": n_samples, "matched_to": source.get("path")}
+    path = _resolve(source.get("test_path") or source["path"], run_dir)
+    ds = _read_file(path, source.get("reader"))
+    return ({r: _restrict(ds, r, str(path)) for r in res},
+            {"kind": "restricted file", "path": str(path), "n_samples": len(ds)})
+
+
+def reference_statistics(state: dict[str, Any], run_dir: str | os.PathLike,
+                         source: dict[str, Any] | None = None) -> tuple[dict[str, Any] | None, str]:
+    """``(statistics of the training data, where they came from)``; ``(None, reason)`` when unknown."""
+    run_dir = Path(run_dir)
+    stats = _data_meta(state, run_dir).get("statistics")
+    if isinstance(stats, dict) and "x" in stats:
+        return stats, "checkpoint data_meta"
+    stats = _metrics_file(run_dir).get("data_statistics")
+    if isinstance(stats, dict) and "x" in stats:
+        return stats, "metrics.json"
+    if source is None:
+        return None, "no source"
+    if source["kind"] == "file":
+        return dataset_statistics(_read_file(_resolve(source["path"], run_dir), source.get("reader"))), \
+            "recomputed from the training file"
+    res = source.get("resolution") or 32
+    sets = generate_sets(str(source["name"]), dict(source.get("params") or {}), [int(res)], n_samples=64,
+                         seed=int(source.get("seed", 0) or 0))
+    return dataset_statistics(sets[int(res)]), "recomputed from the recorded generator"
