@@ -1,6 +1,6 @@
 """Ball-tree attention on point clouds: batched ball trees, Erwin ball attention and BSA's sparse branches."""
 
-from .build import BallTreeCache, build_ball_tree, rotation_matrix
+from .build import BallTreeCache, build_ball_tree, rotate_points, rotation_matrix
 from .functional import ball_attention
 from .module import BallAttention, dense_points_from_pyg, pyg_from_dense
 from .sparse import BallSparseAttention
@@ -17,5 +17,6 @@ __all__ = [
     "dense_points_from_pyg",
     "mixing_index",
     "pyg_from_dense",
+    "rotate_points",
     "rotation_matrix",
 ]

@@ -1,12 +1,23 @@
 """Building batched ball trees (:mod:`sciattn.balltree.tree`) with tensor operations only: no host sync.
 
-Construction: every axis is sorted once by ``(coordinate, index)`` (a stable sort), giving ``d``
-lists per cloud. A level reads each node's spread from the ends of its lists, takes the list
+Construction: every axis is sorted once by ``(coordinate, all coordinates lexicographically,
+index)`` (stable sorts), giving ``d`` lists per cloud. A level reads each node's spread from the ends of its lists, takes the list
 along its split axis (the node sorted, no per-level sort), marks the points that go left and
 stable-partitions all ``d`` lists inside every node (a gather, a cumulative sum and a scatter),
 so every child's lists stay sorted. Cost: ``O(d P log P)`` work in ``log2 P`` batched levels,
 all on the device of ``pos``; the number of levels follows from the shapes only. Node centres
 and radii are computed on first use.
+
+Order independence. Ties along the split axis are common on real meshes and grids (ShapeNet-Car
+vertices repeat coordinates; a grid ties along every axis). They are broken by the other
+coordinates, lexicographically, never by the input index, so permuting the points permutes the
+tree: slot ``s`` of ``build(pos[π])`` holds the point that slot ``s`` of ``build(pos)`` holds, for
+every permutation ``π``, unless the cloud has *exactly coincident* points. Those alone are ordered
+by their input index, so the contract is: the tree, and a model's output, is permuted up to a
+permutation among coincident points; coincident points that also carry identical features (any
+data set whose duplicates are true duplicates) give exactly permuted outputs. A rotated tree
+(``rotate``) rotates each point on its own (elementwise products, no matrix product whose rounding
+could depend on the row), so it inherits the property.
 
 Shapes:
     pos ``(B, N, d)``; mask ``(B, N)`` bool (True = real point); the tree holds ``(B, P)`` permutations.
@@ -24,7 +35,7 @@ import torch.nn.functional as F
 from .._checks import assert_no_violation, check_positive_int, check_rank, check_tensor
 from .tree import BallTree, check_power_of_two
 
-__all__ = ["BallTreeCache", "build_ball_tree", "rotation_matrix"]
+__all__ = ["BallTreeCache", "build_ball_tree", "rotate_points", "rotation_matrix"]
 
 
 def rotation_matrix(angle: float, d: int, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
@@ -37,6 +48,17 @@ def rotation_matrix(angle: float, d: int, dtype: torch.dtype = torch.float32, de
     for (i, j), value in (((0, 0), math.cos(a)), ((0, 1), -math.sin(a)), ((1, 0), math.sin(a)), ((1, 1), math.cos(a))):
         r[i, j].fill_(value)
     return r
+
+
+def rotate_points(pos: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
+    """``pos @ rot.T`` computed point by point: ``Σ_k pos[..., k] · rot[:, k]`` in a fixed order of
+    elementwise operations, so a point's rotated coordinates do not depend on its row (a matrix
+    product's rounding can, through blocking). Shapes: pos ``(..., d)``, rot ``(d, d)``."""
+    rot = rot.to(dtype=pos.dtype, device=pos.device)
+    out = pos[..., :1] * rot[:, 0]
+    for k in range(1, pos.shape[-1]):
+        out = out + pos[..., k:k + 1] * rot[:, k]
+    return out
 
 
 def _cloud_sizes(counts: torch.Tensor, ball_size: int, levels: int) -> torch.Tensor:
@@ -91,11 +113,14 @@ def _validate(pos, mask, ball_size, rotate, padded_size, check):
 def _axis_orders(
     coords: torch.Tensor, valid: torch.Tensor, itype: torch.dtype, per_row: bool | None = None
 ) -> torch.Tensor:
-    """Every cloud's point indices sorted along every axis by ``(coordinate, index)``.
+    """Every cloud's point indices sorted along every axis ``a`` by ``(x_a, (x_0, ..., x_{d-1}), index)``.
 
-    Padding sorts after every real point (key ``+inf``), among itself by index. Coordinates become
-    integers of the same order (IEEE bits, negatives mirrored, so -0.0 ties with 0.0) and every
-    sort is stable, which breaks ties by index. ``per_row`` (default: on CPU for rows of at least
+    Ties in ``x_a`` are broken by all coordinates, lexicographically (an order-independent key),
+    and only exactly coincident points by their index. Padding sorts after every real point (key
+    ``+inf``), among itself by index. Coordinates become integers of the same order (IEEE bits,
+    negatives mirrored, so -0.0 ties with 0.0). The lexicographic rank comes from ``d`` stable
+    sorts (last coordinate first); each axis is then sorted stably in that rank's order, so ties
+    keep it. ``per_row`` (default: on CPU for rows of at least
     2^15 keys or 64-bit keys) sorts each ``(cloud, axis)`` row on its own, a cache-sized radix
     sort; otherwise keys of at most 32 bits are packed below their row number and sorted in one
     1-D pass, 64-bit keys in two passes (key, then row).
@@ -108,22 +133,32 @@ def _axis_orders(
     bits = key.view(torch.int64) if wide else key.to(torch.float32).view(torch.int32)
     sign = bits >> (8 * bits.element_size() - 1)  # -1 for negative floats, else 0
     magnitude = bits & (2 ** (8 * bits.element_size() - 1) - 1)
-    rows = magnitude.bitwise_xor_(sign).sub_(sign).view(b * d, p)  # ±|bits|, ordered like the floats
+    keys = magnitude.bitwise_xor_(sign).sub_(sign)  # (B, d, P) ±|bits|, ordered like the floats
+    lex = torch.arange(p, device=coords.device).expand(b, p)
+    for a in range(d - 1, -1, -1):  # least significant coordinate first: lexicographic, ties by index
+        lex = lex.gather(1, torch.sort(keys[:, a].gather(1, lex), dim=1, stable=True).indices)
+    rows = keys.gather(2, lex[:, None].expand(b, d, p)).view(b * d, p)  # every axis in lexicographic order
+    order = _sorted_rows(rows, b, d, p, coords.device, wide, per_row)
+    return lex.gather(1, order.view(b, d * p)).view(b, d, p).to(itype)
+
+
+def _sorted_rows(rows, b, d, p, device, wide, per_row) -> torch.Tensor:
+    """Stable argsort of every row of ``rows`` ``(B·d, P)``, as ``(B, d, P)`` long positions."""
     if per_row is None:
-        per_row = coords.device.type == "cpu" and (wide or p >= 2**15)
+        per_row = device.type == "cpu" and (wide or p >= 2**15)
     if per_row:
-        order = torch.empty(b * d, p, dtype=torch.long, device=coords.device)
+        order = torch.empty(b * d, p, dtype=torch.long, device=device)
         scratch = torch.empty_like(rows[0])
         for i in range(b * d):
             torch.sort(rows[i], stable=True, out=(scratch, order[i]))
-        return order.view(b, d, p).to(itype)
+        return order.view(b, d, p)
     if wide:
-        first = torch.sort(rows.view(-1), stable=True).indices
+        first = torch.sort(rows.reshape(-1), stable=True).indices
         order = first.gather(0, torch.sort(first >> (p.bit_length() - 1), stable=True).indices)
     else:
-        row = torch.arange(b * d, device=coords.device).view(b * d, 1) << 32
+        row = torch.arange(b * d, device=device).view(b * d, 1) << 32
         order = torch.sort((row + rows).add_(1 << 31).view(-1), stable=True).indices
-    return order.view(b, d, p).bitwise_and_(p - 1).to(itype)  # p is a power of two
+    return order.view(b, d, p).bitwise_and_(p - 1)  # p is a power of two
 
 
 def _widest_axis(spread: torch.Tensor, scale: int, dtype: torch.dtype) -> torch.Tensor:
@@ -178,7 +213,7 @@ def build_ball_tree(
     coords = base
     if rotate is not None:
         rot = rotation_matrix(rotate, d, pos.dtype, dev) if not isinstance(rotate, torch.Tensor) else rotate
-        coords = base @ rot.to(dtype=pos.dtype, device=dev).T
+        coords = rotate_points(base, rot)
     counts = valid.sum(dim=1)
     # Padded size of each cloud; without a mask every cloud has n points, a size known here.
     if mask is None:

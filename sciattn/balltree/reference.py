@@ -74,7 +74,8 @@ def ball_tree_numpy(points: np.ndarray, ball_size: int) -> np.ndarray:
 
     ``P_b = max(2^⌈log2 n⌉, ball_size)``. Arithmetic stays in the dtype of ``points``, like the
     tensor version, so both pick the same axis. A node of capacity ``c`` with ``k`` points sorts them by
-    (coordinate along the axis of largest spread, index) and sends ``⌊k/2⌋`` (``c > ball_size``)
+    (coordinate along the axis of largest spread, then every coordinate in axis order, then index: the
+    order-independent tie-break of the tensor version) and sends ``⌊k/2⌋`` (``c > ball_size``)
     or ``min(k, c/2)`` (inside a ball) to the left half of its slots; recursion until ``c = 1``.
     """
     pts = np.asarray(points)
@@ -93,7 +94,7 @@ def ball_tree_numpy(points: np.ndarray, ball_size: int) -> np.ndarray:
             return
         x = pts[idx]
         axis = int(np.argmax(x.max(0) - x.min(0)))
-        srt = idx[np.lexsort((idx, x[:, axis]))]
+        srt = idx[np.lexsort((idx, *(x[:, a] for a in range(x.shape[1] - 1, -1, -1)), x[:, axis]))]
         left = len(idx) // 2 if c > ball_size else min(len(idx), c // 2)
         rec(srt[:left], start, c // 2)
         rec(srt[left:], start + c // 2, c // 2)

@@ -19,7 +19,8 @@ Hence above the ball level the real memberships are exactly Erwin's (``balltree-
 ties, which Erwin's ``nth_element`` splits arbitrarily), and inside every ball (and every node
 below it) the real points occupy a contiguous prefix and padding the suffix; every sub-ball (a
 power-of-two slice of a ball) is still a node of the tree, so pooling ``2^k`` consecutive slots
-groups tree children. Ties are broken by the input index.
+groups tree children. Ties are broken by the other coordinates (lexicographically), exact duplicates by
+the input index (see :mod:`sciattn.balltree.build`).
 
 The tree is built by :func:`sciattn.balltree.build.build_ball_tree`.
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from sciattn.balltree import BallTreeCache, ball_centers, build_ball_tree, mixing_index, rotation_matrix
-from sciattn.balltree.build import _axis_orders
+from sciattn.balltree.build import _axis_orders, rotate_points
 from sciattn.balltree.reference import ball_tree_numpy
 
 MINI_CAR = Path(__file__).resolve().parents[3] / "shared" / "data" / "mini_car.pt"
@@ -45,7 +45,7 @@ def test_tree_order_equals_recursive_numpy_oracle(dtype, shape, ball):
         assert (got[len(want):] == -1).all()  # the rest of the row is whole padding balls
 
 
-def test_heavy_ties_on_a_grid_are_broken_by_index_like_the_oracle():
+def test_heavy_ties_on_a_grid_are_broken_by_the_other_coordinates_like_the_oracle():
     xs = torch.arange(12.0)
     pos = torch.cartesian_prod(xs, xs[:7]).unsqueeze(0)  # 84 points, every coordinate repeated
     pos = pos[:, torch.randperm(84, generator=torch.Generator().manual_seed(0))]
@@ -70,7 +70,7 @@ def test_duplicates_and_masks_match_the_oracle_in_every_slot(dtype, shape, ball,
     mask[:, 1] = True
     pos[~mask] = float("nan")
     tree = build_ball_tree(pos, mask, ball, rotate)
-    frame = pos if rotate is None else pos @ rotation_matrix(rotate, shape[2], dtype).T
+    frame = pos if rotate is None else rotate_points(pos, rotation_matrix(rotate, shape[2], dtype))
     for b in range(shape[0]):
         want = _oracle(frame, mask, b, ball)
         got = _real_order(tree, b)
@@ -82,7 +82,7 @@ def test_duplicates_and_masks_match_the_oracle_in_every_slot(dtype, shape, ball,
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
 @pytest.mark.parametrize("per_row", [True, False])
-def test_axis_orders_sort_by_coordinate_then_index_on_every_path(dtype, per_row):
+def test_axis_orders_sort_by_coordinate_then_all_coordinates_then_index_on_every_path(dtype, per_row):
     # Both the per-row radix sorts (CPU default) and the packed / two-pass sorts (accelerators).
     g = torch.Generator().manual_seed(11)
     coords = (torch.randint(-3, 4, (2, 3, 64), generator=g) * 0.25).to(dtype)
@@ -92,9 +92,9 @@ def test_axis_orders_sort_by_coordinate_then_index_on_every_path(dtype, per_row)
     got = _axis_orders(coords, valid, torch.int32, per_row=per_row)
     assert got.dtype == torch.int32
     for b in range(2):
+        keys = [np.where(valid[b].numpy(), coords[b, a].double().numpy(), np.inf) for a in range(3)]
         for a in range(3):
-            key = np.where(valid[b].numpy(), coords[b, a].double().numpy(), np.inf)
-            want = np.lexsort((np.arange(64), key))
+            want = np.lexsort((np.arange(64), keys[2], keys[1], keys[0], keys[a]))
             np.testing.assert_array_equal(got[b, a].numpy(), want)
 
 
@@ -233,7 +233,7 @@ def test_real_car_surface_matches_both_oracles():
     theirs = np.where(msk.numpy(), idx.numpy(), -1)
     moved = sum(len(a ^ b) for a, b in zip(_ball_sets(order, 256), _ball_sets(theirs, 256))) // 2
     # The mesh has tied coordinates (3549 distinct x of 3586): nth_element splits ties arbitrarily,
-    # our stable (coordinate, index) order deterministically, so a handful of points may differ.
+    # our (coordinate, other coordinates) order deterministically, so a handful of points may differ.
     assert moved <= 36  # <= 1% of the points
 
 
@@ -244,7 +244,8 @@ def test_rotated_tree_equals_tree_of_the_rotated_cloud_and_changes_memberships()
     rot = build_ball_tree(pos, mask, 16, rotate=45.0)
     r = rotation_matrix(45.0, 3, torch.float64)
     torch.testing.assert_close(r @ r.T, torch.eye(3, dtype=torch.float64))
-    explicit = build_ball_tree(pos @ r.T, mask, 16)
+    explicit = build_ball_tree(rotate_points(pos, r), mask, 16)
+    torch.testing.assert_close(rotate_points(pos, r), pos @ r.T, rtol=0, atol=1e-15)
     assert torch.equal(rot.perm, explicit.perm)
     assert torch.equal(rot.perm, build_ball_tree(pos, mask, 16, rotate=r).perm)
     torch.testing.assert_close(rot.pos[rot.mask], pos.gather(1, rot.perm.clamp(max=199)[..., None].expand(-1, -1, 3))[rot.mask])
@@ -363,3 +364,59 @@ def test_errors_name_the_argument():
         build_ball_tree(pos, None, 16, padded_size=8)
     with pytest.raises(ValueError, match="pos: expected a 3-D tensor"):
         build_ball_tree(torch.rand(10, 3), None, 8)
+
+
+def _assert_permuted_tree(pos, mask, ball, rotate, perm):
+    """The tree of ``pos[:, perm]`` holds, slot by slot, the points of the tree of ``pos``; padding
+    slots stay padding. Returns the slots whose point differs (only exact duplicates may)."""
+    tree = build_ball_tree(pos, mask, ball, rotate)
+    moved = build_ball_tree(pos[:, perm], None if mask is None else mask[:, perm], ball, rotate)
+    assert torch.equal(tree.mask, moved.mask)
+    n = pos.shape[1]
+    back = torch.where(moved.mask, perm[moved.perm.clamp(max=n - 1)], -1)
+    want = torch.where(tree.mask, tree.perm, -1)
+    torch.testing.assert_close(moved.pos, tree.pos, rtol=0, atol=0)  # same coordinates in every slot
+    return back != want
+
+
+@pytest.mark.parametrize("rotate", [None, 45.0])
+@pytest.mark.parametrize("shape,ball", [((12, 7), 8), ((6, 5, 4), 16), ((16, 16), 32)])
+def test_permuting_grid_points_permutes_the_tree(shape, ball, rotate):
+    # A point cloud on a grid ties along every axis (maximal ties), and its 45 degree rotation
+    # nearly ties in floating point: the tree must still follow the points, not their input order.
+    axes = [torch.arange(k, dtype=torch.float32) / k for k in shape]
+    pos = torch.cartesian_prod(*axes).unsqueeze(0).repeat(2, 1, 1)
+    n = pos.shape[1]
+    mask = torch.ones(2, n, dtype=torch.bool)
+    mask[1, n // 3:n // 2] = False  # a padded second cloud
+    g = torch.Generator().manual_seed(n + ball)
+    for _ in range(3):
+        perm = torch.randperm(n, generator=g)
+        assert not _assert_permuted_tree(pos, mask, ball, rotate, perm).any()
+
+
+def test_exact_duplicates_are_the_only_points_that_may_swap_slots():
+    g = torch.Generator().manual_seed(21)
+    pos = (torch.randint(0, 4, (1, 120, 2), generator=g) / 4.0).double()  # 16 sites: many coincident points
+    perm = torch.randperm(120, generator=g)
+    swapped = _assert_permuted_tree(pos, None, 8, None, perm)
+    assert swapped.any()  # coincident points follow their input order...
+    tree = build_ball_tree(pos, None, 8)
+    site = (pos[0, :, 0] * 4 * 4 + pos[0, :, 1] * 4).long()
+    counts = torch.bincount(site, minlength=16)
+    assert (counts[site[tree.perm[0][swapped[0]]]] > 1).all()  # ...and only they
+    distinct = torch.rand(1, 120, 2, generator=g, dtype=torch.float64)
+    assert not _assert_permuted_tree(distinct, None, 8, 45.0, perm).any()
+
+
+def test_permuting_a_real_car_surface_permutes_the_tree(shared_data):
+    # ShapeNet-Car vertices repeat coordinates (thousands of ties per axis); before the
+    # order-independent tie-break, permuting them changed the tree and Erwin's output.
+    cars = torch.load(shared_data / "mini_car.pt", weights_only=True)
+    verts = torch.stack([c["vertices"] for c in cars])  # (3, 3586, 3) float32
+    assert min(v[:, 2].unique().numel() for v in verts) < verts.shape[1]  # tied z coordinates
+    g = torch.Generator().manual_seed(22)
+    for rotate in (None, 45.0):
+        perm = torch.randperm(verts.shape[1], generator=g)
+        swapped = _assert_permuted_tree(verts, None, 256, rotate, perm)
+        assert not swapped.any()  # no car has coincident vertices
