@@ -34,7 +34,7 @@ from sciattn.pde_data.grid_dataset import GridPairDataset
 from sciattn.pde_data.registry import BENCHMARKS, default_root
 
 from .config import ConfigError, DataConfig
-from .sources import READERS, Source, detect_reader, resolve_source
+from .sources import READERS, Source, benchmark_parameters, detect_reader, resolve_source
 
 __all__ = ["build_datasets", "describe_source", "load_data_file", "load_at_resolutions", "data_layout",
            "DATA_FORMATS", "GENERATED", "TIME_SERIES"]
@@ -295,7 +295,7 @@ def _read(cfg: DataConfig, src: Source, split: str | None, resolution: int | Non
     """One split of a benchmark or file (``split=None``: the whole file of a reader without splits)."""
     opts = dict(cfg.options)
     if src.kind == "benchmark":
-        accepted = _accepts(BENCHMARKS[src.name].loader)
+        accepted = benchmark_parameters(src.name)
         if "n_train" in accepted:
             opts.update({k: v for k, v in (("n_train", cfg.n_train), ("n_test", cfg.n_test)) if v is not None})
         elif "n_samples" in accepted and n is not None:

@@ -100,6 +100,7 @@ def _model_params(cfg: RunConfig, train, c_out: int) -> dict[str, Any]:
         fill["spatial_dims"] = first["pos"].shape[-1]
     else:
         shape = tuple(first["x"].shape[1:])
+        fill["spatial_dims"] = len(shape)
         if len(shape) == 2:
             fill["nlat"], fill["nlon"] = shape
         names = train.meta.get("variables", {}).get("x")

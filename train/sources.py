@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["Source", "Reader", "READERS", "GENERATORS", "RESERVED_OPTIONS", "resolve_source", "detect_reader",
-           "option_names", "generator_option_names"]
+           "option_names", "generator_option_names", "benchmark_parameters"]
 
 #: Options set by their own ``[data]`` keys, never through ``[data] options``.
 RESERVED_OPTIONS = {
@@ -233,6 +233,15 @@ def _benchmark_target(name: str):
         return getattr(geofno, {"airfoil": "load_airfoil", "pipe": "load_pipe", "elasticity": "load_elasticity",
                                 "plasticity": "load_plasticity"}[name[len("geofno_"):]])
     return None
+
+
+def benchmark_parameters(name: str) -> set[str]:
+    """Every keyword a registered benchmark's loader takes, including those it forwards."""
+    from sciattn.pde_data.registry import BENCHMARKS
+
+    names, _ = _params(BENCHMARKS[name].loader)
+    target = _benchmark_target(name)
+    return names | (_params(target)[0] if target is not None else set())
 
 
 def generator_option_names(name: str) -> set[str]:
