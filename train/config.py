@@ -274,6 +274,12 @@ def validate_data(d: DataConfig) -> DataConfig:
             src = resolve_source(spec, fmt=d.format)
         except (ValueError, OSError) as err:
             raise ConfigError(f"data.{key}: {err}") from None
+        if src.kind == "file" and src.reader is None and "/" not in spec and "." not in spec:
+            from sciattn.pde_data.registry import BENCHMARKS
+
+            raise ConfigError(f"data.{key}: expected a generator ({sorted(GENERATORS)}), a registered benchmark "
+                              f"({sorted(set(BENCHMARKS) - set(GENERATORS))}) or the path of a data file, got "
+                              f"{spec!r}")
         if key == "test" and src.kind == "generated":
             raise ConfigError(f"data.test: a generator ({spec!r}) makes its own test split; expected a file or a "
                               f"benchmark name, or leave data.test empty")

@@ -88,7 +88,7 @@ def test_fno_darcy_mat(tmp_path, darcy_arrays, version):
     path = mat.WRITERS[version](tmp_path / "piececonst.mat", {"coeff": a, "sol": u})
     m = _train(tmp_path, f'train = "{path}"\nn_train = 20\nn_test = 4\n', epochs=6)
     assert m["data_source"]["reader"] == "fno_darcy_mat" and m["data_source"]["split_rule"] == "test_last"
-    assert m["test"]["test_16x16"]["rel_l2"] < 0.6  # the zero field scores 1
+    assert m["test"]["test_16x16"]["rel_l2"] < 0.35  # 0.20 after 6 epochs, 0.56 after 1; the zero field scores 1
 
 
 def test_fno_navier_stokes_mat_trains_a_rollout(tmp_path):
@@ -159,7 +159,7 @@ def test_neuralop_pt_pair_of_files(tmp_path, darcy_arrays):
     m = _train(tmp_path, f'train = "{tmp_path / "darcy_train_16.pt"}"\ntest = "{tmp_path / "darcy_test_16.pt"}"\n'
                "resolution = 8\ntest_resolutions = [8, 16]\n", epochs=6)
     assert set(m["test"]) == {"test_8x8", "test_16x16"} and m["train_resolution"] == [8, 8]
-    assert m["test"]["test_8x8"]["rel_l2"] < 0.6
+    assert m["test"]["test_8x8"]["rel_l2"] < 0.35
 
 
 def test_netcdf_from_sciattn_data_generate(tmp_path, capsys):
@@ -169,7 +169,7 @@ def test_netcdf_from_sciattn_data_generate(tmp_path, capsys):
     m = _train(tmp_path, f'train = "{path}"\nn_train = 20\nn_test = 4\n', epochs=6)
     assert m["data_source"]["reader"] == "xarray"
     assert m["meta"]["variables"] == {"x": ["coefficient"], "y": ["pressure"]}
-    assert m["test"]["test_16x16"]["rel_l2"] < 0.6
+    assert m["test"]["test_16x16"]["rel_l2"] < 0.35
     bad = tmp_path / "broken.nc"
     bad.write_bytes(b"\x00not netcdf")
     cfg = tmp_path / "cfg.toml"
@@ -185,4 +185,4 @@ def test_generator_name(tmp_path):
                f'cache_dir = "{tmp_path}"\n', epochs=6)
     assert m["data_source"] == {"kind": "generated", "name": "darcy", "params": {}, "seed": 0, "resolution": 16,
                                 "test_resolutions": [16, 32], "n_train": 20, "n_test": 4, "cache_dir": str(tmp_path)}
-    assert set(m["rel_l2_by_resolution"]) == {"16", "32"} and m["test"]["test_16"]["rel_l2"] < 0.6
+    assert set(m["rel_l2_by_resolution"]) == {"16", "32"} and m["test"]["test_16"]["rel_l2"] < 0.35
