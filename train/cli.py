@@ -115,14 +115,26 @@ def _cmd_data(args) -> int:
             print(f"| {src['name']} | {src['kind']} | {src['checksum']} | {', '.join(src['files'])} |")
         return 0
     if args.data_command == "generate":
-        from sciattn.pde_data.generate import generate_to_netcdf
+        from sciattn.pde_data.generate import generate_at_resolutions
 
         from .config import parse_overrides
 
         params = {key: value for _, key, value in parse_overrides([f"param.{p}" for p in args.param])}
-        path = generate_to_netcdf(args.name, args.n, args.resolution, args.out, seed=args.seed,
-                                  progress=not args.no_progress, **params)
-        print(f"wrote {path}")
+        resolutions = [*(args.resolution or []), *(args.resolutions or [])]
+        if not resolutions:
+            raise ValueError("--resolution: expected one or more points per axis (--resolution R [R ...]), got none")
+        seed = 0 if args.seed is None else args.seed
+        if args.like:
+            from .sweep_data import generator_like
+
+            name, like_params, like_seed = generator_like(args.like)
+            if args.name != name:
+                raise ValueError(f"name: --like {args.like!r} matches the generator {name!r}, got {args.name!r}")
+            params = {**like_params, **params}
+            seed = like_seed if args.seed is None else args.seed
+        for path in generate_at_resolutions(args.name, args.n, resolutions, args.out, seed=seed,
+                                            progress=not args.no_progress, **params):
+            print(f"wrote {path}")
         return 0
     from sciattn.pde_data.fetch import fetch
 
@@ -207,12 +219,17 @@ def build_parser() -> argparse.ArgumentParser:
     da = sub.add_parser("data", help="benchmark data: list, generate, fetch")
     dsub = da.add_subparsers(dest="data_command", required=True)
     dsub.add_parser("list", help="print every registered benchmark with its source, split and shapes")
-    g = dsub.add_parser("generate", help="run a built-in solver and write a NetCDF file that load() reads")
-    g.add_argument("name", help="generator name, e.g. darcy")
+    g = dsub.add_parser("generate", help="run a built-in solver and write NetCDF files that load() reads",
+                        description="One solve, restricted to every resolution: the files hold the same samples.")
+    g.add_argument("name", help="generator name, e.g. darcy, darcy_neuralop (matched to neuraloperator's Darcy files)")
     g.add_argument("--n", type=int, required=True, help="number of samples")
-    g.add_argument("--resolution", type=int, required=True, help="points per axis")
+    g.add_argument("--resolution", type=int, nargs="+", metavar="R", help="points per axis; several allowed")
+    g.add_argument("--resolutions", type=int, nargs="+", metavar="R", help="more points per axis")
     g.add_argument("--out", required=True, help="output directory")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--like", metavar="RUN_OR_FILE",
+                   help="take the generator's parameters from a run's recorded data source or a data file (e.g. "
+                        "darcy_neuralop for neuraloperator's darcy_train_16.pt); default seed: the recorded one + 1")
+    g.add_argument("--seed", type=int, default=None, help="seed (default 0, or with --like the recorded seed + 1)")
     g.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="override a solver parameter, e.g. --param nu=1e-4 --param t_final=5; repeatable")
     g.add_argument("--no-progress", action="store_true")

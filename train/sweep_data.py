@@ -191,3 +191,24 @@ def reference_statistics(state: dict[str, Any], run_dir: str | os.PathLike,
     sets = generate_sets(str(source["name"]), dict(source.get("params") or {}), [int(res)], n_samples=64,
                          seed=int(source.get("seed", 0) or 0))
     return dataset_statistics(sets[int(res)]), "recomputed from the recorded generator"
+
+
+def generator_like(run_or_file: str | os.PathLike) -> tuple[str, dict[str, Any], int]:
+    """``(generator, parameters, seed)`` whose samples share the distribution of a run's training data (a run
+    directory or checkpoint) or of a data file; the seed is the recorded one + 1, so not the training samples."""
+    path = Path(run_or_file).expanduser()
+    if path.is_dir() or path.name == "checkpoint.pt":
+        from .checkpoint import load_checkpoint
+
+        state = load_checkpoint(path)
+        source = run_source(state, path)
+    elif path.is_file():
+        source = {"kind": "file", "path": str(path), "reader": "neuralop_pt" if path.suffix == ".pt" else None}
+    else:
+        raise FileNotFoundError(f"--like: expected a run directory, a checkpoint or a data file, got {str(path)!r}")
+    generator = matched_generator(source, path if path.is_dir() else path.parent)
+    if generator is None:
+        raise ValueError(f"--like: no generator matches the data of {str(path)!r} (a file that is not a "
+                         f"neuraloperator Darcy mask/pressure file); expected a run trained on generated data, "
+                         f"or a file one of {['darcy', *MATCHED_GENERATORS]} reproduces")
+    return generator[0], generator[1], int(source.get("seed", 0) or 0) + 1

@@ -170,3 +170,25 @@ def test_unmatched_file_is_restricted_and_refuses_finer(tmp_path):
     with pytest.raises(ValueError, match="no generator matches it, so it can only be restricted to divisors of 16, "
                                          "got 32"):
         sweep_sets(src, [16, 32], tmp_path)
+
+
+def test_data_generate_like_a_neuralop_file_writes_matched_files(shared_data, tmp_path, capsys):
+    from sciattn.train.data_stats import compare_statistics, dataset_statistics
+
+    real = shared_data / "darcy_train_16.pt"
+    assert main(["data", "generate", "darcy_neuralop", "--like", str(real), "--n", "24", "--resolution", "16", "32",
+                 "--resolutions", "64", "--out", str(tmp_path), "--no-progress"]) == 0
+    paths = [tmp_path / f"darcy_neuralop_{r}.nc" for r in (16, 32, 64)]
+    assert capsys.readouterr().out.split() == [w for p in paths for w in ("wrote", str(p))]
+    sets = {r: load(p, split=None) for r, p in zip((16, 32, 64), paths)}
+    fine = torch.stack([s["y"] for s in sets[64]])
+    torch.testing.assert_close(torch.stack([s["y"] for s in sets[16]]), fine[:, :, ::4, ::4])  # same samples
+    from sciattn.pde_data.neuralop_pt import load_neuralop_pt
+
+    ref = dataset_statistics(load_neuralop_pt(real))
+    for r in (16, 64):
+        assert compare_statistics(ref, dataset_statistics(sets[r])) == []
+    assert main(["data", "generate", "darcy", "--like", str(real), "--n", "2", "--resolution", "8",
+                 "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "name: --like" in err and "matches the generator 'darcy_neuralop', got 'darcy'" in err
