@@ -92,3 +92,31 @@ def test_torchrun_cli_equals_single_process(tiny_darcy, tmp_path):
     m1, m2 = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("single", "ddp"))
     assert m2["world_size"] == 2
     assert m1["test"]["test_8x8"]["rel_l2"] == pytest.approx(m2["test"]["test_8x8"]["rel_l2"], rel=1e-5)
+
+
+def test_wrap_ddp_searches_unused_parameters_only_for_models_that_declare_a_skipped_branch(tmp_path):
+    import torch.distributed as dist
+
+    from sciattn.operators import create_operator
+    from sciattn.train.distributed import wrap_ddp
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        plain = create_operator("codano", variables=["a", "b"], width=8, n_layers=1, n_heads=2, n_modes=4,
+                                pos_modes=2)
+        extra = create_operator("codano", variables=["a", "b"], extra_variables=["c"], width=8, n_layers=1,
+                                n_heads=2, n_modes=4, pos_modes=2)
+        band = create_operator("galerkin_transformer", in_channels=1, out_channels=1, d_model=8, n_layers=1,
+                               n_heads=2, n_modes=4, regressor_width=8, latent_resolution=8)
+        assert not wrap_ddp(plain, torch.device("cpu")).find_unused_parameters
+        assert not wrap_ddp(band, torch.device("cpu")).find_unused_parameters
+        ddp = wrap_ddp(extra, torch.device("cpu"))
+        assert ddp.find_unused_parameters
+        for _ in range(2):  # the extra variable's encoding is unused: DDP copes because it searches
+            ddp(torch.randn(2, 2, 8, 8)).square().mean().backward()
+        wrapped = wrap_ddp(band, torch.device("cpu"))
+        for _ in range(2):  # band-limited regressor: every parameter used, no search needed
+            wrapped(torch.randn(2, 1, 8, 8)).square().mean().backward()
+        assert all(p.grad is not None for p in band.parameters())
+    finally:
+        dist.destroy_process_group()
