@@ -470,6 +470,9 @@ def load_at_resolutions(
     key = str(name_or_path)
     if key not in GENERATED:
         kw = {"root": root} if root is not None else {}
+        src = resolve_source(key)
+        if src.kind == "file" and src.reader is not None and not READERS[src.reader].splits:
+            split = None  # a file without a division of its own: every sample (pde_data.splits)
         return {r: _at_resolution(load(name_or_path, split=split, resolution=r, **kw, **params), r, key)
                 for r in res}
     check_positive_int("n_samples", n_samples)
