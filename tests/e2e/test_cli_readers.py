@@ -186,3 +186,13 @@ def test_generator_name(tmp_path):
     assert m["data_source"] == {"kind": "generated", "name": "darcy", "params": {}, "seed": 0, "resolution": 16,
                                 "test_resolutions": [16, 32], "n_train": 20, "n_test": 4, "cache_dir": str(tmp_path)}
     assert set(m["rel_l2_by_resolution"]) == {"16", "32"} and m["test"]["test_16"]["rel_l2"] < 0.35
+
+
+@pytest.mark.parametrize("model", [
+    '[model]\nname = "bsa_transformer"\nwidth = 16\ndepth = 1\nn_heads = 2\nball_size = 16\n',
+    '[model]\nname = "galerkin_transformer"\nd_model = 16\nn_layers = 1\nn_heads = 2\nregressor = "pointwise"\n',
+], ids=["bsa", "galerkin_points"])
+def test_point_operators_on_a_generated_point_set(tmp_path, model):
+    m = _train(tmp_path, f'train = "darcy_irregular"\nresolution = 64\nn_train = 8\nn_test = 4\ncache_dir = "{tmp_path}"\n'
+               f'root = "{tmp_path}"\noptions = {{ fine_resolution = 16 }}\n', model=model, epochs=3)
+    assert m["meta"]["layout"] == "points" and m["test"]["test_64"]["rel_h1"] is None
