@@ -190,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--resolutions", nargs="+", type=int, metavar="R", help="points per axis to evaluate at")
     e.add_argument("--format", default=None, help="data format (default: detected from the file content)")
     e.add_argument("--json", help="write the results to this JSON file")
-    e.add_argument("--split", default="test", choices=["train", "test"], help="split of a named or file benchmark")
+    e.add_argument("--split", default=None, choices=["train", "test"],
+                   help="split of a named or file benchmark (default: test; a plain file path: all of it)")
     e.add_argument("--root", help="folder of named benchmarks and of the generated-data cache (default $SCIATTN_DATA)")
     e.add_argument("--n-samples", type=int, default=16, help="generated samples per resolution (default 16)")
     e.add_argument("--seed", type=int, default=None, help="seed of generated samples (default: the run's data seed + 1)")

@@ -110,7 +110,7 @@ def resolution_sweep(
     data: str | os.PathLike | None,
     resolutions: list[int],
     *,
-    split: str = "test",
+    split: str | None = None,
     root: str | os.PathLike | None = None,
     n_samples: int = 16,
     seed: int | None = None,
@@ -129,8 +129,8 @@ def resolution_sweep(
     ``data=None``: the run's own distribution (:mod:`.sweep_data`: the recorded generator and parameters,
     the generator matched to a neuraloperator Darcy file, or restriction of the run's file). Otherwise a
     generated benchmark name (:data:`.data.GENERATED` or ``darcy_neuralop``: fresh samples drawn with
-    ``seed``, default the run's data seed + 1), another registered benchmark or a file path; ``params``:
-    solver parameters or loader keywords.
+    ``seed``, default the run's data seed + 1), another registered benchmark (``split``, default ``"test"``) or a
+    file path (default: every sample of it); ``params``: solver parameters or loader keywords.
 
     Each resolution's data is checked against the statistics of the training data
     (:func:`.data_stats.compare_statistics`); data outside them raises ``ValueError`` unless
@@ -170,6 +170,8 @@ def resolution_sweep(
             params = {**NEURALOP_DARCY_FIT, **params}
             sets = generate_sets(key, params, sorted(set(resolutions)), n_samples=n_samples, seed=seed)
         else:
+            if split is None:  # a plain file is one set (its name says which split); a named benchmark: its test split
+                split = None if Path(key).is_file() else "test"
             sets = load_at_resolutions(data, resolutions, split=split, root=root, n_samples=n_samples, seed=seed,
                                        t_in=t_in, progress=progress, **params)
         built = {"kind": "generated" if generated else "given", "data": key, "params": params,

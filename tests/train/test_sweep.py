@@ -69,16 +69,16 @@ def test_same_samples_at_every_resolution(tmp_path):
     path = tmp_path / "f_16.pt"
     write_neuralop_pt(path, sets[8].x[:, 0].repeat_interleave(2, -1).repeat_interleave(2, -2),
                       sets[8].y[:, 0].repeat_interleave(2, -1).repeat_interleave(2, -2))
-    from_file = load_at_resolutions(path, [8, 16])
+    from_file = load_at_resolutions(path, [8, 16], split=None)  # one file, no train/test division: all of it
     torch.testing.assert_close(from_file[8].x, sets[8].x)  # strided back to the original nodes
     with pytest.raises(ValueError, match=r"resolution: .*f_16.pt' stores 16 points per axis"):
-        load_at_resolutions(path, [12])
+        load_at_resolutions(path, [12], split=None)
     nc = generate_to_netcdf("darcy", 2, 8, tmp_path, progress=False)  # NetCDF: loaded as stored, then strided
-    stored = load_at_resolutions(nc, [4, 8])
+    stored = load_at_resolutions(nc, [4, 8], split=None)
     torch.testing.assert_close(stored[4].y, stored[8].y[:, :, ::2, ::2])
     with pytest.raises(ValueError, match=r"resolutions: .*darcy_8.nc' holds 8x8 points and cannot be restricted to "
                                          r"16 per axis"):
-        load_at_resolutions(nc, [16])
+        load_at_resolutions(nc, [16], split=None)
 
 
 def test_sweep_cli_errors(darcy_run, capsys):
