@@ -166,7 +166,8 @@ def sweep_sets(source: dict[str, Any], resolutions: list[int], run_dir: str | os
                              progress=progress)
         return sets, {"kind": "generated", "generator": name, "params": params, "seed": seed,
                       "n_samples": n_samples, "matched_to": source.get("path")}
-    path = _resolve(source.get("test_path") or source["path"], run_dir)
+    test = source.get("test") if isinstance(source.get("test"), dict) else {}  # describe_source nests the test file
+    path = _resolve(source.get("test_path") or test.get("path") or source["path"], run_dir)
     ds = _read_file(path, source.get("reader"))
     return ({r: _restrict(ds, r, str(path)) for r in res},
             {"kind": "restricted file", "path": str(path), "n_samples": len(ds)})
