@@ -57,11 +57,16 @@ def blocked_sdpa(
     empty = torch.isinf(logw).all(dim=-1)  # (B, M)
     logw = torch.where(empty[..., None], torch.zeros((), dtype=logw.dtype, device=logw.device), logw)
     logw = logw.to(q.dtype)
-    if scores_per_call is None:
-        scores_per_call = CPU_SCORES_PER_CALL if q.device.type == "cpu" else b * h * nb * m * m
-    per = max(1, scores_per_call // (b * h * m * m))
     parts = []
-    chunks = zip(range(0, nb, per), *(t.split(per, dim=2) for t in (q, k, v)), logw.split(per, dim=1))
+    if torch.compiler.is_compiling():
+        # One call while tracing (torch.export, torch.compile): the chunking below bounds eager CPU memory, and
+        # its chunk count, computed from the sizes, would fix the batch and grid sizes of the traced program.
+        chunks = iter([(0, q, k, v, logw)])
+    else:
+        if scores_per_call is None:
+            scores_per_call = CPU_SCORES_PER_CALL if q.device.type == "cpu" else b * h * nb * m * m
+        per = max(1, scores_per_call // (b * h * m * m))
+        chunks = zip(range(0, nb, per), *(t.split(per, dim=2) for t in (q, k, v)), logw.split(per, dim=1))
     for start, qc, kc, vc, lc in chunks:
         mc = qc.shape[2]
         lc = lc[:, None, :, None, :]  # (B, 1, Mc, 1, m)

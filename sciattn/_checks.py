@@ -82,7 +82,10 @@ def check_dim(name: str, value: torch.Tensor, axis: int, expected: int, meaning:
 
 
 def check_positive_int(name: str, value: object) -> int:
-    """Return ``value`` as an int if it is a positive integer; raise otherwise."""
+    """Return ``value`` as an int if it is a positive integer; raise otherwise. A symbolic size
+    (``torch.SymInt``, under ``torch.export`` with dynamic dims) is returned as is: it is a size."""
+    if isinstance(value, torch.SymInt):
+        return value
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name}: expected a positive int, got {type(value).__name__} {value!r}")
     if value <= 0:

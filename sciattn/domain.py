@@ -46,7 +46,8 @@ class Grid:
     rule: str = "uniform"
 
     def __post_init__(self) -> None:
-        shape = tuple(int(s) for s in self.shape)
+        # Symbolic sizes (torch.export with dynamic dims) stay symbolic: int() would fix the resolution.
+        shape = tuple(s if isinstance(s, torch.SymInt) else int(s) for s in self.shape)
         if not shape or any(s <= 0 for s in shape):
             raise ValueError(f"shape: expected a non-empty tuple of positive sizes, got {self.shape!r}")
         object.__setattr__(self, "shape", shape)
@@ -173,7 +174,10 @@ class PointCloud:
                 raise ValueError(f"mask: expected shape {(b, n)} to match positions, got {tuple(self.mask.shape)}")
             if self.mask.dtype != torch.bool:
                 raise TypeError(f"mask: expected dtype torch.bool, got {self.mask.dtype}")
-            if not bool(self.mask.any(dim=1).all()):
+            has_points = self.mask.any(dim=1).all()
+            if torch.compiler.is_compiling():  # torch.export / torch.compile: an in-graph assertion, no branch
+                torch._assert_async(has_points, "mask: expected at least one real point per sample")
+            elif not bool(has_points):
                 raise ValueError("mask: expected at least one real point per sample, got a sample with none")
         check_finite("positions", pos, None if self.mask is None else self.mask[..., None])
         if self.weights is not None:

@@ -144,10 +144,19 @@ def _cmd_data(args) -> int:
 
 
 def _cmd_export(args) -> int:
-    from .export import export_run
+    from .export import export_run, onnx_missing
 
-    shape = [int(v) for v in args.shape.split("x")] if args.shape else None
-    info = export_run(args.run_dir, args.out, format=args.format, example_shape=shape)
+    if args.format == "onnx" and onnx_missing():
+        missing = onnx_missing()
+        print(f"sciattn export: --format onnx needs {' and '.join(missing)}: pip install \"sciattn[onnx]\" "
+              f"(or pip install {' '.join(missing)})", file=sys.stderr)
+        return 2
+    try:
+        shape = [int(v) for v in args.shape.split("x")] if args.shape else None
+    except ValueError:
+        raise ValueError(f"--shape: expected sizes joined by 'x', e.g. 64x64 or 1024, got {args.shape!r}") from None
+    info = export_run(args.run_dir, args.out, format=args.format, example_shape=shape, input_dtype=args.dtype,
+                      max_points=args.max_points, dynamic_spatial=not args.static)
     print(json.dumps(info, indent=2, default=str))
     return 0
 
@@ -243,7 +252,13 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("run_dir")
     x.add_argument("--format", default="torch-export", choices=["torch-export", "onnx"])
     x.add_argument("--out", required=True, help="output file (.pt2 for torch-export, .onnx for onnx)")
-    x.add_argument("--shape", help="input resolution, e.g. 64x64 (default: the training resolution)")
+    x.add_argument("--shape", help="example resolution traced, e.g. 64x64, or N for point sets (default: the "
+                                   "training resolution); dynamic sizes accept others")
+    x.add_argument("--dtype", default=None, help="dtype of x the program takes, cast inside to the model's "
+                                                 "(default: the training file's, e.g. bool, else float32)")
+    x.add_argument("--max-points", type=int, default=None,
+                   help="point sets padded in the graph (Erwin, BSA): the largest N accepted (default: training N)")
+    x.add_argument("--static", action="store_true", help="fix the spatial sizes (only the batch stays dynamic)")
     x.set_defaults(func=_cmd_export)
 
     b = sub.add_parser("backends", help="print the attention backends and whether each runs here")

@@ -1,35 +1,56 @@
 """Export a trained run as a self-contained program that runs without sciattn.
 
 ``export_run(run_dir, out_path)`` wraps ``x_normalizer.encode -> operator -> y_normalizer.decode``
-into one ``nn.Module`` (input: the raw, un-normalised field ``x`` of shape ``(B, C_in, *spatial)``,
-output: the physical prediction ``(B, C_out, *spatial)``) and writes it as
+into one ``nn.Module`` and writes it as
 
 * ``format="torch-export"``: a ``torch.export`` program (``.pt2``), loaded with
   ``torch.export.load(path).module()`` by a process that has only ``torch``;
-* ``format="onnx"``: an ONNX model via ``torch.onnx.export`` (needs the ``onnx`` and
-  ``onnxscript`` packages, which sciattn does not depend on). torch.onnx cannot convert
-  complex-valued parameters, so this works for ``regressor="pointwise"`` models only; the
-  spectral regressor (neuraloperator's ``SpectralConv``) is refused with a ``ValueError``.
-  The ONNX model's input is ``x``, its output ``y``; it may not keep the finiteness check.
+* ``format="onnx"``: an ONNX model via ``torch.onnx.export(dynamo=True)``, which needs the ``onnx``
+  and ``onnxscript`` packages (``pip install "sciattn[onnx]"``; sciattn does not depend on them and
+  ``sciattn export --format onnx`` says so in one line when they are missing). torch.onnx cannot
+  convert complex-valued parameters, so the spectral regressor (neuraloperator's ``SpectralConv``)
+  is refused with a ``ValueError``; ``regressor="pointwise"`` models convert. Input ``x``, output ``y``.
 
-Operators. Written for and tested with the Galerkin Transformer; another operator exports if
-torch.export can trace it (one with a data-dependent Python check, such as MANO's validation
-of quadrature weights, raises ``RuntimeError`` naming the cause).
+Inputs and outputs:
 
-Shapes. The batch dim is dynamic. The spatial dims are not: the Galerkin Transformer builds
-its quadrature grid (nodes and weights) and, with ``latent_resolution``, its resampling plan in
-Python from the input's spatial size, so tracing fixes the resolution. ``export_run`` tries
-dynamic spatial dims first and falls back, recording what it got in the returned dict
-(``dynamic_dims``, ``fixed_resolution``); for this operator the program accepts exactly the
-exported resolution (the run's training resolution unless ``example_shape`` picks another).
-Export again at each resolution a pipeline needs.
+* grid operators: ``x`` ``(B, C_in, *spatial)`` in, the physical prediction ``(B, C_out, *spatial)`` out;
+* point-set operators (Erwin, BSA, and any run trained on point clouds): ``x`` ``(B, N, C_in)``,
+  ``pos`` ``(B, N, d)``, ``weights`` ``(B, N)`` (quadrature weights; any positive values, e.g.
+  ones: the operators normalise them per cloud) and ``mask`` ``(B, N)`` bool (True on real points),
+  in that order; the prediction ``(B, N, C_out)`` out.
 
-The program checks its input: a non-finite ``x`` raises ``RuntimeError: x: expected finite
-values`` (an ``aten._assert_async`` in the graph), and a wrong shape fails the program's
-shape guards.
+Shapes. Batch and spatial sizes are dynamic wherever the operator's code allows it, and
+``export_run`` says what it got (``dynamic_dims``, ``dynamic_ranges``, ``fixed_resolution``, ``note``):
+
+* Galerkin Transformer and CoDANO: batch and every spatial size are dynamic (a size can have a lower
+  bound, e.g. a spectral regressor needs enough points for its modes: see ``dynamic_ranges``). The
+  quadrature grid, positional encodings and chunking are built from symbolic sizes in the graph.
+* MANO: its pyramid has ``1 + ceil(log_s(n / window))`` levels (or up to ``max_levels``), a number of
+  layers that depends on the grid size, so no single graph holds every resolution; it is exported at
+  one resolution (batch dynamic). Export again for another resolution.
+* Sphere operators (``spherical_transformer``, ``planar_transformer``): built for one ``nlat x nlon``
+  grid (the neighbourhood CSR and quadrature come from that grid at construction), so the program
+  runs on that grid only; the batch is dynamic. The quadrature itself could be computed in the graph,
+  but the model's precomputed neighbourhoods could not.
+* Point sets: ``N`` is dynamic. Erwin and BSA build ball trees whose depth depends on ``N`` (and
+  ``sciattn.balltree`` uses ``torch.gather(out=)``, which torch.export cannot trace with symbolic
+  sizes), so their program pads the cloud in the graph to a capacity of ``max_points + 1`` points
+  (padding is masked and never changes the real points: the operators' contract) and accepts any
+  ``1 <= N <= max_points`` (default ``max_points``: the training cloud size); their batch is fixed
+  at the example's (default 1). Operators without trees get dynamic ``N`` and batch directly.
+
+Dtypes. torch.export fixes the input dtype of a program. ``input_dtype`` (default: the dtype the
+training data stored, e.g. ``bool`` for neuraloperator's Darcy files, else ``float32``) is that
+dtype; ``bool``, integer and ``float64`` inputs are cast inside the program to the model's dtype
+(float32), so a program exported for the file's dtype takes the file's arrays as they are. Export
+again with ``input_dtype=`` for another dtype. ``pos`` and ``weights`` are float32 and ``mask`` bool.
+
+The program checks its input: a non-finite ``x`` raises ``RuntimeError: x: expected finite values``
+(an ``aten._assert_async`` in the graph), and a wrong shape fails the program's shape guards.
 
 How: sciattn's input checks become in-graph ``torch._assert_async`` assertions under tracing
-(``torch.compiler.is_compiling()``), and sizes stay symbolic. The one thing patched, for the
+(``torch.compiler.is_compiling()``), sizes stay symbolic, and one eager call warms sciattn's
+geometry caches before tracing (so they never hold tracing tensors). The one thing patched, for the
 duration of the export only (module-global, not thread-safe), is tensorly's einsum: neuraloperator
 switches it to an opt-einsum plugin that plans contractions from concrete shapes, and the export
 uses plain ``torch.einsum`` instead; it is restored afterwards, also on error.
@@ -52,24 +73,79 @@ from sciattn._checks import check_choice
 from sciattn._io import atomic_path
 
 from .checkpoint import load_model
-from .surrogate import run_metadata
+from .run_metadata import read_data_meta
 
-__all__ = ["export_run", "ExportedOperator", "FORMATS"]
+__all__ = ["export_run", "ExportedOperator", "ExportedPointOperator", "FORMATS", "INPUT_DTYPES",
+           "onnx_missing"]
 
 FORMATS = ("torch-export", "onnx")
-_MAX_BATCH = 1 << 16
+INPUT_DTYPES = {"bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
+                "int32": torch.int32, "int64": torch.int64, "float16": torch.float16, "bfloat16": torch.bfloat16,
+                "float32": torch.float32, "float64": torch.float64}
+POINT_OPERATORS = ("erwin", "bsa_transformer")
+# Why an operator's program is exported at a fixed grid (reported in the returned info).
+FIXED_GRID = {
+    "spherical_transformer": "the operator is built for one nlat x nlon sphere grid: its neighbourhood CSR and "
+                             "quadrature are fixed at construction, so the program runs on that grid only",
+    "planar_transformer": "the operator is built for one nlat x nlon grid (its neighbourhood CSR is fixed at "
+                          "construction), so the program runs on that grid only",
+}
+WHY_SPECIALISED = {
+    "mano": "MANO's pyramid has 1 + ceil(log_s(n / window)) levels (capped by max_levels): the number of layers "
+            "depends on the grid size, so one traced graph cannot hold every resolution",
+}
+_TREE_WHY = ("its ball tree has a depth that depends on N and sciattn.balltree uses torch.gather(out=), which "
+             "torch.export cannot trace with symbolic sizes")
+
+
+def onnx_missing() -> list[str]:
+    """The packages ``format="onnx"`` needs that are not installed."""
+    return [m for m in ("onnx", "onnxscript") if importlib.util.find_spec(m) is None]
 
 
 class ExportedOperator(nn.Module):
-    """``y_normalizer.decode(model(x_normalizer.encode(x)))`` as one module, with an in-graph finiteness check."""
+    """``y_normalizer.decode(model(x_normalizer.encode(x)))`` as one module, with the cast of ``x`` to the
+    model's dtype and an in-graph finiteness check."""
 
-    def __init__(self, model: nn.Module, x_normalizer: nn.Module, y_normalizer: nn.Module):
+    def __init__(self, model: nn.Module, x_normalizer: nn.Module, y_normalizer: nn.Module,
+                 dtype: torch.dtype = torch.float32):
         super().__init__()
         self.model, self.x_normalizer, self.y_normalizer = model, x_normalizer, y_normalizer
+        self.dtype = dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.to(self.dtype)
         torch._assert_async(torch.isfinite(x).all(), "x: expected finite values")
         return self.y_normalizer.decode(self.model(self.x_normalizer.encode(x)))
+
+
+class ExportedPointOperator(nn.Module):
+    """The point-set pipeline ``(x, pos, weights, mask) -> y``; features are normalised channels first.
+
+    With ``capacity`` the cloud is padded in the graph to ``capacity`` points (masked, zero weight) and the
+    prediction sliced back to the input's ``N``, so the operator itself traces at a static size.
+    """
+
+    def __init__(self, model: nn.Module, x_normalizer: nn.Module, y_normalizer: nn.Module,
+                 dtype: torch.dtype = torch.float32, capacity: int | None = None):
+        super().__init__()
+        self.model, self.x_normalizer, self.y_normalizer = model, x_normalizer, y_normalizer
+        self.dtype, self.capacity = dtype, capacity
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x, pos, weights, mask = x.to(self.dtype), pos.to(self.dtype), weights.to(self.dtype), mask.to(torch.bool)
+        torch._assert_async((torch.isfinite(x).all(-1) | ~mask).all(), "x: expected finite values")
+        n = x.shape[1]
+        if self.capacity is not None:
+            extra = self.capacity - n
+            x = nn.functional.pad(x, (0, 0, 0, extra))
+            pos = nn.functional.pad(pos, (0, 0, 0, extra))
+            weights = nn.functional.pad(weights, (0, extra))
+            mask = nn.functional.pad(mask, (0, extra), value=False)
+        h = self.x_normalizer.encode(x.transpose(1, 2)).transpose(1, 2)
+        out = self.model(h, pos=pos, mask=mask, weights=weights)
+        out = self.y_normalizer.decode(out.transpose(1, 2)).transpose(1, 2)
+        return out[:, :n] if self.capacity is not None else out
 
 
 @contextlib.contextmanager
@@ -93,22 +169,27 @@ def _traceable() -> Iterator[None]:
             tl_plugins.PREVIOUS_EINSUM = tl_state[1]
 
 
-def _example_shape(example_shape, state, run_dir, in_channels: int, spatial_dims: int) -> tuple[int, list[int]]:
+def _check_ints(arg: str, shape: Sequence[Any]) -> list[int]:
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
+        raise TypeError(f"{arg}: expected a sequence of ints, got {type(shape).__name__}")
+    shape = list(shape)
+    if not shape or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape):
+        raise ValueError(f"{arg}: expected positive ints, got {tuple(shape)}")
+    return shape
+
+
+def _example_shape(example_shape, meta, in_channels: int, spatial_dims: int) -> tuple[int, list[int]]:
     """``(batch, spatial)`` from ``example_shape`` (spatial, (C, *spatial) or (B, C, *spatial)) or the run."""
     d = spatial_dims
     if example_shape is None:
-        res = run_metadata(state, run_dir).get("train_resolution")
+        res = meta.get("train_resolution")
         if res is None or len(res) != d:
             raise ValueError(
                 f"example_shape: the run records no training resolution with {d} axes; pass example_shape="
                 f"(S_1, ..., S_{d}) or (B, C_in, S_1, ..., S_{d})"
             )
         return 1, [int(n) for n in res]
-    if isinstance(example_shape, (str, bytes)) or not isinstance(example_shape, Sequence):
-        raise TypeError(f"example_shape: expected a sequence of ints, got {type(example_shape).__name__}")
-    shape = list(example_shape)
-    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape):
-        raise ValueError(f"example_shape: expected positive ints, got {tuple(example_shape)}")
+    shape = _check_ints("example_shape", example_shape)
     if len(shape) not in (d, d + 1, d + 2):
         raise ValueError(
             f"example_shape: expected {d} spatial sizes, (C_in, *spatial) or (B, C_in, *spatial), got {tuple(shape)}"
@@ -118,39 +199,97 @@ def _example_shape(example_shape, state, run_dir, in_channels: int, spatial_dims
     return (shape[0] if len(shape) == d + 2 else 1), shape[-d:]
 
 
-def _is_shape_constraint_error(err: Exception) -> bool:
-    text = f"{type(err).__name__}: {err}"
-    return "Constraints violated" in text or "specialized it to be a constant" in text
+def _point_example(example_shape, meta, in_channels: int) -> tuple[int, int]:
+    """``(batch, N)`` from ``example_shape`` ((N,), (N, C_in) or (B, N, C_in)) or the run's training N."""
+    if example_shape is None:
+        res = meta.get("train_resolution")
+        if not (isinstance(res, list) and len(res) == 1):
+            raise ValueError("example_shape: the run records no training cloud size; pass example_shape=(N,) or "
+                             "(B, N, C_in)")
+        return 1, int(res[0])
+    shape = _check_ints("example_shape", example_shape)
+    if len(shape) not in (1, 2, 3):
+        raise ValueError(f"example_shape: expected (N,), (N, C_in) or (B, N, C_in) for a point-set operator, got "
+                         f"{tuple(shape)}")
+    if len(shape) > 1 and shape[-1] != in_channels:
+        raise ValueError(f"example_shape: expected C_in = {in_channels} input channels, got {shape[-1]}")
+    return (shape[0] if len(shape) == 3 else 1), shape[-2] if len(shape) > 1 else shape[0]
 
 
-def _trace(module: nn.Module, batch: int, spatial: list[int], in_channels: int, dynamic_spatial: bool, tracer):
-    """Try (batch + spatial), then batch only, then nothing dynamic; returns ``(result, dynamic, example)``."""
-    from torch.export import Dim
+def _input_dtype(input_dtype, meta) -> torch.dtype:
+    if input_dtype is None:
+        input_dtype = meta.get("input_dtype") or "float32"
+        if str(input_dtype).removeprefix("torch.") not in INPUT_DTYPES:
+            input_dtype = "float32"
+    if isinstance(input_dtype, torch.dtype):
+        if input_dtype not in INPUT_DTYPES.values():
+            raise ValueError(f"input_dtype: expected one of {list(INPUT_DTYPES)}, got {input_dtype}")
+        return input_dtype
+    name = str(input_dtype).removeprefix("torch.")
+    check_choice("input_dtype", name, tuple(INPUT_DTYPES))
+    return INPUT_DTYPES[name]
 
-    d = len(spatial)
-    attempts: list[dict[int, Any]] = []
-    if dynamic_spatial:
-        attempts.append({0: Dim("batch", min=1, max=_MAX_BATCH),
-                         **{2 + i: Dim(f"s{i}", min=2, max=1 << 14) for i in range(d)}})
-    attempts.append({0: Dim("batch", min=1, max=_MAX_BATCH)})
-    attempts.append({})
-    errors = []
-    for dyn in attempts:
-        # A dynamic dim is traced at size >= 2: torch specialises sizes 0 and 1.
-        b = max(batch, 2) if 0 in dyn else batch
-        example = torch.randn(b, in_channels, *spatial)
-        try:
-            return tracer(module, example, {"x": dyn} if dyn else None), sorted(dyn), list(example.shape)
-        except Exception as err:  # noqa: BLE001 - torch raises many types
-            if not _is_shape_constraint_error(err):
-                first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
-                raise RuntimeError(
-                    f"export: could not trace the operator at input shape {tuple(example.shape)} "
-                    f"({type(err).__name__}: {first}); a data-dependent Python branch in the model, or an op the "
-                    f"exporter does not support, is the usual cause (full error chained below)"
-                ) from err
-            errors.append(err)
-    raise RuntimeError(f"export: tracing failed even with static shapes: {errors[-1]}") from errors[-1]
+
+def _random(shape: Sequence[int], dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    if dtype == torch.bool:
+        return torch.rand(*shape, generator=gen) > 0.5
+    if not dtype.is_floating_point:
+        return torch.randint(0, 4, tuple(shape), generator=gen).to(dtype)
+    return torch.randn(*shape, generator=gen).to(dtype)
+
+
+def _distinct(values: Sequence[int], avoid: set[int]) -> list[int]:
+    """``values`` bumped so that no two (and none of ``avoid``) are equal: equal example sizes can be unified."""
+    out: list[int] = []
+    for v in values:
+        while v in avoid or v in out:
+            v += 1
+        out.append(v)
+    return out
+
+
+def _probe(program, module: nn.Module, args, format: str) -> str | None:
+    """Run ``program`` on ``args`` (sizes other than the traced ones) against the eager ``module``: ``None`` when
+    it runs and agrees, else why not. ONNX programs are not run (that needs onnxruntime)."""
+    if format != "torch-export":
+        return None
+    args = args if isinstance(args, tuple) else (args,)
+    try:
+        got = program.module()(*args)
+    except Exception as err:  # noqa: BLE001 - a failed guard is an AssertionError or RuntimeError
+        return f"at input shape {tuple(args[0].shape)}: {_first_line(err)[:200]}"
+    ref = module(*args)
+    diff = float((got - ref).abs().max())
+    scale = max(1.0, float(ref.abs().max()))
+    return None if diff <= 1e-4 * scale else f"at input shape {tuple(args[0].shape)}: differs by {diff:.3g}"
+
+
+def _ranges(program, example: torch.Tensor, dynamic: list[int]) -> dict[str, list[int | None]]:
+    out = {}
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and node.name in program.graph_signature.user_inputs:
+            shape = node.meta["val"].shape
+            for axis in dynamic:
+                expr = shape[axis].node.expr
+                vr = program.range_constraints.get(expr)
+                if vr is not None:
+                    lo, hi = vr.lower, vr.upper
+                    finite = str(hi) not in ("oo", "int_oo") and bool(getattr(hi, "is_finite", True))
+                    out[str(axis)] = [int(lo), int(hi) if finite else None]
+            break
+    return out
+
+
+def _first_line(err: Exception) -> str:
+    return next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+
+
+def _trace_error(name: str, shape, err: Exception) -> RuntimeError:
+    return RuntimeError(
+        f"export: could not trace operator {name!r} at input shape {tuple(shape)} ({type(err).__name__}: "
+        f"{_first_line(err)}); a data-dependent Python branch in the model, or an op the exporter does not "
+        f"support, is the usual cause (full error chained below)"
+    )
 
 
 def export_run(
@@ -160,43 +299,58 @@ def export_run(
     format: str = "torch-export",
     example_shape: Sequence[int] | None = None,
     dynamic_spatial: bool = True,
+    input_dtype: str | torch.dtype | None = None,
+    max_points: int | None = None,
 ) -> dict[str, Any]:
     """Write the run's ``encode -> operator -> decode`` pipeline to ``out_path`` (atomically).
 
     Args:
-        run_dir: run directory (or checkpoint file) written by ``sciattn train``.
+        run_dir: run directory (or checkpoint file) written by ``sciattn train`` or the ``Trainer``.
         out_path: target file (``.pt2`` for torch-export, ``.onnx`` for ONNX by convention).
         format: ``"torch-export"`` or ``"onnx"``.
-        example_shape: the resolution to export at: spatial sizes, ``(C_in, *spatial)`` or
-            ``(B, C_in, *spatial)``; default the run's training resolution (``train_resolution``
-            in its ``metrics.json``). A batch given here is only the example's; the batch dim is
-            dynamic whenever tracing allows it.
-        dynamic_spatial: try dynamic spatial dims first (they fail for the Galerkin Transformer,
-            see the module docstring; ``False`` skips the attempt).
+        example_shape: the example traced: for grids spatial sizes, ``(C_in, *spatial)`` or
+            ``(B, C_in, *spatial)``; for point sets ``(N,)``, ``(N, C_in)`` or ``(B, N, C_in)``. Default:
+            the run's training resolution. Dynamic dims accept other sizes; a fixed resolution is this one.
+        dynamic_spatial: make spatial sizes (or N) dynamic where the operator allows it (``False``: only
+            the batch is dynamic).
+        input_dtype: the dtype of ``x`` the program takes (see the module docstring); default the
+            training data's stored dtype, else ``float32``.
+        max_points: point sets whose operator needs in-graph padding (Erwin, BSA): the largest ``N`` the
+            program accepts (default: the larger of the training and example cloud sizes).
 
     Returns:
-        ``{"format", "path", "input_name": "x", "input_shape" (the traced example),
-        "output_shape", "dynamic_dims" (axes of ``x`` that may vary), "fixed_resolution"
-        (the spatial sizes the program requires, or ``None`` if they are dynamic), "in_channels",
-        "out_channels", "spatial_dims", "operator", "note"}``.
-
-    The program computes in float32 and expects a float32 input on the CPU.
+        ``{"format", "path", "kind" ("grid" | "sphere" | "points"), "input_names", "input_name": "x",
+        "input_shape" (the traced example of ``x``), "input_dtype", "output_shape", "dynamic_dims" (axes of
+        ``x`` that may vary), "dynamic_ranges" ({axis: [min, max or None]}), "fixed_resolution" (the spatial
+        sizes the program requires, or ``None``), "max_points", "in_channels", "out_channels",
+        "spatial_dims", "operator", "max_abs_diff_at_example" (program vs eager on the example), "note"}``.
     """
     check_choice("format", format, FORMATS)
     if format == "onnx":
-        missing = [m for m in ("onnx", "onnxscript") if importlib.util.find_spec(m) is None]
+        missing = onnx_missing()
         if missing:
             raise ImportError(
                 f"format='onnx': requires the {' and '.join(repr(m) for m in missing)} package(s), which are not "
-                f"installed (pip install {' '.join(missing)}); format='torch-export' needs only torch"
+                f"installed (pip install \"sciattn[onnx]\" or pip install {' '.join(missing)}); format='torch-export' "
+                f"needs only torch"
             )
+    if max_points is not None and (isinstance(max_points, bool) or not isinstance(max_points, int) or max_points < 1):
+        raise ValueError(f"max_points: expected a positive int or None, got {max_points!r}")
     out_path = Path(out_path)
     if out_path.is_dir():
         raise IsADirectoryError(f"out_path: expected a file path, got the directory {str(out_path)!r}")
     model, xn, yn, state = load_model(run_dir, device="cpu")
+    meta = read_data_meta(state, run_dir)
+    name = str(state.get("operator"))
+    domain = meta.get("domain") if isinstance(meta.get("domain"), dict) else {}
+    points = name in POINT_OPERATORS or domain.get("kind") == "point_cloud"
+    dtype = _input_dtype(input_dtype, meta)
+    params = [p for p in model.parameters() if p.is_floating_point()]
+    compute = params[0].dtype if params else torch.float32
     d = int(getattr(model, "spatial_dims", 2))
-    c_in, c_out = int(model.in_channels), int(model.out_channels)
-    batch, spatial = _example_shape(example_shape, state, run_dir, c_in, d)
+    config = getattr(model, "config", {}) or {}
+    c_in, c_out = (int(getattr(model, k, None) or config.get(k) or len(config.get("variables") or [])) or 1
+                   for k in ("in_channels", "out_channels"))
     if format == "onnx":
         complex_params = [n for n, p in model.named_parameters() if p.is_complex()]
         if complex_params:
@@ -205,19 +359,124 @@ def export_run(
                 f"{len(complex_params)} (e.g. {complex_params[0]!r}, from the spectral regressor); use "
                 f"format='torch-export', or train with regressor='pointwise' for ONNX"
             )
-    module = ExportedOperator(model, xn, yn).eval()
+    gen = torch.Generator().manual_seed(0)
+    from torch.export import Dim
 
     if format == "torch-export":
-        def tracer(mod, example, dynamic_shapes):
-            return torch.export.export(mod, (example,), dynamic_shapes=dynamic_shapes)
+        def tracer(mod, args, dynamic_shapes):
+            return torch.export.export(mod, args, dynamic_shapes=dynamic_shapes)
     else:
-        def tracer(mod, example, dynamic_shapes):
-            return torch.onnx.export(mod, (example,), dynamo=True, dynamic_shapes=dynamic_shapes,
-                                     input_names=["x"], output_names=["y"], external_data=False,
-                                     verbose=False)
+        def tracer(mod, args, dynamic_shapes):
+            names = ["x", "pos", "weights", "mask"][:len(args)]
+            return torch.onnx.export(mod, args, dynamo=True, dynamic_shapes=dynamic_shapes, input_names=names,
+                                     output_names=["y"], external_data=False, verbose=False)
 
+    notes: list[str] = []
+    capacity = None
     with torch.no_grad(), _traceable():
-        program, dynamic, example = _trace(module, batch, spatial, c_in, dynamic_spatial, tracer)
+        if points:
+            batch, n = _point_example(example_shape, meta, c_in)
+            train_n = meta.get("train_resolution") if isinstance(meta.get("train_resolution"), list) else [n]
+            module = ExportedPointOperator(model, xn, yn, compute).eval()
+
+            def example_args(b, n_pts):
+                x = _random((b, n_pts, c_in), dtype, gen)
+                pos = torch.rand(b, n_pts, d, generator=gen)
+                return x, pos, torch.ones(b, n_pts), torch.ones(b, n_pts, dtype=torch.bool)
+
+            program = None
+            if dynamic_spatial and name not in POINT_OPERATORS:
+                b, n1 = _distinct([max(batch, 2), max(n, 2)], {c_in, d})
+                args = example_args(b, n1)
+                B, N = Dim("batch", min=1, max=1 << 16), Dim("n", min=1, max=1 << 24)
+                module(*args)
+                try:
+                    program = tracer(module, args, tuple({0: B, 1: N} for _ in args))
+                    why = _probe(program, module, example_args(b + 1, n1 + 3), format)
+                except Exception as err:  # noqa: BLE001 - torch raises many types; fall back to padding
+                    why = f"{type(err).__name__}: {_first_line(err)[:200]}"
+                if why is not None:
+                    program = None
+                    notes.append(f"direct dynamic N failed ({why})")
+            if program is None:
+                cap_n = max_points if max_points is not None else max(int(train_n[0]), n)
+                if n > cap_n:
+                    raise ValueError(f"max_points: expected at least the example's N = {n}, got {cap_n}")
+                module.capacity = capacity = cap_n + 1
+                n1 = min(n, cap_n)
+                args = example_args(batch, n1)
+                N = Dim("n", min=1, max=cap_n)
+                module(*args)
+                try:
+                    program = tracer(module, args, tuple({1: N} for _ in args) if dynamic_spatial else None)
+                except Exception as err:  # noqa: BLE001
+                    raise _trace_error(name, args[0].shape, err) from err
+                if dynamic_spatial:
+                    failed = _probe(program, module, example_args(batch, n1 - 1 if n1 > 1 else n1 + 1), format)
+                    if failed is not None:
+                        raise RuntimeError(f"export: operator {name!r} traced with in-graph padding, but the program "
+                                           f"fails at another N ({failed})")
+                why = _TREE_WHY if name in POINT_OPERATORS else "direct dynamic N could not be traced"
+                notes.append(f"N is dynamic (1 <= N <= {cap_n}) by padding the cloud in the graph to {capacity} "
+                             f"points; the batch is fixed at {batch}: {why}")
+                dynamic = [1] if dynamic_spatial else []
+            else:
+                dynamic = [0, 1]
+                notes.append("batch and N are dynamic")
+            example = args[0]
+            eager_args = args
+            kind, fixed = "points", None
+        else:
+            batch, spatial = _example_shape(example_shape, meta, c_in, d)
+            fixed_why = FIXED_GRID.get(name)
+            dyn_spatial = dynamic_spatial and fixed_why is None
+            module = ExportedOperator(model, xn, yn, compute).eval()
+
+            def attempt(spatial_dynamic: bool):
+                avoid = {c_in} | (set() if spatial_dynamic else set(spatial))
+                b = _distinct([max(batch, 2)], avoid)[0]
+                sizes = _distinct([max(s, 2) for s in spatial], {b, c_in}) if spatial_dynamic else list(spatial)
+                example = _random((b, c_in, *sizes), dtype, gen)
+                module(example)  # eager once: fills sciattn's geometry caches with real tensors, not tracing ones
+                dyn = {0: Dim.AUTO, **({2 + i: Dim.AUTO for i in range(d)} if spatial_dynamic else {})}
+                try:
+                    return tracer(module, (example,), (dyn,)), example
+                except Exception as err:  # noqa: BLE001 - torch raises many types
+                    raise _trace_error(name, example.shape, err) from err
+
+            program, example = attempt(dyn_spatial)
+            b, sizes = example.shape[0], list(example.shape[2:])
+            spatial_failed = None
+            if dyn_spatial:  # a dim can stay symbolic in the signature yet be pinned by a guard: run it to know
+                spatial_failed = _probe(program, module, _random((b, c_in, *[n + 3 for n in sizes]), dtype, gen),
+                                        format)
+                if spatial_failed is not None:
+                    program, example = attempt(False)
+            batch_failed = _probe(program, module, _random((b + 1, c_in, *example.shape[2:]), dtype, gen), format)
+            dynamic = ([] if batch_failed else [0]) + ([2 + i for i in range(d)] if dyn_spatial and not spatial_failed
+                                                        else [])
+            fixed = None if dynamic[-1:] == [2 + d - 1] else [int(n) for n in example.shape[2:]]
+            kind = "sphere" if fixed_why is not None else "grid"
+            if fixed is None:
+                notes.append("batch and spatial dims are dynamic" if 0 in dynamic else
+                             f"spatial dims are dynamic; the batch is fixed at {b} ({batch_failed})")
+            else:
+                reason = fixed_why or WHY_SPECIALISED.get(name) or (
+                    "dynamic_spatial=False" if not dynamic_spatial else
+                    f"tracing fixed the sizes ({spatial_failed}): the operator computes something in Python from "
+                    f"the input size")
+                notes.append(f"spatial dims are fixed at {tuple(fixed)} for operator {name!r}: {reason}; export "
+                             f"again (example_shape=) for another resolution")
+                notes.append("the batch dim is dynamic" if 0 in dynamic else f"the batch dim is fixed too ({batch_failed})")
+            eager_args = (example,)
+        expected = module(*eager_args)
+        if format == "torch-export":
+            got = program.module()(*eager_args)
+            check = float((got - expected).abs().max())
+        else:
+            check = None
+            notes.append("ONNX: the dynamic dims are those requested; they were not checked by running the model "
+                         "(that needs onnxruntime)")
 
     with atomic_path(out_path) as tmp:
         if format == "torch-export":
@@ -227,25 +486,25 @@ def export_run(
         else:
             program.save(str(tmp), external_data=False)
 
-    fixed = None if all(2 + i in dynamic for i in range(d)) else list(spatial)
-    if fixed is None:
-        note = "batch and spatial dims are dynamic"
-    else:
-        note = (f"spatial dims are fixed at {tuple(fixed)}: the operator builds its grid from the input size "
-                f"in Python; export again for another resolution")
-        note += "; the batch dim is dynamic" if 0 in dynamic else "; the batch dim is fixed too"
-    out_shape = [example[0], c_out, *spatial]
+    shape = list(example.shape)
+    out_shape = [shape[0], shape[1], c_out] if points else [shape[0], c_out, *shape[2:]]
     return {
         "format": format,
         "path": str(out_path),
+        "kind": kind,
+        "input_names": ["x", "pos", "weights", "mask"] if points else ["x"],
         "input_name": "x",
-        "input_shape": example,
+        "input_shape": shape,
+        "input_dtype": str(dtype).removeprefix("torch."),
         "output_shape": out_shape,
         "dynamic_dims": dynamic,
+        "dynamic_ranges": _ranges(program, example, dynamic) if format == "torch-export" else {},
         "fixed_resolution": fixed,
+        "max_points": None if capacity is None else capacity - 1,
         "in_channels": c_in,
         "out_channels": c_out,
         "spatial_dims": d,
-        "operator": state.get("operator"),
-        "note": note,
+        "operator": name,
+        "max_abs_diff_at_example": check,
+        "note": "; ".join(notes),
     }

@@ -15,10 +15,12 @@ reads it back, falling back to what older checkpoints recorded. The layout::
      "statistics": {"x": {"mean", "std", "min", "max"}, "y": {...}, "n_samples", "layout"},
      "train_resolution": [64, 64],                   # spatial shape, or [N] points
      "time_series": false, "t_in": null,
-     "name": "navier_stokes" | absent}
+     "name": "navier_stokes" | absent,
+     "input_dtype": "bool" | absent}                   # the dtype the file stores x in (before float32)
 
 Where each entry comes from: the dataset's ``meta`` dict (``variables``, ``dt``, ``domain``,
-``bounds``, ``periodic``, ``grid``, ``coords``, ``source``, ``time_series``, ``t_in``), its first
+``bounds``, ``periodic``, ``grid``, ``coords``, ``source``, ``time_series``, ``t_in``,
+``stored_dtypes``), its first
 sample (shapes, ``pos``), :func:`sciattn.train.data_stats.dataset_statistics` (statistics) and the
 caller (``source``, ``extra``). ``dt`` is taken from ``meta["dt"]`` or, failing that, from uniformly
 spaced ``meta["times"]`` or a ``time``/``t`` coordinate; a solver's internal step is never used for it.
@@ -220,6 +222,9 @@ def collect_data_meta(train_data, *, source: Any = None, extra: Mapping[str, Any
     out["t_in"] = int(t_in) if isinstance(t_in, int) and not isinstance(t_in, bool) else None
     if isinstance(meta.get("name"), str):
         out["name"] = meta["name"]
+    stored = meta.get("stored_dtypes")
+    if isinstance(stored, Mapping) and isinstance(stored.get("x"), str):
+        out["input_dtype"] = stored["x"].removeprefix("torch.")  # what the file holds, before the float32 cast
     if extra:
         out = merge_data_meta(out, extra)
     return out

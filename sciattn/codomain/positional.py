@@ -181,7 +181,7 @@ def evaluate_fields(fields: Sequence[FourierField], shape: Sequence[int], bounds
     first = fields[0]
     if any(f.modes != first.modes or f.spatial_dims != first.spatial_dims for f in fields):
         raise ValueError(f"fields: expected equal modes, got {[f.modes for f in fields]}")
-    shape = tuple(int(n) for n in shape)
+    shape = tuple(n if isinstance(n, torch.SymInt) else int(n) for n in shape)  # symbolic under torch.export
     if len(shape) != first.spatial_dims:
         raise ValueError(f"shape: expected {first.spatial_dims} grid sizes, got {shape}")
     device = device if device is not None else first.cos.device

@@ -106,7 +106,8 @@ def window_attention(
     p = math.prod(win)
     if weights is not None:
         check_tensor("weights", weights)
-        if _shape(weights) not in (grid, (b, *grid)):
+        ws = tuple(weights.shape)  # lengths first: comparing (B, *n) with n elementwise would guard B != n_0
+        if not ((len(ws) == d and ws == grid) or (len(ws) == d + 1 and ws == (b, *grid))):
             raise ValueError(f"weights: expected shape {grid} or {(b, *grid)} matching the grid, got {_shape(weights)}")
     if mask is not None:
         check_tensor("mask", mask)

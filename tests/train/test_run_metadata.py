@@ -24,7 +24,8 @@ def _grid(meta=None, n=6, c_in=2, c_out=1, shape=(8, 8), seed=0):
 
 def test_grid_metadata_from_the_dataset_meta():
     meta = {"source": "/data/ns.nc", "name": "navier_stokes", "variables": {"x": ["u", "v"], "y": ["w"]},
-            "dt": 0.25, "time_series": True, "t_in": 2, "split": "train"}
+            "dt": 0.25, "time_series": True, "t_in": 2, "split": "train",
+            "stored_dtypes": {"x": "torch.bool", "y": "torch.float32"}}
     ds = _grid(meta)
     out = collect_data_meta(ds)
     assert json.loads(json.dumps(out)) == out  # plain JSON
@@ -33,6 +34,7 @@ def test_grid_metadata_from_the_dataset_meta():
                              "periodic": [True, True]}  # the built-in Navier-Stokes lives on the torus
     assert out["source"] == {"source": "/data/ns.nc", "name": "navier_stokes"}
     assert out["train_resolution"] == [8, 8] and out["time_series"] is True and out["t_in"] == 2
+    assert out["input_dtype"] == "bool"  # what the file held before the float32 cast (export's default)
     # Statistics are the data-stats module's, and they are the data's values (not placeholders).
     assert out["statistics"] == dataset_statistics(ds)
     assert out["statistics"]["x"]["min"][0] == pytest.approx(float(ds.x[:, 0].min()))

@@ -1,0 +1,162 @@
+"""``export_run`` on every registered operator: the exported program, run at three resolutions (grids) or
+three cloud sizes (point sets), equals the eager ``decode(model(encode(x)))`` pipeline.
+
+Each run is a checkpoint written with ``save_checkpoint`` (tiny configs, normalisers fitted on random
+data, ``data_meta`` as the trainer writes it), so the test exercises the export of each architecture
+rather than training. Tolerance: 1e-5 absolute on outputs of order 1 (float32; the program and the eager
+model run the same kernels on the CPU, so the differences are round-off).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sciattn.operators import create_operator, list_operators
+from sciattn.pde_data.normalizers import UnitGaussianNormalizer
+from sciattn.train.checkpoint import save_checkpoint
+from sciattn.train.export import FIXED_GRID, POINT_OPERATORS, export_run
+
+ATOL = 1e-5
+GRID = {
+    "galerkin_transformer": dict(in_channels=2, out_channels=1, d_model=16, n_layers=2, n_heads=2,
+                                 regressor_width=8, n_modes=4),
+    "codano": dict(variables=["a", "b"], in_channels=2, out_channels=2, width=8, n_layers=1, n_heads=2, n_modes=4,
+                   pos_modes=2),
+    "mano": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, window=4),
+}
+SPHERE = {
+    "spherical_transformer": dict(in_channels=2, out_channels=1, nlat=9, nlon=16, embed_dim=8, n_layers=1, n_heads=2),
+    "planar_transformer": dict(in_channels=2, out_channels=1, nlat=9, nlon=16, embed_dim=8, n_layers=1, n_heads=2),
+}
+POINTS = {
+    "erwin": dict(in_channels=2, out_channels=1, spatial_dims=2, c_hidden=[8, 16], ball_sizes=[8, 8],
+                  enc_depths=[1, 1], dec_depths=[1], strides=[2], n_heads=2, mlp_ratio=2),
+    "bsa_transformer": dict(in_channels=2, out_channels=1, spatial_dims=2, width=8, depth=2, n_heads=2, ball_size=8,
+                            block_size=2, top_k=2, mlp_ratio=2),
+    # the Galerkin Transformer on point clouds (pointwise regressor): no tree, so batch and N are dynamic directly
+    "galerkin_transformer": dict(in_channels=2, out_channels=1, d_model=16, n_layers=1, n_heads=2,
+                                 regressor="pointwise"),
+}
+RESOLUTIONS = (16, 24, 32)
+CLOUD_SIZES = (40, 64, 100)
+DIFFS: dict[str, dict] = {}
+
+
+def test_every_registered_operator_is_covered():
+    assert set(list_operators()) == set(GRID) | set(SPHERE) | set(POINT_OPERATORS)
+    assert set(FIXED_GRID) == set(SPHERE)
+
+
+def _run(tmp_path, name, config, *, sample_shape, domain, train_resolution):
+    torch.manual_seed(0)
+    model = create_operator(name, **config)
+    c_in, c_out = config["in_channels"], config["out_channels"]
+    g = torch.Generator().manual_seed(1)
+    xn = UnitGaussianNormalizer().fit(torch.randn(4, c_in, *sample_shape, generator=g) * 2 + 1)
+    yn = UnitGaussianNormalizer().fit(torch.randn(4, c_out, *sample_shape, generator=g) * 0.5 - 3)
+    run = tmp_path / name
+    run.mkdir()
+    save_checkpoint(run / "checkpoint.pt", model=model, x_normalizer=xn, y_normalizer=yn,
+                    data_meta={"domain": domain, "train_resolution": list(train_resolution)})
+    return run, model.eval(), xn, yn
+
+
+def _eager_grid(model, xn, yn, x):
+    with torch.no_grad():
+        return yn.decode(model(xn.encode(x)))
+
+
+def _eager_points(model, xn, yn, x, pos, weights, mask):
+    with torch.no_grad():
+        h = xn.encode(x.transpose(1, 2)).transpose(1, 2)
+        return yn.decode(model(h, pos=pos, mask=mask, weights=weights).transpose(1, 2)).transpose(1, 2)
+
+
+@pytest.mark.parametrize("name", sorted(GRID))
+def test_grid_operators_at_three_resolutions(name, tmp_path):
+    run, model, xn, yn = _run(tmp_path, name, GRID[name], sample_shape=(16, 16),
+                              domain={"kind": "grid", "shape": [16, 16]}, train_resolution=(16, 16))
+    info = export_run(run, tmp_path / f"{name}.pt2", input_dtype="float32")
+    program = torch.export.load(tmp_path / f"{name}.pt2").module()
+    c_in = GRID[name]["in_channels"]
+    diffs = {}
+    if name == "mano":
+        # Honest: the level count of MANO's pyramid depends on the grid size, so the program holds one.
+        assert info["fixed_resolution"] == list(info["input_shape"][2:]) and 0 in info["dynamic_dims"]
+        assert "'mano'" in info["note"] and "levels" in info["note"]
+        r = info["input_shape"][2]
+        for b in (1, 3):
+            x = torch.randn(b, c_in, r, r)
+            diffs[f"{r} (B={b})"] = float((program(x) - _eager_grid(model, xn, yn, x)).abs().max())
+        with pytest.raises(Exception, match="Guard failed|size"):
+            program(torch.randn(1, c_in, r + 8, r + 8))
+    else:
+        assert info["dynamic_dims"] == [0, 2, 3] and info["fixed_resolution"] is None
+        for b, r in zip((2, 1, 3), RESOLUTIONS):
+            x = torch.randn(b, c_in, r, r) * 2 + 1
+            ref = _eager_grid(model, xn, yn, x)
+            out = program(x)
+            assert out.shape == ref.shape == (b, GRID[name]["out_channels"], r, r)
+            diffs[r] = float((out - ref).abs().max())
+        x = torch.randn(2, c_in, 20, 12)  # non-square too
+        diffs["20x12"] = float((program(x) - _eager_grid(model, xn, yn, x)).abs().max())
+    DIFFS[name] = diffs
+    print(f"\n{name}: max |exported - eager| {diffs}")
+    assert max(diffs.values()) <= ATOL, diffs
+
+
+@pytest.mark.parametrize("name", sorted(SPHERE))
+def test_sphere_operators_export_at_their_grid_with_a_dynamic_batch(name, tmp_path):
+    cfg = SPHERE[name]
+    grid = (cfg["nlat"], cfg["nlon"])
+    run, model, xn, yn = _run(tmp_path, name, cfg, sample_shape=grid,
+                              domain={"kind": "sphere", "grid": "equiangular", "nlat": grid[0], "nlon": grid[1]},
+                              train_resolution=grid)
+    info = export_run(run, tmp_path / f"{name}.pt2", input_dtype="float64")
+    assert info["kind"] == "sphere" and info["fixed_resolution"] == list(grid) and info["dynamic_dims"] == [0]
+    assert "built for one nlat x nlon" in info["note"] and info["input_dtype"] == "float64"
+    program = torch.export.load(tmp_path / f"{name}.pt2").module()
+    diffs = {}
+    for b in (1, 2, 5):
+        x = torch.randn(b, cfg["in_channels"], *grid, dtype=torch.float64)
+        diffs[f"B={b}"] = float((program(x) - _eager_grid(model, xn, yn, x.float())).abs().max())
+    with pytest.raises(Exception, match="Guard failed|size"):
+        program(torch.randn(1, cfg["in_channels"], grid[0] * 2, grid[1] * 2, dtype=torch.float64))
+    DIFFS[name] = diffs
+    print(f"\n{name}: max |exported - eager| {diffs}")
+    assert max(diffs.values()) <= ATOL, diffs
+
+
+@pytest.mark.parametrize("name", sorted(POINTS))
+def test_point_set_operators_at_three_cloud_sizes(name, tmp_path):
+    cfg = POINTS[name]
+    run, model, xn, yn = _run(tmp_path, name, cfg, sample_shape=(64,),
+                              domain={"kind": "point_cloud", "dim": 2, "n_points": 64}, train_resolution=(64,))
+    info = export_run(run, tmp_path / f"{name}.pt2", max_points=max(CLOUD_SIZES))
+    assert info["kind"] == "points" and info["input_names"] == ["x", "pos", "weights", "mask"]
+    assert 1 in info["dynamic_dims"]
+    program = torch.export.load(tmp_path / f"{name}.pt2").module()
+    tree = name in POINT_OPERATORS
+    if tree:
+        assert info["max_points"] == max(CLOUD_SIZES) and "padding the cloud in the graph" in info["note"]
+    else:
+        assert info["dynamic_dims"] == [0, 1] and info["max_points"] is None
+    g = torch.Generator().manual_seed(2)
+    diffs = {}
+    for k, n in enumerate(CLOUD_SIZES):
+        b = 1 if tree else 1 + k
+        x, pos = torch.randn(b, n, 2, generator=g), torch.rand(b, n, 2, generator=g)
+        weights = torch.rand(b, n, generator=g) + 0.5
+        mask = torch.ones(b, n, dtype=torch.bool)
+        mask[:, -3:] = False  # a padded batch: the last points are padding in every cloud
+        ref = _eager_points(model, xn, yn, x, pos, weights, mask)
+        out = program(x, pos, weights, mask)
+        assert out.shape == (b, n, cfg["out_channels"])
+        diffs[n] = float((out - ref)[mask].abs().max())
+    if tree:
+        with pytest.raises(Exception, match="Guard failed|size|n <="):
+            program(*(t[:, :1].expand(1, max(CLOUD_SIZES) + 1, *t.shape[2:]) for t in (x, pos, weights, mask)))
+    DIFFS[f"{name} (points)"] = diffs
+    print(f"\n{name} (points): max |exported - eager| {diffs}")
+    assert max(diffs.values()) <= ATOL, diffs
