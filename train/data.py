@@ -44,7 +44,7 @@ GENERATED = ("darcy", "burgers", "navier_stokes")  # sweepable solvers: any reso
 TIME_SERIES = ("navier_stokes",)  # inputs and outputs are consecutive time steps of one field
 
 # generator: (n_train, n_test, resolution) defaults (the registry's)
-_GEN_DEFAULTS = {"darcy": (1000, 100, 64), "burgers": (1000, 100, 1024), "navier_stokes": (1000, 200, 64),
+_GEN_DEFAULTS = {"darcy": (1000, 100, 64), "darcy_neuralop": (1000, 50, 16), "burgers": (1000, 100, 1024), "navier_stokes": (1000, 200, 64),
                  "shallow_water": (896, 128, 32), "coupled_navier_stokes": (1000, 100, 64)}
 _SINGLE_RESOLUTION = ("shallow_water",)
 
@@ -215,7 +215,8 @@ def _generate(cfg: DataConfig, name: str, progress: bool):
     if name in _SINGLE_RESOLUTION and res != [r]:
         raise ConfigError(f"data.test_resolutions: the {name} generator solves on one grid (nlat = data.resolution "
                           f"= {r}); expected [{r}], got {cfg.test_resolutions}")
-    fine = opts.pop("fine_resolution", None) or math.lcm(*res)
+    given_fine = opts.pop("fine_resolution", None)
+    fine = given_fine or math.lcm(*res)
     if name in ("navier_stokes", "coupled_navier_stokes") and fine % 2:
         fine *= 2
     kw = {"seed": cfg.seed, "progress": progress}
@@ -226,6 +227,12 @@ def _generate(cfg: DataConfig, name: str, progress: bool):
         data = load_or_generate_darcy(cache, n, res, fine_resolution=fine, **kw, **opts)
         pairs = {k: (torch.from_numpy(a)[:, None], torch.from_numpy(u)[:, None]) for k, (a, u) in data.items()}
         meta["variables"] = {"x": ["coefficient"], "y": ["pressure"]}
+    elif name == "darcy_neuralop":
+        from sciattn.pde_data.darcy_neuralop import generate_darcy_neuralop
+
+        data = generate_darcy_neuralop(n, res, fine_resolution=given_fine, **kw, **opts)
+        pairs = {k: (torch.from_numpy(m)[:, None], torch.from_numpy(u)[:, None]) for k, (m, u) in data.items()}
+        meta["variables"] = {"x": ["mask"], "y": ["pressure"]}
     elif name == "burgers":
         from sciattn.pde_data.burgers import load_or_generate_burgers
 
@@ -401,9 +408,9 @@ def build_datasets(cfg: DataConfig, progress: bool = False) -> tuple[Any, dict[s
 # ------------------------------------------------------------------------------------ single files, sweeps
 
 
-def load_data_file(path: str | os.PathLike, fmt: str | None = None, split: str = "test"):
+def load_data_file(path: str | os.PathLike, fmt: str | None = None, split: str | None = None):
     """Load one data file of any supported format (``fmt=None``: detected from the content), or a
-    registered benchmark name."""
+    registered benchmark name. ``split=None``: a file's every sample, a benchmark's test split."""
     if fmt not in (None, "auto"):
         from sciattn._checks import check_choice
         from sciattn.pde_data.neuralop_pt import load_neuralop_pt
@@ -414,6 +421,8 @@ def load_data_file(path: str | os.PathLike, fmt: str | None = None, split: str =
         from sciattn.pde_data.xarray_data import load_xarray
 
         return load_xarray(Path(path).expanduser())
+    if split is None and str(path) in BENCHMARKS:
+        split = "test"
     return load(path, split=split)
 
 

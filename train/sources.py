@@ -29,7 +29,7 @@ __all__ = ["Source", "Reader", "READERS", "GENERATORS", "RESERVED_OPTIONS", "res
 
 #: Options set by their own ``[data]`` keys, never through ``[data] options``.
 RESERVED_OPTIONS = {
-    "split": "data.test / data.split_rule", "resolution": "data.resolution", "root": "data.root",
+    "split": "data.test / data.split_rule", "split_rule": "data.split_rule", "resolution": "data.resolution", "root": "data.root",
     "n_train": "data.n_train", "n_test": "data.n_test", "n_samples": "data.n_train / data.n_test",
     "seed": "data.seed", "progress": "(always set by the trainer)", "cache_dir": "data.cache_dir",
     "nlat": "data.resolution", "nlon": "data.resolution (nlon = 2 nlat)", "n_points": "data.resolution",
@@ -116,6 +116,7 @@ def _defaults(module: str, name: str, *extra: str) -> Callable[[], set[str]]:
 #: Built-in generators trained from ``[data] train = "<name>"``: name -> the solver options they take.
 GENERATORS: dict[str, Callable[[], set[str]]] = {
     "darcy": _defaults("darcy", "DARCY_DEFAULTS", "fine_resolution"),
+    "darcy_neuralop": _defaults("darcy_neuralop", "NEURALOP_DARCY_FIT", "fine_resolution"),
     "burgers": _defaults("burgers", "BURGERS_DEFAULTS", "fine_resolution", "batch_size"),
     "navier_stokes": _defaults("navier_stokes", "NS_DEFAULTS", "fine_resolution", "batch_size", "t_in"),
     "shallow_water": _defaults("shallow_water", "SWE_DEFAULTS", "grid", "dt", "n_steps_between", "lmax", "spinup",

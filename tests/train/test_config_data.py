@@ -108,3 +108,29 @@ def test_describe_source_kinds(tmp_path):
     f = describe_source(_load({"train": "rel/a.pt", "test": "rel/b.pt"}).data)
     assert f["kind"] == "file" and f["path"].endswith("/rel/a.pt") and f["path"].startswith("/")
     assert f["test"]["path"].endswith("/rel/b.pt")
+
+
+def test_matched_neuralop_darcy_generator_trains_as_a_source():
+    """``train = "darcy_neuralop"``: 0/1 masks, the same samples restricted at every test resolution."""
+    import torch
+
+    from sciattn.train.data import build_datasets
+
+    cfg = _load({"train": "darcy_neuralop", "resolution": 8, "test_resolutions": [8, 16], "n_train": 3, "n_test": 2,
+                 "options": {"solve_resolution": 32}})
+    train, tests = build_datasets(cfg.data)
+    assert len(train) == 3 and sorted(tests) == ["test_16", "test_8"]
+    assert set(torch.unique(train.x).tolist()) <= {0.0, 1.0} and train.meta["variables"]["x"] == ["mask"]
+    coarse, fine = tests["test_8"], tests["test_16"]
+    assert torch.equal(fine.x[:, :, ::2, ::2], coarse.x) and torch.equal(fine.y[:, :, ::2, ::2], coarse.y)
+    assert not torch.equal(train.x[:2], coarse.x)  # test samples follow the training ones
+    assert describe_source(cfg.data)["name"] == "darcy_neuralop"
+    with pytest.raises(ConfigError, match=r"data.options: .*'tau_typo'"):
+        _load({"train": "darcy_neuralop", "options": {"tau_typo": 3.0}})
+
+
+def test_evaluating_a_single_file_reads_all_of_it(shared_data):
+    from sciattn.train.data import load_data_file
+
+    assert len(load_data_file(shared_data / "darcy_test_16.pt")) == 50
+    assert len(load_data_file(shared_data / "mini_car.pt")) == 3
