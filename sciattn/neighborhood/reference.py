@@ -30,10 +30,10 @@ def _edge_rows(row_offsets: torch.Tensor, n_rows: int, nnz: int) -> torch.Tensor
 
 
 def _chunks(nnz: int, b: int, h: int, c: int):
-    if torch.compiler.is_compiling():  # one chunk while tracing: a size-derived chunk count would fix the batch size
-        yield slice(0, nnz)
-        return
-    step = max(1, CHUNK_ELEMENTS // max(1, b * h * c))
+    # While tracing (torch.export / torch.compile) the batch may be symbolic: size the chunks without it, so the
+    # chunk count stays a constant and the traced program keeps a dynamic batch.
+    per = (1 if torch.compiler.is_compiling() else b) * h * c
+    step = max(1, CHUNK_ELEMENTS // max(1, per))
     for s in range(0, nnz, step):
         yield slice(s, min(nnz, s + step))
 
