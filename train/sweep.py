@@ -191,8 +191,10 @@ def resolution_sweep(
     for r, ds in sets.items():
         if reference is None:
             break
-        one = ds.meta.get("time_series") or ds.y.shape[1] != model.out_channels
-        observed[str(r)] = dataset_statistics(_one_step(ds, model.out_channels) if one else ds)
+        # a time-series run records the targets it trained on (one step, or the whole rollout window)
+        reference_frames = len(reference.get("y", {}).get("mean", [])) or model.out_channels
+        frames = reference_frames if ds.y.shape[1] >= reference_frames else model.out_channels
+        observed[str(r)] = dataset_statistics(_one_step(ds, frames) if ds.y.shape[1] != frames else ds)
         reasons = compare_statistics(reference, observed[str(r)])
         if reasons:
             shift[str(r)] = reasons

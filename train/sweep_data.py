@@ -147,8 +147,10 @@ def generate_sets(name: str, params: dict[str, Any], resolutions: list[int], *, 
                                     "fine_resolution_at_least": fine}) for r, (m, y) in data.items()}
     from .data import load_at_resolutions
 
-    return load_at_resolutions(name, resolutions, root=root, n_samples=n_samples, seed=seed, t_in=t_in,
-                               progress=progress, **params)
+    params = dict(params)
+    recorded_t_in = params.pop("t_in", None)  # a time-series run records its input frames among the options
+    return load_at_resolutions(name, resolutions, root=root, n_samples=n_samples, seed=seed,
+                               t_in=recorded_t_in if t_in is None else t_in, progress=progress, **params)
 
 
 def sweep_sets(source: dict[str, Any], resolutions: list[int], run_dir: str | os.PathLike, *, n_samples: int = 16,

@@ -84,3 +84,24 @@ def test_sweep_of_the_full_darcy16_galerkin_config(shared_data, tmp_path, capsys
     metrics = _train(shared_data, run, [])
     report = _matched_sweep(run, 64, capsys)
     _matched_data_is_as_hard_as_the_real_test_file(metrics, report)
+
+
+def test_sweep_of_a_time_series_run_rebuilds_its_generator_with_the_recorded_frames(tmp_path, capsys):
+    """A run trained on the Navier-Stokes generator (5 input frames, a 3-step rollout loss) is swept on the
+    same generator and options (its recorded t_in among them), compared to its recorded rollout-window
+    statistics, and rolled out at every resolution."""
+    run = tmp_path / "ns"
+    config = CONFIG.parent / "navier_stokes32_rollout.toml"
+    assert main(["train", str(config), "--out", str(run), "--no-progress", "--set", "data.resolution=16",
+                 "--set", "data.n_train=4", "--set", "data.n_test=2", "--set", "train.epochs=1",
+                 "--set", "train.batch_size=2", "--set", "data.options.t_final=2.0",
+                 "--set", "data.options.record_steps=8", "--set", "data.options.dt=1e-2"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--resolutions", "16", "32", "--n-samples", "2", "--no-progress"]) == 0
+    report = json.loads((run / "eval" / "navier_stokes.json").read_text())
+    assert report["data_built"]["generator"] == "navier_stokes"
+    assert report["data_built"]["params"]["t_in"] == 5
+    rows = {r["resolution"]: r for r in report["rows"]}
+    assert list(rows) == [16, 32] and all(r["in_distribution"] is True for r in rows.values())
+    assert all(math.isfinite(r["rel_l2"]) for r in rows.values())
+    assert report["one_step"] is True
