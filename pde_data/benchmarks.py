@@ -191,8 +191,11 @@ def _generated_burgers(root: Path, split: str, resolution: int | None, n_train: 
     res = resolution or 1024
     a, u = load_or_generate_burgers(root / "generated", n_train + n_test, [res], seed=seed, progress=progress,
                                     **params)[res]
+    from .burgers import BURGERS_DEFAULTS
+
     meta = {"source": "sciattn.pde_data.burgers", "name": "burgers", "resolution": res,
-            "variables": {"x": ["initial"], "y": ["solution"]}, "seed": seed}
+            "variables": {"x": ["initial"], "y": ["solution"]}, "seed": seed,
+            "dt": float({**BURGERS_DEFAULTS, **params}["t_final"])}  # x at t = 0 -> y at t_final
     return _generated_split(a[:, None], u[:, None], split, n_train, n_test, meta)
 
 
@@ -206,9 +209,13 @@ def _generated_navier_stokes(root: Path, split: str, resolution: int | None, n_t
     if not 0 < t_in < u.shape[-1]:
         raise ValueError(f"t_in: expected 1..{u.shape[-1] - 1} of the {u.shape[-1]} recorded steps, got {t_in}")
     field = torch.from_numpy(u).permute(0, 3, 1, 2)  # (n, T, r, r): time steps as channels
+    from .navier_stokes import NS_DEFAULTS
+
+    p = {**NS_DEFAULTS, **params}
     meta = {"source": "sciattn.pde_data.navier_stokes", "name": "navier_stokes", "resolution": res,
             "variables": {"x": [f"w(t={k + 1})" for k in range(t_in)],
-                          "y": [f"w(t={k + 1})" for k in range(t_in, u.shape[-1])]}, "seed": seed}
+                          "y": [f"w(t={k + 1})" for k in range(t_in, u.shape[-1])]}, "seed": seed,
+            "dt": float(p["t_final"]) / int(p["record_steps"]), "time_series": True, "t_in": t_in}
     return _generated_split(field[:, :t_in], field[:, t_in:], split, n_train, n_test, meta)
 
 

@@ -37,10 +37,13 @@ from .config import ConfigError, DataConfig
 from .sources import READERS, Source, benchmark_parameters, detect_reader, resolve_source
 
 __all__ = ["build_datasets", "describe_source", "load_data_file", "load_at_resolutions", "data_layout",
-           "DATA_FORMATS", "GENERATED", "TIME_SERIES"]
+           "DATA_FORMATS", "GENERATED", "POINT_GENERATED", "TIME_SERIES"]
 
 DATA_FORMATS = ("auto", "neuralop_pt", "darcy_solver")
-GENERATED = ("darcy", "burgers", "navier_stokes")  # sweepable solvers: any resolution, same samples at each
+#: sweepable grid solvers: any resolution, the same samples at each (:func:`load_at_resolutions`)
+GENERATED = ("darcy", "burgers", "navier_stokes", "coupled_navier_stokes", "shallow_water")
+#: generated point-set benchmarks: a resolution is a number of points per sample
+POINT_GENERATED = ("darcy_irregular", "navier_stokes_irregular")
 TIME_SERIES = ("navier_stokes",)  # inputs and outputs are consecutive time steps of one field
 
 # generator: (n_train, n_test, resolution) defaults (the registry's)
@@ -127,10 +130,9 @@ def _as_point_sample(s: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def _variables(meta: dict[str, Any], c_in: int, c_out: int) -> dict[str, list[str]]:
     v = meta.get("variables")
-    if isinstance(v, dict) and "x" in v and "y" in v:
-        x, y = v["x"], v["y"]
-        x = list(x) if isinstance(x, (list, tuple)) else [str(x)] * (1 if c_in == 1 else 0)
-        y = list(y) if isinstance(y, (list, tuple)) else [str(y)] * (1 if c_out == 1 else 0)
+    if isinstance(v, dict) and isinstance(v.get("x"), (list, tuple)) and isinstance(v.get("y"), (list, tuple)):
+        # (a reader's {"x": "a", "y": "u"} maps fields to keys in its file: those are not variable names)
+        x, y = list(v["x"]), list(v["y"])
         if len(x) == c_in and len(y) == c_out:
             return {"x": [str(n) for n in x], "y": [str(n) for n in y]}
     if isinstance(v, (list, tuple)) and v and c_in % len(v) == 0 and c_out % len(v) == 0:
@@ -204,23 +206,41 @@ class _Items(torch.utils.data.Dataset):
 # ------------------------------------------------------------------------------------ generators
 
 
-def _generate(cfg: DataConfig, name: str, progress: bool):
-    n_train, n_test, r, test_res = _sizes(cfg, name)
-    n = n_train + n_test
-    opts = dict(cfg.options)
-    res = sorted({r, *test_res})
-    cache = _cache(cfg)
-    meta: dict[str, Any] = {"source": f"sciattn.pde_data.{name}", "name": name, "seed": cfg.seed,
-                            "params": dict(cfg.options)}
-    if name in _SINGLE_RESOLUTION and res != [r]:
-        raise ConfigError(f"data.test_resolutions: the {name} generator solves on one grid (nlat = data.resolution "
-                          f"= {r}); expected [{r}], got {cfg.test_resolutions}")
+def _sphere_transfer(f: torch.Tensor, grid: str, lmax: int, nlat: int) -> torch.Tensor:
+    """Fields ``(n, C, s, 2s)`` band-limited to degrees ``l < lmax`` (shallow-water states) synthesised on the
+    ``nlat x 2 nlat`` grid of the same kind: analysis on the solve grid (exact for ``lmax <= ``
+    :func:`~sciattn.pde_data.sht.exact_lmax`), synthesis on the target grid, so every grid holds the same
+    band-limited field at its own nodes."""
+    from sciattn.pde_data.sht import SphericalHarmonicTransform
+
+    s = f.shape[-2]
+    if nlat == s:
+        return f
+    if lmax > nlat:
+        raise ValueError(f"resolutions: the shallow-water samples are band-limited to degrees l < {lmax} (solved at "
+                         f"nlat = {s}); expected nlat >= {lmax}, got {nlat}")
+    src = SphericalHarmonicTransform(s, 2 * s, grid, lmax=lmax, mmax=lmax)
+    dst = SphericalHarmonicTransform(nlat, 2 * nlat, grid, lmax=lmax, mmax=lmax)
+    return dst.inverse(src.forward(f.double())).float()
+
+
+def _generate_pairs(name: str, n: int, res: list[int], *, options: dict[str, Any], seed: int, cache: Path,
+                    progress: bool, solve_resolution: int | None = None):
+    """``({r: (x, y)}, meta)``: ``n`` samples of generator ``name`` at every resolution of ``res`` (sorted), the
+    same samples at each: one solve on a grid every resolution divides (``fine_resolution`` in ``options``, or
+    finer) restricted by slicing; shallow water (a single-grid spectral solver) is solved on the
+    ``solve_resolution`` grid (default the coarsest of ``res``) and spectrally transferred to the others
+    (:func:`_sphere_transfer`: its states are band-limited to the solve grid's truncation)."""
+    opts = dict(options)
+    meta: dict[str, Any] = {"source": f"sciattn.pde_data.{name}", "name": name, "seed": seed, "params": dict(options)}
     given_fine = opts.pop("fine_resolution", None)
     fine = given_fine or math.lcm(*res)
     if name in ("navier_stokes", "coupled_navier_stokes") and fine % 2:
         fine *= 2
-    kw = {"seed": cfg.seed, "progress": progress}
+    kw = {"seed": seed, "progress": progress}
     pairs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    if name != "shallow_water":
+        meta["fine_resolution"] = given_fine if name == "darcy_neuralop" else fine
     if name == "darcy":
         from sciattn.pde_data.darcy import load_or_generate_darcy
 
@@ -259,13 +279,16 @@ def _generate(cfg: DataConfig, name: str, progress: bool):
     elif name == "shallow_water":
         from sciattn.pde_data.shallow_water_data import load_or_generate_shallow_water
 
-        data = load_or_generate_shallow_water(cache, n, nlat=r, nlon=2 * r, seed=cfg.seed, **opts)
-        pairs = {r: (torch.from_numpy(data["x"]), torch.from_numpy(data["y"]))}
+        base = int(solve_resolution or res[0])
+        grid = opts.get("grid", "equiangular")
+        data = load_or_generate_shallow_water(cache, n, nlat=base, nlon=2 * base, seed=seed, **opts)
+        x, y = torch.from_numpy(data["x"]), torch.from_numpy(data["y"])
+        lmax = int(opts.get("lmax") or min(math.ceil(base / 3), (2 * base + 1) // 2))  # the solver's default
+        pairs = {k: (_sphere_transfer(x, grid, lmax, k), _sphere_transfer(y, grid, lmax, k)) for k in res}
         names = ["geopotential", "vorticity", "divergence"]
-        meta.update(variables={"x": names, "y": names}, grid=opts.get("grid", "equiangular"),
-                    dt=float(opts.get("dt", 600.0)) * int(opts.get("n_steps_between", 6)),
-                    domain={"kind": "sphere", "grid": opts.get("grid", "equiangular"), "nlat": r, "nlon": 2 * r})
-    else:  # coupled_navier_stokes
+        meta.update(variables={"x": names, "y": names}, grid=grid, solve_resolution=base, lmax=lmax,
+                    dt=float(opts.get("dt", 600.0)) * int(opts.get("n_steps_between", 6)))
+    elif name == "coupled_navier_stokes":
         from sciattn.pde_data.coupled_navier_stokes import load_or_generate_coupled_navier_stokes
 
         system = opts.pop("system", "ns")
@@ -273,9 +296,32 @@ def _generate(cfg: DataConfig, name: str, progress: bool):
         pairs = {k: (torch.from_numpy(a), torch.from_numpy(b)) for k, (a, b) in out.pairs.items()}
         meta.update(variables={"x": list(out.variables), "y": list(out.variables)}, system=system,
                     dt=float(out.times[1] - out.times[0]))
+    else:
+        raise ValueError(f"name: expected a generator, one of {sorted(_GEN_DEFAULTS)}, got {name!r}")
+    return pairs, meta
+
+
+def _pair_meta(meta: dict[str, Any], r: int) -> dict[str, Any]:
+    out = {**meta, "resolution": r}
+    if meta.get("name") == "shallow_water":
+        grid = meta.get("grid", "equiangular")
+        out["domain"] = {"kind": "sphere", "grid": grid, "nlat": r, "nlon": 2 * r}
+    return out
+
+
+def _generate(cfg: DataConfig, name: str, progress: bool):
+    n_train, n_test, r, test_res = _sizes(cfg, name)
+    n = n_train + n_test
+    res = sorted({r, *test_res})
+    if name in _SINGLE_RESOLUTION and res != [r]:
+        raise ConfigError(f"data.test_resolutions: the {name} generator solves on one grid (nlat = data.resolution "
+                          f"= {r}); expected [{r}], got {cfg.test_resolutions}")
+    pairs, meta = _generate_pairs(name, n, res, options=cfg.options, seed=cfg.seed, cache=_cache(cfg),
+                                  progress=progress, solve_resolution=r)
+    meta = {k: v for k, v in meta.items() if k not in ("fine_resolution", "solve_resolution", "lmax")}
     train_x, train_y = pairs[r]
-    train = GridPairDataset(train_x[:n_train], train_y[:n_train], {**meta, "resolution": r})
-    tests = {k: GridPairDataset(pairs[k][0][n_train:n], pairs[k][1][n_train:n], {**meta, "resolution": k})
+    train = GridPairDataset(train_x[:n_train], train_y[:n_train], _pair_meta(meta, r))
+    tests = {k: GridPairDataset(pairs[k][0][n_train:n], pairs[k][1][n_train:n], _pair_meta(meta, k))
              for k in test_res}
     return train, tests
 
@@ -458,25 +504,42 @@ def load_at_resolutions(
     seed: int = 0,
     t_in: int | None = None,
     progress: bool = False,
+    solve_resolution: int | None = None,
     **params: Any,
-) -> dict[int, GridPairDataset]:
+) -> dict[int, Any]:
     """``{r: dataset}``: the same samples at every resolution ``r``.
 
-    A generated benchmark (:data:`GENERATED`) draws ``n_samples`` fresh samples with ``seed`` on the
-    grid ``S = lcm(resolutions)``, solves them once there and restricts them by slicing
-    (``u_r[j] = u_S[j · S / r]``), cached under ``root/generated``; ``params`` override the
-    solver's defaults and ``t_in`` (Navier–Stokes) is the number of input time steps. Anything
-    else goes through :func:`sciattn.pde_data.load` with ``split`` and ``resolution=r`` (each
+    A generated benchmark (:data:`GENERATED`) draws ``n_samples`` fresh samples with ``seed`` through the
+    generator path of training (:func:`_generate_pairs`): solved once on the grid ``S = lcm(resolutions)``
+    and restricted by slicing (``u_r[j] = u_S[j · S / r]``), cached under ``root/generated``; shallow water
+    (one grid per solve) is solved at ``nlat = solve_resolution`` (default the coarsest ``r``) and
+    spectrally transferred to the other ``nlat`` (the same band-limited states). ``params`` override the
+    solver's defaults and ``t_in`` (Navier–Stokes) is the number of input time steps.
+
+    A generated point-set benchmark (:data:`POINT_GENERATED`): ``r`` is the number of points per sample;
+    the ``n_samples`` PDE samples (seed ``seed``, solved once at the benchmark's ``fine_resolution``) are
+    the same at every ``r``, each evaluated at its own ``r`` random points (drawn per sample and ``r``).
+
+    Anything else goes through :func:`sciattn.pde_data.load` with ``split`` and ``resolution=r`` (each
     benchmark's own subsampling rule; a dataset returned at a multiple of ``r`` is strided).
 
     Shapes:
         darcy ``x (1, r, r)``, ``y (1, r, r)``; burgers ``x (1, r)``, ``y (1, r)``;
-        navier_stokes ``x (t_in, r, r)``, ``y (T - t_in, r, r)`` (time steps as channels).
+        navier_stokes ``x (t_in, r, r)``, ``y (T - t_in, r, r)`` (time steps as channels);
+        coupled_navier_stokes ``x, y (V, r, r)``; shallow_water ``x, y (3, r, 2r)``;
+        point sets ``x (r, C_in)``, ``y (r, C_out)``, ``pos (r, 2)``, ``weights (r,)`` per sample.
     """
     if not resolutions:
         raise ValueError("resolutions: expected at least one resolution, got none")
     res = sorted({check_positive_int("resolutions", r) for r in resolutions})
     key = str(name_or_path)
+    if key in POINT_GENERATED:
+        check_positive_int("n_samples", n_samples)
+        kw = {"root": root} if root is not None else {}
+        if t_in is not None:
+            params = {**params, "t_in": t_in}
+        return {r: load(key, split="test", resolution=r, seed=seed, n_train=0, n_test=n_samples, progress=progress,
+                         **kw, **params) for r in res}
     if key not in GENERATED:
         kw = {"root": root} if root is not None else {}
         src = resolve_source(key)
@@ -486,33 +549,10 @@ def load_at_resolutions(
                 for r in res}
     check_positive_int("n_samples", n_samples)
     cache = Path(root).expanduser() if root is not None else default_root()
-    fine = math.lcm(*res)
-    if key == "navier_stokes" and fine % 2:
-        fine *= 2
-    meta = {"name": key, "seed": seed, "fine_resolution": fine, "split": "generated"}
-    kw = {"fine_resolution": fine, "seed": seed, "progress": progress, **params}
-    if key == "darcy":
-        from sciattn.pde_data.darcy import load_or_generate_darcy
-
-        data = load_or_generate_darcy(cache / "generated", n_samples, res, **kw)
-        return {r: GridPairDataset(torch.from_numpy(a)[:, None], torch.from_numpy(u)[:, None],
-                                   {**meta, "resolution": r}) for r, (a, u) in data.items()}
-    if key == "burgers":
-        from sciattn.pde_data.burgers import load_or_generate_burgers
-
-        data = load_or_generate_burgers(cache / "generated", n_samples, res, **kw)
-        return {r: GridPairDataset(torch.from_numpy(a)[:, None], torch.from_numpy(u)[:, None],
-                                   {**meta, "resolution": r}) for r, (a, u) in data.items()}
-    from sciattn.pde_data.navier_stokes import load_or_generate_navier_stokes
-
-    data = load_or_generate_navier_stokes(cache / "generated", n_samples, res, **kw)
-    out = {}
-    for r, (_, u) in data.items():
-        t_steps = u.shape[-1]
-        k = 10 if t_in is None else t_in
-        if not 0 < k < t_steps:
-            raise ValueError(f"t_in: expected 1..{t_steps - 1} of the {t_steps} recorded steps, got {k}")
-        field = torch.from_numpy(u).permute(0, 3, 1, 2)  # (n, T, r, r)
-        out[r] = GridPairDataset(field[:, :k], field[:, k:], {**meta, "resolution": r, "t_in": k,
-                                                              "time_series": True})
-    return out
+    opts = dict(params)
+    if key in TIME_SERIES and t_in is not None:
+        opts["t_in"] = t_in
+    pairs, meta = _generate_pairs(key, n_samples, res, options=opts, seed=seed, cache=cache / "generated",
+                                  progress=progress, solve_resolution=solve_resolution)
+    meta = {**meta, "split": "generated"}
+    return {r: GridPairDataset(x, y, _pair_meta(meta, r)) for r, (x, y) in pairs.items()}

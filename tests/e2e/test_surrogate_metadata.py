@@ -43,12 +43,11 @@ def ns_run(tmp_path_factory):
                             n_heads=2, regressor_width=8, n_modes=4)
     xn, yn = fit_normalizers(train)
     run = root / "run"
-    # The generated benchmark does not record its frame spacing, so the caller states it; the rest
-    # (names, domain, statistics, source) is collected from the dataset itself.
-    extra = {} if "dt" in train.meta else {"dt": DT}
+    # names, frame spacing, domain, statistics and source are all collected from the dataset itself
+    assert train.meta["dt"] == pytest.approx(DT)
     Trainer(model=model, train_data=train, test_data={"test": test}, x_normalizer=xn, y_normalizer=yn,
             spatial_dims=2, epochs=2, batch_size=4, run_dir=run, progress=False, log=lambda m: None,
-            data_meta=extra).fit()
+            ).fit()
     return run, test
 
 
