@@ -28,13 +28,15 @@ from typing import Any
 
 import torch
 
+from .batching import collate, predict, to_device
 from .checkpoint import atomic_write_bytes, load_model
-from .data import GENERATED, TIME_SERIES, load_at_resolutions
+from .data import GENERATED, POINT_GENERATED, TIME_SERIES, data_layout, load_at_resolutions
 from .data_stats import SHIFT_RULE, compare_statistics, dataset_statistics
 from .plots import plot_resolution_sweep, plot_rollout
 from .rollout import STABILITY_RULE, rollout_errors, stability_verdict
 from .sweep_data import (
     MATCHED_GENERATORS,
+    _data_meta,
     generate_sets,
     reference_statistics,
     run_source,
@@ -55,6 +57,7 @@ def train_resolution_of(state: dict[str, Any], run_dir: Path) -> list[int] | Non
     metrics_file = (run_dir if run_dir.is_dir() else run_dir.parent) / "metrics.json"
     if metrics_file.is_file():
         sources.append(json.loads(metrics_file.read_text()))
+    sources.append(_data_meta(state, run_dir))
     for src in sources:
         if src.get("train_resolution"):
             return [int(v) for v in src["train_resolution"]]
@@ -66,6 +69,29 @@ def _regime(r: int, train_res: int | None) -> str:
     if train_res is None:
         return "unknown"
     return "training" if r == train_res else ("zero-shot finer" if r > train_res else "zero-shot coarser")
+
+
+def _check_runs_at(operator: str, resolutions: list[int], train_shape: list[int] | None) -> None:
+    """A one-line error when the operator is built for one grid and the sweep asks for another."""
+    from .export import FIXED_GRID
+
+    if operator not in FIXED_GRID or not train_shape:
+        return
+    res = sorted({int(r) for r in resolutions})
+    if res != [train_shape[0]]:
+        raise ValueError(f"resolutions: operator {operator!r} runs only on its training grid "
+                         f"{'x'.join(map(str, train_shape))} ({FIXED_GRID[operator]}); expected [{train_shape[0]}], "
+                         f"got {res}")
+
+
+def _model_channels(model) -> tuple[int, int]:
+    """``(input, output)`` channels of the model; CoDANO: one per variable."""
+    n_var = len(getattr(model, "variables", ()) or ())
+    return int(getattr(model, "in_channels", n_var)), int(getattr(model, "out_channels", n_var))
+
+
+def _channels(ds, key: str, points: bool) -> int:
+    return int(ds[0][key].shape[-1]) if points else int(getattr(ds, key).shape[1])
 
 
 def _one_step(ds, c_out: int):
@@ -141,6 +167,9 @@ def resolution_sweep(
     model, xn, yn, state = load_model(run_dir, device=device)
     train_shape = train_resolution_of(state, run_dir)
     train_res = train_shape[0] if train_shape else None
+    _check_runs_at(state["operator"], resolutions, train_shape)
+    model_in, model_out = _model_channels(model)
+    trained_points = (_data_meta(state, run_dir).get("domain") or {}).get("kind") == "point_cloud"
     run_data = json.loads(state.get("run_config") or "{}").get("data", {})
     params = dict(params or {})
     source = None
@@ -150,10 +179,10 @@ def resolution_sweep(
         if data is None:
             raise
     if data is None:
-        t_in = params.pop("t_in", model.in_channels) if source.get("name") in TIME_SERIES else None
-        if params:
-            source = {**source, "params": {**(source.get("params") or {}), **params}} \
-                if source["kind"] == "generated" else source
+        t_in = params.pop("t_in", model_in) if source.get("name") in TIME_SERIES else None
+        if params and source["kind"] in ("generated", "benchmark"):  # overrides of the recorded parameters
+            field = "params" if source["kind"] == "generated" else "options"
+            source = {**source, field: {**(source.get(field) or {}), **params}}
         sets, built = sweep_sets(source, resolutions, run_dir, n_samples=n_samples, seed=seed, root=root, t_in=t_in,
                                  progress=progress)
         key = source_label(source, (built["generator"], {}) if built["kind"] == "generated" else None)
@@ -161,9 +190,9 @@ def resolution_sweep(
         seed = built.get("seed")
     else:
         key = str(data)
-        generated = key in GENERATED or key in MATCHED_GENERATORS
+        generated = key in GENERATED or key in MATCHED_GENERATORS or key in POINT_GENERATED
         seed = int(run_data.get("seed", 0)) + 1 if seed is None else seed
-        t_in = params.pop("t_in", model.in_channels) if key in TIME_SERIES else None
+        t_in = params.pop("t_in", model_in) if key in TIME_SERIES else None
         if key in MATCHED_GENERATORS:
             from sciattn.pde_data.darcy_neuralop import NEURALOP_DARCY_FIT
 
@@ -173,14 +202,21 @@ def resolution_sweep(
             if split is None:  # a plain file is one set (its name says which split); a named benchmark: its test split
                 split = None if Path(key).is_file() else "test"
             sets = load_at_resolutions(data, resolutions, split=split, root=root, n_samples=n_samples, seed=seed,
-                                       t_in=t_in, progress=progress, **params)
+                                       t_in=t_in, progress=progress, solve_resolution=train_res, **params)
         built = {"kind": "generated" if generated else "given", "data": key, "params": params,
                  "seed": seed if generated else None}
     label = key if generated or not Path(key).exists() else Path(key).stem
+    points = {r: data_layout(ds) == "points" for r, ds in sets.items()}
     for r, ds in sets.items():  # structural mismatches first: they are errors whatever the statistics say
-        if ds.x.shape[1] != model.in_channels:
-            raise ValueError(f"data: expected {model.in_channels} input channels for this model, got {ds.x.shape[1]} "
+        c_in = _channels(ds, "x", points[r])
+        if c_in != model_in:
+            raise ValueError(f"data: expected {model_in} input channels for this model, got {c_in} "
                              f"in {key!r} at resolution {r}")
+        if points[r] != trained_points:
+            want, got = ("point sets", "grid fields") if trained_points else ("grid fields", "point sets")
+            raise ValueError(f"data: the run was trained on {want}, got {got} from {key!r} at resolution {r}")
+        if points[r]:
+            continue
         if train_shape and len(ds.resolution) != len(train_shape):
             raise ValueError(f"data: the run was trained on {len(train_shape)}-D fields "
                              f"({'x'.join(map(str, train_shape))}), got {len(ds.resolution)}-D fields "
@@ -192,9 +228,12 @@ def resolution_sweep(
         if reference is None:
             break
         # a time-series run records the targets it trained on (one step, or the whole rollout window)
-        reference_frames = len(reference.get("y", {}).get("mean", [])) or model.out_channels
-        frames = reference_frames if ds.y.shape[1] >= reference_frames else model.out_channels
-        observed[str(r)] = dataset_statistics(_one_step(ds, frames) if ds.y.shape[1] != frames else ds)
+        if points[r]:  # point samples: statistics of the valid points, all target channels as trained
+            observed[str(r)] = dataset_statistics(ds)
+        else:
+            reference_frames = len(reference.get("y", {}).get("mean", [])) or model_out
+            frames = reference_frames if ds.y.shape[1] >= reference_frames else model_out
+            observed[str(r)] = dataset_statistics(_one_step(ds, frames) if ds.y.shape[1] != frames else ds)
         reasons = compare_statistics(reference, observed[str(r)])
         if reasons:
             shift[str(r)] = reasons
@@ -210,11 +249,15 @@ def resolution_sweep(
         print(f"WARNING: {msg}", file=sys.stderr)
     rows, rollouts = [], {}
     for r, ds in sets.items():
-        spatial = len(ds.resolution)
-        time_series = bool(ds.meta.get("time_series")) or ds.y.shape[1] != model.out_channels
-        step_ds = _one_step(ds, model.out_channels) if time_series else ds
+        if points[r]:  # the error compares the first out_channels targets (evaluation.py); no rollout on points
+            spatial, time_series, step_ds = int(ds[0]["pos"].shape[-1]), False, ds
+        else:
+            spatial = len(ds.resolution)
+            time_series = bool(ds.meta.get("time_series")) or ds.y.shape[1] != model_out
+            step_ds = _one_step(ds, model_out) if time_series else ds
         with torch.no_grad():  # warm-up: first-call allocations and kernel selection are not timed
-            model(xn.encode(ds.x[:1].to(device)))
+            model.eval()
+            predict(model, to_device(collate([step_ds[0]]), device), xn, yn)
         m = evaluate_dataset(model, step_ds, x_normalizer=xn, y_normalizer=yn, spatial_dims=spatial,
                              batch_size=batch_size, device=device)
         rows.append({"resolution": r, "regime": _regime(r, train_res), "rel_l2": m["rel_l2"], "rel_h1": m["rel_h1"],
@@ -234,6 +277,7 @@ def resolution_sweep(
     report = {
         "run_dir": str(run_dir), "operator": state["operator"], "data": key, "split": "generated" if generated else split,
         "seed": seed if generated else None, "params": params, "train_resolution": train_res,
+        "layout": "points" if trained_points else "grid",
         "data_built": built, "one_step": bool(rollouts), "rows": rows,
         "distribution": {"reference": reference_from, "shift": shift, "rule": SHIFT_RULE,
                          "observed": observed, "allowed": bool(allow_distribution_shift)},
@@ -246,7 +290,8 @@ def resolution_sweep(
     out = Path(out_dir) if out_dir is not None else (run_dir if run_dir.is_dir() else run_dir.parent) / "eval"
     out.mkdir(parents=True, exist_ok=True)
     files = {"json": out / f"{label}.json", "markdown": out / f"{label}.md", "plot": out / f"{label}_resolution.png"}
-    plot_resolution_sweep(rows, files["plot"], train_res, title=f"{state['operator']} on {label}",
+    plot_rows = [{**row, "rel_h1": math.nan if row["rel_h1"] is None else row["rel_h1"]} for row in rows]
+    plot_resolution_sweep(plot_rows, files["plot"], train_res, title=f"{state['operator']} on {label}",
                           verdict=report["verdict"])
     if rollouts:
         files["rollout_plot"] = out / f"{label}_rollout.png"
@@ -267,7 +312,17 @@ def _describe_built(built: dict[str, Any]) -> str:
         what = f"generator `{built.get('generator', built.get('data'))}`"
         if built.get("matched_to"):
             what += f" matched to `{built['matched_to']}`"
+        if built.get("layout") == "points":
+            return (f"{what}, seed {built.get('seed')}: the same PDE samples at every point count (solved once on the "
+                    f"benchmark's fine grid, {built.get('fine_resolution') or 'default'} per axis), each sample "
+                    f"evaluated at its own random points, drawn anew for each point count")
+        if built.get("solve_resolution"):
+            return (f"{what}, seed {built.get('seed')}, solved once at nlat = {built['solve_resolution']} (band-limited "
+                    f"to degrees l < {built.get('lmax')}) and spectrally transferred to each grid (same samples at "
+                    f"each resolution)")
         return f"{what}, seed {built.get('seed')}, solved on a fine grid and restricted (same samples at each resolution)"
+    if built.get("kind") == "benchmark":
+        return f"benchmark `{built.get('data')}`, its test split at each resolution"
     if built.get("kind") == "restricted file":
         return f"`{built['path']}` restricted to each resolution"
     return f"`{built.get('data')}` as given"
@@ -279,7 +334,8 @@ def sweep_markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# Resolution sweep: {report['operator']} on {report['data']}",
         "",
-        f"Run `{report['run_dir']}`, trained at {report['train_resolution']} points per axis; errors of {what}, "
+        f"Run `{report['run_dir']}`, trained at {report['train_resolution']} points per "
+        f"{'sample' if report.get('layout') == 'points' else 'axis'}; errors of {what}, "
         f"mean over samples.",
         "",
         f"**Verdict: {report.get('verdict', '—')}**",
@@ -292,7 +348,7 @@ def sweep_markdown(report: dict[str, Any]) -> str:
     ]
     for r in report["rows"]:
         ind = {True: "yes", False: "**NO**", None: "unchecked"}[r.get("in_distribution")]
-        lines.append(f"| {r['resolution']} | {r['regime']} | {ind} | {r['rel_l2']:.4f} | {r['rel_h1']:.4f} | "
+        lines.append(f"| {r['resolution']} | {r['regime']} | {ind} | {r['rel_l2']:.4f} | {_fmt(r['rel_h1'])} | "
                      f"{_fmt(r['ratio_to_training'], '.2f')} | {r['ms_per_sample']:.2f} | {r['n_samples']} |")
     dist = report.get("distribution") or {}
     if dist.get("shift"):

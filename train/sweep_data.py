@@ -32,6 +32,7 @@ import torch
 
 from sciattn.pde_data.grid_dataset import GridPairDataset
 
+from .data import POINT_GENERATED
 from .data_stats import dataset_statistics
 
 __all__ = ["MATCHED_GENERATORS", "reference_statistics", "run_source", "sweep_sets", "source_label"]
@@ -60,7 +61,7 @@ def run_source(state: dict[str, Any], run_dir: str | os.PathLike) -> dict[str, A
     """The training data's source as ``{"kind": "generated" | "file", ...}`` (see the module docstring)."""
     run_dir = Path(run_dir)
     for candidate in (_data_meta(state, run_dir).get("source"), _metrics_file(run_dir).get("data_source")):
-        if isinstance(candidate, dict) and candidate.get("kind") in ("generated", "file"):
+        if isinstance(candidate, dict) and candidate.get("kind") in ("generated", "file", "benchmark"):
             return dict(candidate)
     data = json.loads(state.get("run_config") or "{}").get("data", {})
     fmt = data.get("format")
@@ -107,6 +108,8 @@ def matched_generator(source: dict[str, Any], run_dir: str | os.PathLike = ".") 
     that no generator matches."""
     if source["kind"] == "generated":
         return str(source["name"]), dict(source.get("params") or {})
+    if source["kind"] == "benchmark":
+        return (str(source["name"]), dict(source.get("options") or {})) if source["name"] in POINT_GENERATED else None
     ds = _read_file(_resolve(source["path"], Path(run_dir)), source.get("reader"))
     if _is_neuralop_darcy(ds):
         from sciattn.pde_data.darcy_neuralop import NEURALOP_DARCY_FIT
@@ -118,6 +121,8 @@ def matched_generator(source: dict[str, Any], run_dir: str | os.PathLike = ".") 
 def source_label(source: dict[str, Any], generator: tuple[str, dict[str, Any]] | None) -> str:
     if generator is not None:
         return generator[0]
+    if source["kind"] == "benchmark":
+        return str(source["name"])
     return Path(str(source.get("test_path") or source["path"])).stem
 
 
@@ -134,9 +139,11 @@ def _restrict(ds: GridPairDataset, r: int, label: str) -> GridPairDataset:
 
 
 def generate_sets(name: str, params: dict[str, Any], resolutions: list[int], *, n_samples: int, seed: int,
-                  root: str | os.PathLike | None = None, t_in: int | None = None,
-                  progress: bool = False) -> dict[int, GridPairDataset]:
-    """``{r: dataset}`` of one generator, the same ``n_samples`` samples at every resolution."""
+                  root: str | os.PathLike | None = None, t_in: int | None = None, progress: bool = False,
+                  solve_resolution: int | None = None) -> dict[int, Any]:
+    """``{r: dataset}`` of one generator, the same ``n_samples`` samples at every resolution (points per sample
+    for :data:`.data.POINT_GENERATED`); ``solve_resolution``: the grid of a single-grid solver (shallow water,
+    :func:`.data.load_at_resolutions`)."""
     if name == "darcy_neuralop":
         from sciattn.pde_data.darcy_neuralop import generate_darcy_neuralop
 
@@ -150,7 +157,8 @@ def generate_sets(name: str, params: dict[str, Any], resolutions: list[int], *, 
     params = dict(params)
     recorded_t_in = params.pop("t_in", None)  # a time-series run records its input frames among the options
     return load_at_resolutions(name, resolutions, root=root, n_samples=n_samples, seed=seed,
-                               t_in=recorded_t_in if t_in is None else t_in, progress=progress, **params)
+                               t_in=recorded_t_in if t_in is None else t_in, progress=progress,
+                               solve_resolution=solve_resolution, **params)
 
 
 def sweep_sets(source: dict[str, Any], resolutions: list[int], run_dir: str | os.PathLike, *, n_samples: int = 16,
@@ -164,10 +172,25 @@ def sweep_sets(source: dict[str, Any], resolutions: list[int], run_dir: str | os
     if generator is not None:
         name, params = generator
         seed = int(source.get("seed", 0) or 0) + 1 if seed is None else seed
+        if root is None and source["kind"] == "benchmark" and source.get("root"):
+            root = source["root"]  # the point-set benchmark caches its solves there
         sets = generate_sets(name, params, res, n_samples=n_samples, seed=seed, root=root, t_in=t_in,
-                             progress=progress)
-        return sets, {"kind": "generated", "generator": name, "params": params, "seed": seed,
-                      "n_samples": n_samples, "matched_to": source.get("path")}
+                             progress=progress, solve_resolution=source.get("resolution"))
+        built = {"kind": "generated", "generator": name, "params": params, "seed": seed, "n_samples": n_samples,
+                 "matched_to": source.get("path")}
+        first = next(iter(sets.values())).meta
+        if name in POINT_GENERATED:
+            built["layout"] = "points"
+            built["fine_resolution"] = first.get("fine_resolution")
+        if name == "shallow_water":
+            built.update(solve_resolution=first.get("solve_resolution"), lmax=first.get("lmax"))
+        return sets, built
+    if source["kind"] == "benchmark":  # a registered (not generated) benchmark: its test split at each resolution
+        from .data import load_at_resolutions
+
+        sets = load_at_resolutions(source["name"], res, split="test", root=root or source.get("root"),
+                                   **dict(source.get("options") or {}))
+        return sets, {"kind": "benchmark", "data": source["name"], "n_samples": len(next(iter(sets.values())))}
     test = source.get("test") if isinstance(source.get("test"), dict) else {}  # describe_source nests the test file
     path = _resolve(source.get("test_path") or test.get("path") or source["path"], run_dir)
     ds = _read_file(path, source.get("reader"))
@@ -190,9 +213,12 @@ def reference_statistics(state: dict[str, Any], run_dir: str | os.PathLike,
     if source["kind"] == "file":
         return dataset_statistics(_read_file(_resolve(source["path"], run_dir), source.get("reader"))), \
             "recomputed from the training file"
+    if source["kind"] == "benchmark" and source.get("name") not in POINT_GENERATED:
+        return None, "no statistics recorded"
     res = source.get("resolution") or 32
-    sets = generate_sets(str(source["name"]), dict(source.get("params") or {}), [int(res)], n_samples=64,
-                         seed=int(source.get("seed", 0) or 0))
+    params = dict(source.get("params") or source.get("options") or {})
+    sets = generate_sets(str(source["name"]), params, [int(res)], n_samples=64, seed=int(source.get("seed", 0) or 0),
+                         root=source.get("root"), solve_resolution=int(res))
     return dataset_statistics(sets[int(res)]), "recomputed from the recorded generator"
 
 
@@ -214,4 +240,9 @@ def generator_like(run_or_file: str | os.PathLike) -> tuple[str, dict[str, Any],
         raise ValueError(f"--like: no generator matches the data of {str(path)!r} (a file that is not a "
                          f"neuraloperator Darcy mask/pressure file); expected a run trained on generated data, "
                          f"or a file one of {['darcy', *MATCHED_GENERATORS]} reproduces")
-    return generator[0], generator[1], int(source.get("seed", 0) or 0) + 1
+    from .data import TIME_SERIES
+
+    params = dict(generator[1])
+    if generator[0] in TIME_SERIES:  # the input/output split of the recorded frames is not a solver parameter
+        params.pop("t_in", None)
+    return generator[0], params, int(source.get("seed", 0) or 0) + 1

@@ -192,3 +192,65 @@ def test_data_generate_like_a_neuralop_file_writes_matched_files(shared_data, tm
                  "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "name: --like" in err and "matches the generator 'darcy_neuralop', got 'darcy'" in err
+
+
+def test_point_sets_hold_the_same_pde_samples_at_every_point_count(tmp_path):
+    """darcy_irregular at N = 16 and 64: the same two solves (seed 1), each evaluated at its own N points."""
+    import numpy as np
+
+    from sciattn.pde_data.darcy import load_or_generate_darcy
+    from sciattn.pde_data.irregular import darcy_on_points
+
+    sets = load_at_resolutions("darcy_irregular", [64, 16], root=tmp_path, n_samples=2, seed=1, fine_resolution=8,
+                               layout="jittered")
+    assert list(sets) == [16, 64] and all(len(ds) == 2 for ds in sets.values())
+    coeff, u = load_or_generate_darcy(tmp_path / "generated", 2, [8], fine_resolution=8, seed=1, progress=False)[8]
+    for n, ds in sets.items():
+        for i in range(2):
+            s = ds[i]
+            assert s["x"].shape == (n, 1) and s["pos"].shape == (n, 2)
+            a, p = darcy_on_points(coeff[i], u[i], s["pos"].double().numpy())
+            np.testing.assert_allclose(s["x"][:, 0].numpy(), a, rtol=1e-6)
+            np.testing.assert_allclose(s["y"][:, 0].numpy(), p, rtol=1e-5, atol=1e-9)
+    assert not torch.equal(sets[16][0]["pos"], sets[64][0]["pos"][:16])  # the points are drawn per N
+    with pytest.raises(ValueError, match="resolutions: expected a positive int"):
+        load_at_resolutions("darcy_irregular", [0], root=tmp_path, n_samples=2)
+
+
+def test_shallow_water_sets_are_one_band_limited_state_on_every_grid(tmp_path):
+    from sciattn.pde_data.shallow_water_data import load_or_generate_shallow_water
+    from sciattn.train.data import _sphere_transfer
+
+    kw = {"n_traj": 1, "traj_len": 1}
+    sets = load_at_resolutions("shallow_water", [8, 16, 32], root=tmp_path, n_samples=2, seed=1, solve_resolution=16,
+                               **kw)
+    direct = load_or_generate_shallow_water(tmp_path / "generated", 2, nlat=16, nlon=32, seed=1, **kw)
+    torch.testing.assert_close(sets[16].x, torch.from_numpy(direct["x"]))  # the training generator's own grid
+    assert sets[32].x.shape == (2, 3, 32, 64) and sets[8].y.shape == (2, 3, 8, 16)
+    assert sets[8].meta["domain"] == {"kind": "sphere", "grid": "equiangular", "nlat": 8, "nlon": 16}
+    # 32 -> 16 returns the 16-grid values: the 32-grid field is the same band-limited (l < 6) state
+    back = _sphere_transfer(sets[32].y, "equiangular", 6, 16)
+    for c in range(3):
+        assert (back[:, c] - sets[16].y[:, c]).abs().max() <= 1e-5 * sets[16].y[:, c].abs().max()
+    # a solve on the 32-grid with the same truncation gives nearly the same state (quadrature of the nonlinear terms)
+    fine = load_or_generate_shallow_water(tmp_path / "generated", 2, nlat=32, nlon=64, seed=1, lmax=6, **kw)
+    rel = (torch.from_numpy(fine["x"]) - sets[32].x).norm() / sets[32].x.norm()
+    assert 0 < rel < 1e-3
+    with pytest.raises(ValueError, match=r"resolutions: the shallow-water samples are band-limited to degrees l < 6 "
+                                         r"\(solved at nlat = 16\); expected nlat >= 6, got 4"):
+        load_at_resolutions("shallow_water", [4, 16], root=tmp_path, n_samples=2, seed=1, solve_resolution=16, **kw)
+
+
+def test_coupled_navier_stokes_sweep_sets_come_from_the_training_generator(tmp_path):
+    from sciattn.train.data import build_datasets
+
+    sets = load_at_resolutions("coupled_navier_stokes", [8, 16], root=tmp_path, n_samples=2, seed=0, system="ns")
+    assert sets[16].x.shape == (2, 3, 16, 16) and sets[16].meta["variables"]["x"] == ["u", "v", "w"]
+    torch.testing.assert_close(sets[16].y[:, :, ::2, ::2], sets[8].y)  # one solve at 16, restricted
+    cfg = load_config({"model": {"name": "codano", "variables": ["u", "v", "w"]},
+                       "data": {"train": "coupled_navier_stokes", "resolution": 8, "test_resolutions": [8, 16],
+                                "n_train": 1, "n_test": 1, "seed": 0, "options": {"system": "ns"},
+                                "cache_dir": str(tmp_path / "generated")}})
+    train, tests = build_datasets(cfg.data)
+    torch.testing.assert_close(train.x, sets[8].x[:1])  # the same samples by the same function
+    torch.testing.assert_close(tests["test_16"].y, sets[16].y[1:])
