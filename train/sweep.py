@@ -103,6 +103,10 @@ def _one_step(ds, c_out: int):
     return GridPairDataset(ds.x, ds.y[:, :c_out], ds.meta)
 
 
+#: A training-resolution relative L2 at or above this is a poor fit: an "invariant" verdict then says so.
+POOR_FIT = 0.5
+
+
 def sweep_verdict(rows: list[dict[str, Any]], train_res: int | None, shift: dict[str, list[str]],
                   tolerance: float = INVARIANCE_TOLERANCE) -> str:
     """One line: ``out of distribution``, ``not meaningful``, ``invariant`` or ``not invariant`` (with why).
@@ -126,7 +130,10 @@ def sweep_verdict(rows: list[dict[str, Any]], train_res: int | None, shift: dict
     worst = max(rows, key=lambda row: row["rel_l2"] / ref)
     ratio = worst["rel_l2"] / ref
     if ratio <= tolerance:
-        return f"invariant: every relative L2 within {tolerance:g}x the training-resolution error (max {ratio:.2f}x)"
+        weak = (f"; but the model fits poorly (relative L2 {ref:.3g} >= {POOR_FIT:g} at the training resolution), "
+                f"so this says little") if ref >= POOR_FIT else ""
+        return (f"invariant: every relative L2 within {tolerance:g}x the training-resolution error "
+                f"(max {ratio:.2f}x){weak}")
     return (f"not invariant: relative L2 {ratio:.2f}x the training-resolution error at {worst['resolution']} "
             f"(tolerance {tolerance:g}x)")
 

@@ -140,6 +140,9 @@ def test_verdict_never_calls_garbage_invariant():
     assert sweep_verdict(rows(0.1, 0.1, 0.1), 16, {"32": ["x[0]: mean"]}).startswith("out of distribution")
     assert sweep_verdict(rows(0.1, 0.1, 0.1), 8, {}).startswith("no verdict")
     assert sweep_verdict(rows(0.1, 0.12, 0.16), 16, {}, tolerance=2.0).startswith("invariant")
+    assert "fits poorly" not in sweep_verdict(rows(0.1, 0.1, 0.1), 16, {})
+    poor = sweep_verdict(rows(0.97, 0.97, 0.97), 16, {})  # flat, but the model barely fits the data
+    assert poor.startswith("invariant") and "fits poorly (relative L2 0.97 >= 0.5" in poor
 
 
 def test_run_source_of_old_configs(tmp_path):
