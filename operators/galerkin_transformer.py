@@ -212,6 +212,16 @@ class GalerkinTransformer(nn.Module):
         else:
             self.regressor = nn.Sequential(nn.Linear(d_model, dim_ff), nn.GELU(), nn.Linear(dim_ff, out_channels))
 
+    @property
+    def export_size_multiple(self) -> tuple[int, ...] | None:
+        """Per-axis multiples of the spatial sizes a traced program (``sciattn export``) declares, or ``None``.
+
+        With ``latent_resolution`` the input is restricted onto the latent grid by slicing when every size
+        is a multiple of the latent one (and interpolated otherwise): declaring sizes ``m_k * K_k`` keeps
+        that branch, and the step ``n_k // m_k``, symbolic, so one program takes every multiple.
+        """
+        return self.latent_shape
+
     def encode(self, a: torch.Tensor, pos: torch.Tensor, weights, mask, grid_shape=None) -> torch.Tensor:
         """Lift and run the attention stack on tokens ``(B, N, C_in)`` -> ``(B, N, d_model)``."""
         if pos.dim() == 2:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ._checks import check_finite, check_rank
 from .quadrature import RULES, SPHERE_GRIDS, sphere_quadrature, tensor_rule
@@ -219,6 +220,46 @@ def normalized_weights(
     return w / w.sum(dim=1, keepdim=True)
 
 
+def _sizes(shape: Sequence[int]) -> tuple[int, ...]:
+    """Sizes as ints, symbolic ones (torch.export with dynamic dims) left symbolic: int() would fix them."""
+    return tuple(s if isinstance(s, torch.SymInt) else int(s) for s in shape)
+
+
+def _known(cond) -> bool:
+    """``cond`` for concrete sizes; for symbolic ones, True only when it holds for every size the trace
+    allows (no guard is added, so a traced program does not specialise on the branch)."""
+    return statically_known_true(cond) if isinstance(cond, torch.SymBool) else bool(cond)
+
+
+def _copy_spectrum_symbolic(spec: torch.Tensor, src: tuple, shape: tuple) -> torch.Tensor:
+    """:func:`fourier_resample`'s spectrum copy for symbolic sizes (torch.export), without size-dependent
+    slicing (whose bounds checks would guard on the sizes): the target spectrum is gathered from ``spec``
+    per axis and masked to the kept frequencies ``|k| <= (min(n, m) - 1) // 2``. The eager early return
+    for equal sizes cannot be taken on symbolic ones, so when every size equals its target the whole
+    spectrum is kept instead: the series is then the identity (up to round-off), as in eager mode."""
+    d = len(shape)
+    dev = spec.device
+    mismatch = 0
+    for n, m in zip(src, shape):
+        mismatch = mismatch + (n - m) * (n - m)
+    same = torch.full((), mismatch, device=dev) == 0
+    out = spec
+    for ax, (n, m) in enumerate(zip(src, shape)):
+        h = (torch.sym_min(n, m) - 1) // 2
+        if ax == d - 1:  # rfft axis: frequencies 0..m // 2
+            f = torch.arange(m // 2 + 1, device=dev)
+            index = torch.clamp(f, max=n // 2)
+        else:
+            j = torch.arange(m, device=dev)
+            f = torch.where(j <= m // 2, j, j - m)
+            index = torch.remainder(f, n)
+        keep = ((f <= h) & (f >= -h)) | same
+        view = [1] * out.dim()
+        view[2 + ax] = -1
+        out = out.index_select(2 + ax, index) * keep.view(view).to(spec.real.dtype)
+    return out
+
+
 def resample_field(field: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     """Multilinear resampling of a channels-first field ``(B, C, *n)`` on the ``uniform`` node layout
     (nodes ``i/n_k`` along each axis) onto the same layout with ``shape`` nodes, ``(B, C, *shape)``.
@@ -227,14 +268,24 @@ def resample_field(field: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     value, the same restriction the data generators use. Nodes beyond the last input node (when
     refining) take the boundary value.
     """
-    shape = tuple(int(s) for s in shape)
+    shape = _sizes(shape)
     d = len(shape)
     check_rank("field", field, 2 + d, f"(B, C, {d} spatial axes)")
     src = tuple(field.shape[2:])
-    if src == shape:
+    if all(_known(n == m) for n, m in zip(src, shape)):  # symbolic sizes: slicing with step 1 below is the identity
         return field
-    if all(n % m == 0 for n, m in zip(src, shape)):  # nested grids: exact restriction by slicing
-        return field[(...,) + tuple(slice(None, None, n // m) for n, m in zip(src, shape))]
+    # nested grids: exact restriction by slicing (symbolic sizes declared as multiples of shape decide this
+    # without a guard; others specialise here)
+    if all(n % m == 0 for n, m in zip(src, shape)):
+        if not any(isinstance(n, torch.SymInt) for n in src):
+            return field[(...,) + tuple(slice(None, None, n // m) for n, m in zip(src, shape))]
+        # Symbolic sizes (torch.export, sizes declared as multiples of shape): the same nodes i * (n // m),
+        # gathered, so the result has the sizes m (a strided slice's size, ceil(n / (n // m)), is not
+        # simplified to m, and a reshape would guard on n == m)
+        for ax, (n, m) in enumerate(zip(src, shape)):
+            index = torch.arange(m, device=field.device) * (n // m)
+            field = field.index_select(2 + ax, index)
+        return field
     if any(n < 2 for n in src):
         raise ValueError(f"field: expected at least 2 nodes per axis to interpolate, got spatial shape {src}")
     axes = []
@@ -259,14 +310,16 @@ def fourier_resample(field: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     Frequencies ``|k| ≤ (min(n, m) - 1) // 2`` per axis are kept, so a field band-limited below the
     coarser grid's Nyquist frequency is resampled exactly (values at shared nodes are unchanged).
     """
-    shape = tuple(int(s) for s in shape)
+    shape = _sizes(shape)
     d = len(shape)
     check_rank("field", field, 2 + d, f"(B, C, {d} spatial axes)")
     src = tuple(field.shape[2:])
-    if src == shape:
+    if all(_known(n == m) for n, m in zip(src, shape)):  # symbolic sizes that may equal src take the series
         return field
     axes = tuple(range(-d, 0))
     spec = torch.fft.rfftn(field, dim=axes, norm="forward")
+    if any(isinstance(n, torch.SymInt) for n in src + shape):
+        return torch.fft.irfftn(_copy_spectrum_symbolic(spec, src, shape), s=shape, dim=axes, norm="forward")
     out = spec.new_zeros(*field.shape[:2], *shape[:-1], shape[-1] // 2 + 1)
     index_in, index_out = [slice(None), slice(None)], [slice(None), slice(None)]
     # Build the copy as a product of per-axis (positive, negative) frequency blocks.

@@ -25,6 +25,11 @@ Shapes. Batch and spatial sizes are dynamic wherever the operator's code allows 
 * Galerkin Transformer and CoDANO: batch and every spatial size are dynamic (a size can have a lower
   bound, e.g. a spectral regressor needs enough points for its modes: see ``dynamic_ranges``). The
   quadrature grid, positional encodings and chunking are built from symbolic sizes in the graph.
+  An operator with ``export_size_multiple`` (the Galerkin Transformer with ``latent_resolution``) has its
+  spatial sizes declared as multiples of it (``size_multiples``): its input is restricted onto the latent
+  grid exactly by slicing at multiples and interpolated otherwise, and the program holds the slicing
+  branch, so it takes every multiple (16, 32, 48, ... for a 16x16 latent grid) and refuses other sizes
+  with a guard error (eager mode interpolates them).
 * MANO: its pyramid has ``1 + ceil(log_s(n / window))`` levels (or up to ``max_levels``), a number of
   layers that depends on the grid size, so no single graph holds every resolution; it is exported at
   one resolution (batch dynamic). Export again for another resolution.
@@ -93,6 +98,10 @@ FIXED_GRID = {
 WHY_SPECIALISED = {
     "mano": "MANO's pyramid has 1 + ceil(log_s(n / window)) levels (capped by max_levels): the number of layers "
             "depends on the grid size, so one traced graph cannot hold every resolution",
+}
+MULTIPLE_WHY = {
+    "galerkin_transformer": "its input is restricted onto the latent grid by slicing, exact when each size is a "
+                            "multiple of the latent one; other sizes are interpolated in eager mode only",
 }
 _TREE_WHY = ("its ball tree has a depth that depends on N and sciattn.balltree uses torch.gather(out=), which "
              "torch.export cannot trace with symbolic sizes")
@@ -280,6 +289,18 @@ def _ranges(program, example: torch.Tensor, dynamic: list[int]) -> dict[str, lis
     return out
 
 
+def _size_multiple(model: nn.Module, d: int) -> tuple[int, ...] | None:
+    """The operator's ``export_size_multiple`` (an int or ``d`` positive ints): traced spatial sizes are
+    declared as multiples of it; ``None`` when it has none."""
+    m = getattr(model, "export_size_multiple", None)
+    if m is None:
+        return None
+    m = (m,) * d if isinstance(m, int) else tuple(m)
+    if len(m) != d or not all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in m):
+        raise ValueError(f"export_size_multiple: expected an int or {d} positive ints, got {m!r}")
+    return m
+
+
 def _first_line(err: Exception) -> str:
     return next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
 
@@ -321,7 +342,8 @@ def export_run(
     Returns:
         ``{"format", "path", "kind" ("grid" | "sphere" | "points"), "input_names", "input_name": "x",
         "input_shape" (the traced example of ``x``), "input_dtype", "output_shape", "dynamic_dims" (axes of
-        ``x`` that may vary), "dynamic_ranges" ({axis: [min, max or None]}), "fixed_resolution" (the spatial
+        ``x`` that may vary), "dynamic_ranges" ({axis: [min, max or None]}), "size_multiples" ({axis: m}: the
+        dynamic spatial sizes the program takes are the multiples of m), "fixed_resolution" (the spatial
         sizes the program requires, or ``None``), "max_points", "in_channels", "out_channels",
         "spatial_dims", "operator", "max_abs_diff_at_example" (program vs eager on the example), "note"}``.
     """
@@ -426,19 +448,32 @@ def export_run(
             example = args[0]
             eager_args = args
             kind, fixed = "points", None
+            multiples = {}
         else:
             batch, spatial = _example_shape(example_shape, meta, c_in, d)
             fixed_why = FIXED_GRID.get(name)
             dyn_spatial = dynamic_spatial and fixed_why is None
             module = ExportedOperator(model, xn, yn, compute).eval()
 
+            multiple = _size_multiple(model, d)
+
             def attempt(spatial_dynamic: bool):
                 avoid = {c_in} | (set() if spatial_dynamic else set(spatial))
-                b = _distinct([max(batch, 2)], avoid)[0]
-                sizes = _distinct([max(s, 2) for s in spatial], {b, c_in}) if spatial_dynamic else list(spatial)
+                if spatial_dynamic and multiple is not None:
+                    # sizes m_i * K_i, traced at K_i >= 2 (distinct, so no two axes are unified)
+                    ks = _distinct([max(2, -(-s // m)) for s, m in zip(spatial, multiple)], set())
+                    sizes = [k * m for k, m in zip(ks, multiple)]
+                    b = _distinct([max(batch, 2)], avoid | set(sizes))[0]
+                    # n = m * (K - 1) with K >= 2: torch.export takes a root dim to be >= 2, and K - 1 = 1 (the
+                    # multiple itself) must be in range
+                    space = {2 + i: m * Dim(f"k{i}", min=2) - m for i, m in enumerate(multiple)}
+                else:
+                    b = _distinct([max(batch, 2)], avoid)[0]
+                    sizes = _distinct([max(s, 2) for s in spatial], {b, c_in}) if spatial_dynamic else list(spatial)
+                    space = {2 + i: Dim.AUTO for i in range(d)} if spatial_dynamic else {}
                 example = _random((b, c_in, *sizes), dtype, gen)
                 module(example)  # eager once: fills sciattn's geometry caches with real tensors, not tracing ones
-                dyn = {0: Dim.AUTO, **({2 + i: Dim.AUTO for i in range(d)} if spatial_dynamic else {})}
+                dyn = {0: Dim.AUTO, **space}
                 try:
                     return tracer(module, (example,), (dyn,)), example
                 except Exception as err:  # noqa: BLE001 - torch raises many types
@@ -448,8 +483,14 @@ def export_run(
             b, sizes = example.shape[0], list(example.shape[2:])
             spatial_failed = None
             if dyn_spatial:  # a dim can stay symbolic in the signature yet be pinned by a guard: run it to know
-                spatial_failed = _probe(program, module, _random((b, c_in, *[n + 3 for n in sizes]), dtype, gen),
-                                        format)
+                if multiple is None:
+                    probes = [[n + 3 for n in sizes]]
+                else:  # the next multiples, and the multiple itself (K = 1: the latent grid, no resampling)
+                    probes = [[n + m for n, m in zip(sizes, multiple)], list(multiple)]
+                for probe in probes:
+                    spatial_failed = _probe(program, module, _random((b, c_in, *probe), dtype, gen), format)
+                    if spatial_failed is not None:
+                        break
                 if spatial_failed is not None:
                     program, example = attempt(False)
             batch_failed = _probe(program, module, _random((b + 1, c_in, *example.shape[2:]), dtype, gen), format)
@@ -457,9 +498,13 @@ def export_run(
                                                         else [])
             fixed = None if dynamic[-1:] == [2 + d - 1] else [int(n) for n in example.shape[2:]]
             kind = "sphere" if fixed_why is not None else "grid"
+            multiples = {} if fixed is not None or multiple is None else {str(2 + i): m for i, m in enumerate(multiple)}
             if fixed is None:
                 notes.append("batch and spatial dims are dynamic" if 0 in dynamic else
                              f"spatial dims are dynamic; the batch is fixed at {b} ({batch_failed})")
+                if multiples:
+                    notes.append(f"spatial sizes are multiples of {tuple(multiple)} (operator {name!r}: "
+                                 f"{MULTIPLE_WHY.get(name, 'it declares export_size_multiple')}; see size_multiples)")
             else:
                 reason = fixed_why or WHY_SPECIALISED.get(name) or (
                     "dynamic_spatial=False" if not dynamic_spatial else
@@ -499,6 +544,7 @@ def export_run(
         "output_shape": out_shape,
         "dynamic_dims": dynamic,
         "dynamic_ranges": _ranges(program, example, dynamic) if format == "torch-export" else {},
+        "size_multiples": multiples,
         "fixed_resolution": fixed,
         "max_points": None if capacity is None else capacity - 1,
         "in_channels": c_in,

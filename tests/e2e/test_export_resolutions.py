@@ -160,3 +160,33 @@ def test_point_set_operators_at_three_cloud_sizes(name, tmp_path):
     DIFFS[f"{name} (points)"] = diffs
     print(f"\n{name} (points): max |exported - eager| {diffs}")
     assert max(diffs.values()) <= ATOL, diffs
+
+
+# Cao's 2-D layout (examples/configs/darcy16_galerkin.toml): conv blocks and attention on a 16x16 latent grid, the
+# band-limited spectral regressor evaluated on the input grid. Restriction onto the latent grid slices (exactly) when
+# every size is a multiple of 16, so the program declares sizes 16 * K: one program for 16, 32, 48, ...
+LATENT = dict(in_channels=1, out_channels=1, d_model=16, n_layers=1, n_heads=2, regressor_width=8, n_modes=6,
+              latent_resolution=16, conv_blocks=2)
+
+
+def test_latent_galerkin_transformer_exports_every_multiple_of_its_latent_grid(tmp_path):
+    run, model, xn, yn = _run(tmp_path, "galerkin_transformer", LATENT, sample_shape=(16, 16),
+                              domain={"kind": "grid", "shape": [16, 16]}, train_resolution=(16, 16))
+    info = export_run(run, tmp_path / "latent.pt2", input_dtype="float32")
+    assert info["dynamic_dims"] == [0, 2, 3] and info["fixed_resolution"] is None, info["note"]
+    assert info["size_multiples"] == {"2": 16, "3": 16} and "multiples of (16, 16)" in info["note"]
+    assert info["dynamic_ranges"]["2"] == [16, None] and info["dynamic_ranges"]["3"] == [16, None]
+    program = torch.export.load(tmp_path / "latent.pt2").module()
+    g = torch.Generator().manual_seed(3)
+    diffs = {}
+    for b, shape in zip((2, 1, 3, 2), ((16, 16), (32, 32), (48, 48), (16, 48))):
+        x = torch.randn(b, 1, *shape, generator=g) * 2 + 1
+        ref = _eager_grid(model, xn, yn, x)
+        out = program(x)
+        assert out.shape == ref.shape == (b, 1, *shape)
+        diffs["x".join(map(str, shape))] = float((out - ref).abs().max())
+    with pytest.raises(Exception, match="Guard failed|size"):  # eager interpolates other sizes; the program refuses
+        program(torch.randn(1, 1, 20, 20))
+    DIFFS["galerkin_transformer (latent 16)"] = diffs
+    print(f"\ngalerkin_transformer (latent 16, conv blocks): max |exported - eager| {diffs}")
+    assert max(diffs.values()) <= ATOL, diffs
