@@ -22,6 +22,10 @@ __all__ = [
     "check_choice",
     "check_file",
     "assert_no_violation",
+    "check_quadrature_weights",
+    "check_some_true",
+    "sanitize_padded_rows",
+    "values_checkable",
 ]
 
 
@@ -133,3 +137,96 @@ def assert_no_violation(bad: torch.Tensor, message: str, exc: type[Exception] = 
         torch._assert_async(~bad.any())
     elif bool(bad.any()):
         raise exc(message)
+
+
+def values_checkable(*tensors: torch.Tensor | None) -> bool:
+    """Whether checks that read tensor *values* should run: not while ``torch.compile`` /
+    ``torch.export`` or ``torch.jit.trace`` records a graph, and not for meta or fake tensors.
+
+    Such checks force a host sync on an accelerator (they read the values back); under tracing
+    they are skipped, so a compiled or exported graph carries no value checks."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return False
+    for t in tensors:
+        if t is None:
+            continue
+        if t.device.type == "meta" or isinstance(t, torch._subclasses.fake_tensor.FakeTensor):
+            return False
+    return True
+
+
+def _first_index(bad: torch.Tensor) -> tuple[int, ...]:
+    return tuple(int(i) for i in bad.nonzero()[0])
+
+
+def check_quadrature_weights(
+    name: str,
+    weights: torch.Tensor | None,
+    mask: torch.Tensor | None = None,
+    *,
+    need_mass: bool = False,
+    mask_name: str = "mask",
+) -> torch.Tensor | None:
+    """The package's policy for quadrature weights and padding masks, in one place.
+
+    - At real points (``mask`` True, or everywhere without a mask) ``weights`` must be finite and
+      ``>= 0``; a zero weight removes the point. Padded points (``mask`` False) may hold anything,
+      NaN and ±inf included: they are never read.
+    - With ``need_mass`` (an attention that divides by the total weight, e.g. Galerkin's
+      normalised quadrature) every sample needs at least one real point (a True ``mask`` entry)
+      and a positive total weight over its real points.
+
+    ``weights`` is ``(N,)`` or ``(B, N)`` (or any shape broadcastable to ``mask``); ``mask`` is
+    the bool ``(B, N)`` of real points; the sample axis is the first one of the broadcast shape
+    (a 1-D ``weights`` without mask is one sample). Violations are ``ValueError`` naming the
+    argument, what was expected and the first offending value and index, e.g.
+    ``weights: expected non-negative finite values at unmasked points, got -0.5 at index (0, 3)``.
+
+    The check reads values, which on an accelerator costs a host sync; it is skipped while
+    tracing or compiling (see :func:`values_checkable`). Returns ``weights``.
+    """
+    if not values_checkable(weights, mask):
+        return weights
+    if mask is not None and need_mass:
+        check_some_true(mask_name, mask)
+    if weights is None:
+        return weights
+    w = weights if mask is None else weights.expand(mask.shape)
+    where = "at every point" if mask is None else "at unmasked points"
+    bad = ~(torch.isfinite(w) & (w >= 0))
+    if mask is not None:
+        bad = bad & mask
+    if bool(bad.any()):
+        idx = _first_index(bad)
+        raise ValueError(f"{name}: expected non-negative finite values {where}, got {w[idx].item()} at index {idx}")
+    if need_mass:
+        real = w if mask is None else torch.where(mask, w, torch.zeros((), dtype=w.dtype, device=w.device))
+        total = real.reshape(real.shape[0], -1).sum(dim=1) if real.dim() > 1 else real.sum()[None]
+        none = ~(total > 0)
+        if bool(none.any()):
+            s = _first_index(none)[0]
+            raise ValueError(
+                f"{name}: expected a positive total weight {where} of every sample (the attention divides by it), "
+                f"got {total[s].item()} in sample {s}"
+            )
+    return weights
+
+
+def check_some_true(name: str, mask: torch.Tensor) -> None:
+    """``mask`` (bool, samples first) needs a True entry in every sample; skipped while tracing."""
+    if values_checkable(mask):
+        empty = ~mask.reshape(mask.shape[0], -1).any(dim=1)
+        if bool(empty.any()):
+            raise ValueError(
+                f"{name}: expected at least one True entry (real point) per sample, "
+                f"got none in sample {_first_index(empty)[0]} of {mask.shape[0]}"
+            )
+
+
+def sanitize_padded_rows(t: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """``t`` with its non-finite entries in padded rows (``keep`` False, broadcastable) read as zero.
+
+    Finite entries are kept bit for bit, so a padded query row is still computed from what it
+    holds; only NaN and ±inf (which would turn ``0 · NaN`` into NaN gradients) are replaced.
+    A ``torch.where``, not a product: ``0 · NaN`` is NaN."""
+    return torch.where(keep | torch.isfinite(t), t, torch.zeros((), dtype=t.dtype, device=t.device))

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from .._checks import check_rank, check_tensor
+from .._checks import check_quadrature_weights, check_rank, check_tensor, values_checkable
 from .._dispatch import Backend, register_backend, select_backend
 from .reference import codomain_logits_reference, codomain_reference
 
@@ -32,6 +32,7 @@ def _check_inputs(q, k, v, weights, var_mask):
             raise ValueError(
                 f"weights: expected shape ({n},) or ({b}, {n}) matching the points of k, got {tuple(weights.shape)}"
             )
+        check_quadrature_weights("weights", weights)
     if var_mask is not None:
         check_tensor("var_mask", var_mask)
         if tuple(var_mask.shape) != (b, nv):
@@ -77,7 +78,14 @@ def _weights(weights, shape, like, reduce):
     else:
         w = weights.to(dtype=like.dtype, device=like.device)
         w = (w.unsqueeze(0) if w.dim() == 1 else w).expand(b, n)
-    return w / reduce(w.sum(dim=1, keepdim=True))
+    total = reduce(w.sum(dim=1, keepdim=True))  # over the whole domain: one rank may hold only zeros
+    if weights is not None and values_checkable(total) and not bool((total > 0).all()):
+        s = int((~(total[:, 0] > 0)).nonzero()[0])
+        raise ValueError(
+            f"weights: expected a positive total weight over the domain of every sample (scores are "
+            f"normalised by it), got {total[s, 0].item()} in sample {s}"
+        )
+    return w / total
 
 
 def _zero_absent(t, var_mask):
@@ -121,8 +129,11 @@ def codomain_attention(
     Args:
         q, k: ``(B, H, V, N, D)`` query and key functions sampled at ``N`` points.
         v: ``(B, H, V, N, E)`` value functions.
-        weights: ``(N,)`` or ``(B, N)`` non-negative quadrature weights of the points (any
-            total; they are normalised over the domain). ``None`` means uniform.
+        weights: ``(N,)`` or ``(B, N)`` quadrature weights of the points (any total; they are
+            normalised over the domain). ``None`` means uniform. They must be finite and ``>= 0``
+            with a positive total per sample over the domain (all ranks), else ``ValueError``;
+            the check reads values (a host sync on an accelerator) and is skipped under
+            ``torch.compile``/``torch.export``/``torch.jit.trace``.
         var_mask: ``(B, V)`` bool, True for present variables. Absent ones are never attended
             to, their outputs are zero, and whatever they hold (even NaN) has no effect.
         temperature: positive float, or a tensor of shape ``()`` or ``(H,)`` (e.g. learned);

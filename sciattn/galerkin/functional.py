@@ -8,7 +8,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from .._checks import check_rank, check_tensor
+from .._checks import check_quadrature_weights, check_rank, check_tensor, sanitize_padded_rows
 from .._dispatch import Backend, register_backend, select_backend, triton_backend
 from ..domain import normalized_weights
 from ._ops import galerkin_triton
@@ -99,10 +99,17 @@ def galerkin_attention(
         q: ``(B, H, Nq, D)`` queries.
         k: ``(B, H, Nk, D)`` keys.
         v: ``(B, H, Nk, E)`` values.
-        weights: ``(Nk,)`` or ``(B, Nk)`` non-negative quadrature weights of the key/value
-            points; ``None`` means uniform.
-        mask: ``(B, Nk)`` bool, True for real key/value points. Padded points contribute
-            nothing, whatever values (even NaN) they hold.
+        weights: ``(Nk,)`` or ``(B, Nk)`` quadrature weights of the key/value points; ``None``
+            means uniform. At real points they must be finite and ``>= 0`` with a positive total
+            per sample (they are normalised by it), else ``ValueError``; at padded points they
+            may hold anything. The check reads values (a host sync on an accelerator) and is
+            skipped under ``torch.compile``/``torch.export``/``torch.jit.trace``.
+        mask: ``(B, Nk)`` bool, True for real key/value points; every sample needs at least one
+            (else ``ValueError``). Padded points contribute nothing, whatever values (NaN, ±inf)
+            their keys, values and weights hold, to the outputs or to any gradient. With
+            ``Nq == Nk`` (self-attention on a padded batch) the mask indexes the queries too: a
+            padded query row may hold anything as well; its output is computed with non-finite
+            entries read as zero (finite, meaningless) and every gradient stays finite.
         backend: force a backend by name (see :func:`sciattn.available_backends`).
         kv_norm: ``(k_weight, k_bias, v_weight, v_bias, eps)`` (a :class:`KVNorm`) to LayerNorm
             keys and values per head first; the weights are ``(H, Dn)`` / ``(H, En)`` and normalise
@@ -124,6 +131,7 @@ def galerkin_attention(
     if nk == 0:
         raise ValueError("k: expected at least one key/value point, got Nk=0")
     if weights is not None:
+        check_tensor("weights", weights)
         if weights.shape not in ((nk,), (b, nk)):
             raise ValueError(
                 f"weights: expected shape ({nk},) or ({b}, {nk}) matching the key/value points, got {tuple(weights.shape)}"
@@ -134,6 +142,7 @@ def galerkin_attention(
         if mask.dtype != torch.bool:
             raise TypeError(f"mask: expected dtype torch.bool, got {mask.dtype}")
     norm = None if kv_norm is None else _check_kv_norm(kv_norm, h, d, v.shape[-1])
+    check_quadrature_weights("weights", weights, mask, need_mass=True)
     chosen = select_backend(
         "galerkin",
         backend,
@@ -147,6 +156,8 @@ def galerkin_attention(
     )
     wdtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     w = normalized_weights(weights, mask, (b, nk), wdtype, q.device)
+    if mask is not None and q.shape[2] == nk:  # self-attention layout: the mask indexes the queries too
+        q = sanitize_padded_rows(q, mask[:, None, :, None])
     return chosen.fn(q, k, v, w, mask, norm)
 
 

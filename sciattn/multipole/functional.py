@@ -25,7 +25,13 @@ import torch.nn.functional as F
 
 from .._blocked_sdpa import blocked_sdpa
 from .._capabilities import has_flex_attention
-from .._checks import check_finite, check_per_axis_ints, check_rank, check_tensor
+from .._checks import (
+    check_per_axis_ints,
+    check_quadrature_weights,
+    check_rank,
+    check_tensor,
+    sanitize_padded_rows,
+)
 from .._dispatch import Backend, register_backend, select_backend
 from .reference import from_windows, to_windows, window_reference
 
@@ -76,15 +82,18 @@ def window_attention(
         window: window size in cells, an int or ``d`` ints.
         weights: ``(*n)`` or ``(B, *n)`` non-negative quadrature weights of the key points
             (``None``: uniform). Only ratios matter. A zero weight removes the key.
-        mask: ``(B, *n)`` bool, True for real cells. Masked cells never act as keys; their query
-            rows are still computed (from the real keys of their window).
+        mask: ``(B, *n)`` bool, True for real cells. Masked cells never act as keys, whatever
+            their keys, values and weights hold (NaN, ±inf), in the outputs or any gradient; their
+            query rows are still computed (from the real keys of their window), with non-finite
+            query entries read as zero, so every gradient stays finite.
         bias: optional finite additive score bias ``(H, P, P)`` or ``(B, H, P, P)`` with
             ``P = prod(window)``, the same in every window (e.g. a relative-position bias).
         scale: score scale, default ``1/sqrt(D)``.
         backend: force a backend by name (see :func:`sciattn.available_backends`).
-        validate: check that the weights are finite and non-negative (a full pass and, on an
-            accelerator, a host sync; :class:`~sciattn.multipole.MultipoleAttention` checks its
-            input weights once and passes False for the pooled weights of every level).
+        validate: check that the weights are finite and non-negative at unmasked cells (a full
+            pass and, on an accelerator, a host sync; skipped under tracing/compiling;
+            :class:`~sciattn.multipole.MultipoleAttention` checks its input weights once and
+            passes False for the pooled weights of every level).
 
     Returns:
         ``(B, H, *n, E)``; zero for a query whose window holds no admissible key.
@@ -136,10 +145,7 @@ def window_attention(
     if weights is not None:
         w = weights.to(dtype=q.dtype, device=q.device).expand(b, *grid)
         if validate:
-            check_finite("weights", w, valid)
-            neg = w < 0 if valid is None else (w < 0) & valid
-            if bool(neg.any()):
-                raise ValueError(f"weights: expected non-negative values, got {int(neg.sum())} negative entries")
+            check_quadrature_weights("weights", w, valid)
         if valid is not None:
             w = torch.where(valid, w, torch.ones((), dtype=w.dtype, device=w.device))
         logw = torch.log(w)
@@ -150,6 +156,7 @@ def window_attention(
         keep = valid.reshape(b, 1, *grid, 1)
         zero = torch.zeros((), dtype=q.dtype, device=q.device)
         k, v = torch.where(keep, k, zero), torch.where(keep, v, zero)
+        q = sanitize_padded_rows(q, keep)  # a masked cell's query row: NaN/inf read as 0, so no 0·NaN gradient
 
     pads = [(-n) % w for n, w in zip(grid, win)]
     padded = tuple(n + pd for n, pd in zip(grid, pads))

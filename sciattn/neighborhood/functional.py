@@ -32,7 +32,7 @@ import math
 
 import torch
 
-from .._checks import check_rank
+from .._checks import check_quadrature_weights, check_rank, check_tensor, sanitize_padded_rows
 from .._dispatch import Backend, register_backend, select_backend, triton_backend
 from ._ops import neighborhood_triton
 from ._sparse import neighborhood_sparse
@@ -60,10 +60,17 @@ def neighborhood_attention(
     Args:
         q: ``(B, H, Nq, D)``; k: ``(B, H, Nk, D)``; v: ``(B, H, Nk, E)``.
         row_offsets: ``(Nq + 1,)`` int; col_indices: ``(nnz,)`` int in ``[0, Nk)``.
-        weights: ``(Nk,)`` or ``(B, Nk)`` non-negative key quadrature weights (``None``: uniform).
-        mask: ``(B, Nk)`` bool, True for real keys; padded keys never contribute, even if NaN.
+        weights: ``(Nk,)`` or ``(B, Nk)`` key quadrature weights (``None``: uniform), finite and
+            ``>= 0`` at real keys (else ``ValueError`` when ``validate``); anything at padded keys.
+        mask: ``(B, Nk)`` bool, True for real keys. Padded keys never contribute, whatever values
+            (NaN, ±inf) their keys, values and weights hold, to the outputs or to any gradient.
+            With ``Nq == Nk`` (self-attention on a padded batch) the mask indexes the queries too:
+            a padded query row may hold anything as well; its output is computed with non-finite
+            entries read as zero and every gradient stays finite.
         scale: logit scale, default ``1/sqrt(D)``.
-        validate: check the CSR index (costs a host sync; layers with a cached index pass False).
+        validate: check the CSR index and the weights (reads values: a host sync on an
+            accelerator; layers with a cached index pass False). Skipped anyway for the weights
+            under ``torch.compile``/``torch.export``/``torch.jit.trace``.
         backend: force a backend by name.
 
     Returns:
@@ -78,7 +85,7 @@ def neighborhood_attention(
         raise ValueError(f"q: expected shape (B={b}, H={h}, Nq, D={d}) to match k {tuple(k.shape)}, got {tuple(q.shape)}")
     if tuple(v.shape[:3]) != (b, h, nk):
         raise ValueError(f"v: expected shape (B={b}, H={h}, Nk={nk}, E) to match k, got {tuple(v.shape)}")
-    if weights is not None and tuple(weights.shape) not in ((nk,), (b, nk)):
+    if weights is not None and tuple(check_tensor("weights", weights).shape) not in ((nk,), (b, nk)):
         raise ValueError(f"weights: expected shape ({nk},) or ({b}, {nk}) matching the keys, got {tuple(weights.shape)}")
     if mask is not None:
         if tuple(mask.shape) != (b, nk):
@@ -87,6 +94,7 @@ def neighborhood_attention(
             raise TypeError(f"mask: expected dtype torch.bool, got {mask.dtype}")
     if validate:
         check_csr(row_offsets, col_indices, nq, nk)
+        check_quadrature_weights("weights", weights, mask)
     chosen = select_backend(
         "neighborhood",
         backend,
@@ -111,6 +119,8 @@ def neighborhood_attention(
         keep = mask[:, None, :, None]
         k = torch.where(keep, k, torch.zeros((), dtype=k.dtype, device=k.device))
         v = torch.where(keep, v, torch.zeros((), dtype=v.dtype, device=v.device))
+        if nq == nk:  # self-attention layout: the mask indexes the queries too
+            q = sanitize_padded_rows(q, keep)
     return chosen.fn(q, k, v, log_w, row_offsets, col_indices, scale)
 
 

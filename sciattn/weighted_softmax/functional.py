@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from .._capabilities import has_flex_attention
-from .._checks import check_rank
+from .._checks import check_quadrature_weights, check_rank, check_tensor, sanitize_padded_rows
 from .._dispatch import Backend, register_backend, select_backend, triton_backend
 from ._ops import weighted_softmax_triton
 from .reference import distance_bias, weighted_softmax_reference
@@ -57,13 +57,14 @@ def _check_inputs(q, k, v, weights, mask, q_pos, k_pos, distance_scale):
         raise ValueError(f"v: expected shape (B={b}, H={h}, Nk={nk}, E) to match k, got {tuple(v.shape)}")
     if nk == 0:
         raise ValueError("k: expected at least one key/value point, got Nk=0")
-    if weights is not None and tuple(weights.shape) not in ((nk,), (b, nk)):
+    if weights is not None and tuple(check_tensor("weights", weights).shape) not in ((nk,), (b, nk)):
         raise ValueError(f"weights: expected shape ({nk},) or ({b}, {nk}) matching the keys, got {tuple(weights.shape)}")
     if mask is not None:
         if tuple(mask.shape) != (b, nk):
             raise ValueError(f"mask: expected shape ({b}, {nk}) matching the keys, got {tuple(mask.shape)}")
         if mask.dtype != torch.bool:
             raise TypeError(f"mask: expected dtype torch.bool, got {mask.dtype}")
+    check_quadrature_weights("weights", weights, mask)
     given = [t is not None for t in (q_pos, k_pos, distance_scale)]
     if any(given) and not all(given):
         raise ValueError(
@@ -99,10 +100,16 @@ def weighted_softmax_attention(
 
     Args:
         q: ``(B, H, Nq, D)``; k: ``(B, H, Nk, D)``; v: ``(B, H, Nk, E)``.
-        weights: ``(Nk,)`` or ``(B, Nk)`` non-negative key weights (``None``: uniform). Only
-            relative weights matter; zero-weight keys are ignored.
+        weights: ``(Nk,)`` or ``(B, Nk)`` key weights (``None``: uniform), finite and ``>= 0``
+            at real keys (else ``ValueError``; anything at padded keys). Only relative weights
+            matter; zero-weight keys are ignored. The check reads values (a host sync on an
+            accelerator) and is skipped under ``torch.compile``/``torch.export``/``torch.jit.trace``.
         mask: ``(B, Nk)`` bool, True for real keys. Padded keys never contribute, whatever
-            values (even NaN) they hold; a query with no real key returns zeros.
+            values (NaN, ±inf) their keys, values, positions and weights hold, to the outputs or
+            to any gradient; a query with no real key (or only zero weights) returns zeros. With
+            ``Nq == Nk`` (self-attention on a padded batch) the mask indexes the queries too: a
+            padded query row (and its ``q_pos``) may hold anything as well; its output is
+            computed with non-finite entries read as zero and every gradient stays finite.
         scale: logit scale, default ``1/sqrt(D)``.
         q_pos, k_pos, distance_scale: ``(B, Nq, P)``, ``(B, Nk, P)`` and ``(H,)``: adds
             ``-distance_scale[h] * ‖q_pos_i - k_pos_j‖`` to the logits (differentiable in all three).
@@ -141,6 +148,10 @@ def weighted_softmax_attention(
         v = torch.where(keep, v, torch.zeros((), dtype=v.dtype, device=v.device))
         if k_pos is not None:
             k_pos = torch.where(mask[..., None], k_pos, torch.zeros((), dtype=k_pos.dtype, device=k_pos.device))
+        if q.shape[2] == nk:  # self-attention layout: the mask indexes the queries too
+            q = sanitize_padded_rows(q, keep)
+            if q_pos is not None:
+                q_pos = sanitize_padded_rows(q_pos, mask[..., None])
     return chosen.fn(q, k, v, log_w, scale, q_pos, k_pos, distance_scale)
 
 
