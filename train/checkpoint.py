@@ -20,9 +20,12 @@ names, ``dt``, the domain, the data source, per-channel statistics and the train
 a JSON string, so the file still loads with ``weights_only=True``; files without it still load and
 :func:`~.run_metadata.read_data_meta` falls back to what they recorded.
 
-It is written to a temporary file in the target directory, flushed to disk and renamed over
-the target, so a killed run leaves either the previous checkpoint or the new one, never a
-torn file.
+It is written to a temporary file in the target directory (``.checkpoint.pt.<PID>.<random>.tmp``,
+see :mod:`sciattn._io`), flushed to disk, given the umask's permissions (``0o666 & ~umask``) and
+renamed over the target, so a killed run leaves either the previous checkpoint or the new one,
+never a torn file; the temporary file a SIGKILL leaves behind is removed at the next start of a
+run in that directory (:func:`remove_stale_temp_files`). A full disk raises ``OSError(ENOSPC)``
+naming the checkpoint (torch's own writer would report a bare ``RuntimeError``).
 """
 
 from __future__ import annotations
@@ -37,13 +40,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from sciattn._io import atomic_path, atomic_write_bytes
+from sciattn._io import atomic_path, atomic_write_bytes, file_mode, remove_stale_temp_files
 from sciattn.operators import create_operator
 from sciattn.pde_data.normalizers import normalizer_from_state, normalizer_to_state
 
 __all__ = [
-    "atomic_torch_save", "atomic_write_bytes", "capture_rng_state", "load_checkpoint", "load_model",
-    "restore_rng_state", "save_checkpoint",
+    "atomic_torch_save", "atomic_write_bytes", "capture_rng_state", "file_mode", "load_checkpoint", "load_model",
+    "remove_stale_temp_files", "restore_rng_state", "save_checkpoint",
 ]
 
 FORMAT = "sciattn-checkpoint"
@@ -77,9 +80,10 @@ def restore_rng_state(state: dict[str, Any]) -> None:
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
-    """``torch.save`` through a temporary file and ``os.replace``."""
-    with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
+    """``torch.save`` through a temporary file and ``os.replace``. Saved through a Python file object,
+    so write errors surface as ``OSError`` with their errno (``ENOSPC``: disk full)."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        torch.save(obj, fh)
     return Path(path)
 
 

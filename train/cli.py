@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from pathlib import Path
@@ -27,16 +28,22 @@ def _cmd_train(args) -> int:
     from .run import train_run
 
     out, resume = _train_target(args)
+    if resume and args.force:
+        raise ValueError("--resume, --force: expected one of them (--resume continues the run, --force replaces it)")
     if args.config is not None:
         cfg = load_config(args.config, args.set)
     else:
         from .checkpoint import load_checkpoint
-        from .config import apply_overrides
+        from .config import ConfigError, apply_overrides
+        from .run import _run_dir_error
 
-        if not (out / "checkpoint.pt").is_file():
-            raise FileNotFoundError(f"--resume: expected a run directory holding checkpoint.pt, got {str(out)!r}")
+        message = _run_dir_error(out, resume=True, force=None)
+        if message is not None:
+            raise ConfigError(message)
         cfg = from_dict(apply_overrides(json.loads(load_checkpoint(out)["run_config"]), args.set))
-    metrics = train_run(cfg, out, resume=resume, progress=not args.no_progress)
+    # the run-directory checks (existing run, checkpoint to resume, writability, stale temporary files)
+    # run in train_run on rank 0, before the data or the model are built; every rank raises their error
+    metrics = train_run(cfg, out, resume=resume, force=bool(args.force), progress=not args.no_progress)
     if "test" in metrics and not _is_worker():
         print(json.dumps({"run_dir": str(out), "test": metrics["test"]}, indent=2))
     return 0
@@ -182,7 +189,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a config value (TOML literal); repeatable")
     t.add_argument("--out", help="run directory (default runs/<config name>)")
     t.add_argument("--resume", nargs="?", const=True, default=False, metavar="RUN_DIR",
-                   help="continue exactly from RUN_DIR/checkpoint.pt (default RUN_DIR: --out), mid-epoch included")
+                   help="continue exactly from RUN_DIR/checkpoint.pt (default RUN_DIR: --out), mid-epoch included; "
+                        "a finished run continues when --set train.epochs=N raises its epochs (cosine schedule "
+                        "only); without a checkpoint it is an error")
+    t.add_argument("--force", action="store_true",
+                   help="replace the run already in --out: delete its checkpoint, metrics, logs, plots, "
+                        "tensorboard/ and eval/ and train from scratch (without --force or --resume an existing "
+                        "run is refused)")
     t.add_argument("--no-progress", action="store_true", help="hide progress bars")
     t.set_defaults(func=_cmd_train)
 
@@ -266,12 +279,39 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _os_error_message(err: OSError) -> str:
+    """``'PATH': cause``; ``disk full while writing 'PATH'`` for ``ENOSPC``; our own messages as they are."""
+    if err.errno is None or err.strerror is None:
+        return str(err)
+    path = err.filename if err.filename is not None else None
+    if err.errno == errno.ENOSPC:
+        return f"disk full while writing {str(path)!r}" if path is not None else "disk full (no space left on device)"
+    if path is None:
+        return err.strerror
+    where = repr(str(path)) + (f" -> {str(err.filename2)!r}" if err.filename2 is not None else "")
+    return f"{where}: {err.strerror}"
+
+
+def _import_error_message(err: ImportError) -> str:
+    what = f"cannot import {err.name!r}" if err.name else "import failed"
+    where = f" (from {err.path!r})" if err.path else ""
+    return f"{what}{where}: {err.msg}; install the missing package or choose a config that does not need it"
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; errors (bad input, files that cannot be read or written, missing packages)
+    print one line ``sciattn COMMAND: error: ...`` on stderr and return 2, without a traceback."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, TypeError, FileNotFoundError, ConnectionError, FloatingPointError) as err:
-        print(f"sciattn {args.command}: error: {err}", file=sys.stderr)
+    except (ValueError, TypeError, ConnectionError, FloatingPointError, OSError, ImportError) as err:
+        if isinstance(err, ImportError):
+            message = _import_error_message(err)
+        elif isinstance(err, OSError) and not isinstance(err, ConnectionError):
+            message = _os_error_message(err)
+        else:
+            message = str(err)
+        print(f"sciattn {args.command}: error: {' '.join(message.splitlines())}", file=sys.stderr)
         return 2
 
 

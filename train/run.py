@@ -4,11 +4,17 @@
 builds the data (rank 0 first, so a generated data set is solved and cached once), the model
 (same seed, so same initial weights) and a :class:`Trainer`; only rank 0 writes metrics, plots,
 logs and checkpoints.
+
+Before anything is built, rank 0 prepares the run directory (:func:`prepare_run_dir`: the
+existing-run, resume and writability checks, stale temporary files) and every rank raises its
+error, so no rank races another on the file system and none trains into a directory that fails.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -19,23 +25,33 @@ from sciattn.operators import create_operator
 from sciattn.operators.registry import operator_parameters
 from sciattn.pde_data.normalizers import fit_normalizers
 
-from .checkpoint import atomic_write_bytes, load_checkpoint, load_model
+from .checkpoint import atomic_write_bytes, load_checkpoint, load_model, remove_stale_temp_files
 from .config import ConfigError, RunConfig
 from .data import build_datasets, data_layout, describe_source, load_data_file
-from .distributed import barrier, init_distributed, shutdown_distributed
+from .distributed import barrier, gather_objects, init_distributed, shutdown_distributed
 from .loggers import make_loggers
 from .plots import plot_resolution_curve, plot_sample
 from .rollout import rollout_errors, stability_verdict
 from .trainer import Trainer, evaluate_dataset
 
 __all__ = ["train_run", "evaluate_run", "count_parameters", "check_resume_config", "fit_data_normalizers",
-           "RESUME_FREE_KEYS"]
+           "prepare_run_dir", "RESUME_FREE_KEYS", "RUN_MARKERS"]
 
 # keys that may differ between a run and its continuation without changing the computation
+# (train.epochs: with the cosine schedule only, and never below what the run has trained; see
+# check_resume_config)
 RESUME_FREE_KEYS = frozenset({
     "train.device", "train.threads", "train.tensorboard", "train.wandb", "train.wandb_project",
-    "train.checkpoint_every_steps", "data.train", "data.test", "data.cache_dir", "data.root",
+    "train.checkpoint_every_steps", "data.train", "data.test", "data.cache_dir", "data.root", "train.epochs",
 })
+
+# files whose presence makes a directory a run (never overwritten without --resume or --force)
+RUN_MARKERS = ("checkpoint.pt", "metrics.json")
+# what a run writes into its directory; --force removes these before starting over
+_RUN_FILES = ("checkpoint.pt", "metrics.json", "metrics.csv", "wandb_id.txt", "error_vs_resolution.png")
+_RUN_GLOBS = ("sample_*.png",)
+_RUN_DIRS = ("tensorboard", "eval")
+_PROBE = ".sciattn-write-probe"
 
 
 def count_parameters(model: torch.nn.Module) -> int:
@@ -60,28 +76,141 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def check_resume_config(cfg: RunConfig, run_dir: str | Path) -> None:
     """Raise ``ConfigError`` naming the keys where ``cfg`` differs from the config stored in the run's
-    checkpoint (other than :data:`RESUME_FREE_KEYS`); nothing to check without a checkpoint."""
+    checkpoint (other than :data:`RESUME_FREE_KEYS`); nothing to check without a checkpoint.
+
+    ``train.epochs`` may change on resume (a finished run continues for the added epochs) when the
+    schedule allows it:
+
+    * ``scheduler = "cosine"``: the run continues on the cosine of the *new* total, i.e. from the
+      resumed step on the learning rate is the one a run configured with the new ``epochs`` from the
+      start would have (``lr/2 · (1 + cos(π · step / (epochs · steps_per_epoch)))``); a finished run's
+      rate, 0 at its end, so restarts at that value (e.g. ``lr/2`` when the epochs are doubled).
+      Fewer epochs than the checkpoint has trained (a started epoch counts) are refused.
+    * ``scheduler = "onecycle"``: refused. One cycle is a warm-up and an annealing over a fixed
+      number of steps; a longer cycle would change the rates of the steps already taken, and a second
+      cycle is a new run's schedule. Train a new run (``--force`` or another ``--out``), or use the
+      cosine schedule for runs meant to be extended.
+    """
     path = Path(run_dir) / "checkpoint.pt"
     if not path.is_file():
         return
-    stored = _flat(json.loads(load_checkpoint(path)["run_config"]))
+    state = load_checkpoint(path)
+    stored = _flat(json.loads(state["run_config"]))
     new = _flat(cfg.to_dict())
     diff = sorted(k for k in stored if k not in RESUME_FREE_KEYS and stored[k] != new.get(k))
     if diff:
         detail = ", ".join(f"{k}: {stored[k]!r} -> {new.get(k)!r}" for k in diff)
         raise ConfigError(f"--resume: the config differs from the one stored in {str(path)!r} in {detail}; resume "
                           f"with the run's own config (omit CONFIG) or train into a new run directory")
+    old_epochs, epochs = stored.get("train.epochs"), new.get("train.epochs")
+    if old_epochs is None or old_epochs == epochs:
+        return
+    if new.get("train.scheduler") == "onecycle":
+        raise ConfigError(f"train.epochs: a OneCycle run cannot be extended or shortened ({old_epochs} -> {epochs} "
+                          f"for {str(path)!r}): its one warm-up and annealing span the configured steps; start a new "
+                          f"run (--force or another --out), or use train.scheduler = \"cosine\" for runs to extend")
+    done = int(state.get("epoch", 0))
+    started = done + (1 if (state.get("training") or {}).get("batches_done", 0) else 0)
+    if epochs < started:
+        raise ConfigError(f"train.epochs: {str(path)!r} has trained {done} epoch(s)"
+                          + (" and part of the next" if started > done else "")
+                          + f"; expected at least {started}, got {epochs}")
 
 
-def train_run(cfg: RunConfig, out: str | Path, *, resume: bool = False, progress: bool = True,
-              log=print) -> dict[str, Any]:
+def _run_dir_error(out: Path, *, resume: bool, force: bool | None) -> str | None:
+    """The one-line refusal for ``out`` (``None``: go ahead)."""
+    if resume:
+        if not (out / "checkpoint.pt").is_file():
+            return (f"--resume: no checkpoint to resume in {str(out)!r} (expected {str(out / 'checkpoint.pt')!r}); "
+                    f"train without --resume to start the run")
+        return None
+    found = [name for name in RUN_MARKERS if (out / name).exists()]
+    if force is False and found:
+        return (f"--out: {str(out)!r} already holds a run ({', '.join(found)}); pass --resume to continue it or "
+                f"--force to replace it")
+    return None
+
+
+def _remove_run_files(out: Path) -> None:
+    for name in _RUN_FILES:
+        (out / name).unlink(missing_ok=True)
+    for pattern in _RUN_GLOBS:
+        for p in out.glob(pattern):
+            p.unlink(missing_ok=True)
+    for name in _RUN_DIRS:
+        if (out / name).is_dir():
+            shutil.rmtree(out / name)
+
+
+def prepare_run_dir(out: str | Path, *, resume: bool = False, force: bool | None = None) -> list[Path]:
+    """Check and prepare the run directory ``out`` before training; returns the stale temporary files removed.
+
+    * ``resume``: ``out/checkpoint.pt`` must exist (``ConfigError`` otherwise).
+    * ``force=False`` (the CLI without ``--force``): a directory holding a run (:data:`RUN_MARKERS`)
+      is refused (``ConfigError``); ``force=True`` removes the run's files (checkpoint, metrics, logs,
+      plots, ``tensorboard/``, ``eval/``) and starts over; ``force=None`` (the API default) writes
+      over whatever is there, as before.
+    * The directory is created and a probe file is written, fsynced, renamed and removed through
+      the atomic-write helper, so a read-only, full or forbidden directory raises ``OSError`` (with
+      the directory and the cause) now instead of after the first epoch.
+    * Temporary files of atomic writes left by a killed writer are removed: one run directory has
+      one writer (rank 0), so a temporary file whose writer PID is not alive is stale
+      (:func:`~sciattn._io.remove_stale_temp_files`).
+
+    Under torchrun only rank 0 calls it (:func:`train_run` shares its error with every rank).
+    """
+    out = Path(out)
+    message = _run_dir_error(out, resume=resume, force=force)
+    if message is not None:
+        raise ConfigError(message)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out: expected a run directory, got the file {str(out)!r}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(b"sciattn: can this run directory be written?\n", out / _PROBE)
+        (out / _PROBE).unlink()
+    except OSError as err:
+        if err.errno == errno.ENOSPC:
+            raise
+        raise OSError(err.errno, f"{err.strerror}; --out must be a writable directory (checked before training)",
+                      str(out)) from None
+    removed = remove_stale_temp_files(out)
+    if force and not resume:
+        _remove_run_files(out)
+    return removed
+
+
+def _prepare_on_main(ctx, out: Path, *, resume: bool, force: bool | None, log) -> None:
+    """:func:`prepare_run_dir` on rank 0; its error is raised on every rank (no rank trains alone)."""
+    error: BaseException | None = None
+    if ctx.is_main:
+        try:
+            removed = prepare_run_dir(out, resume=resume, force=force)
+            if removed:
+                log(f"removed {len(removed)} temporary file(s) of an interrupted write in {str(out)!r}")
+        except (OSError, ValueError) as err:
+            error = err
+    shared = gather_objects(error, ctx)[0] if ctx.distributed else error
+    if shared is not None:
+        if error is not None:
+            raise error
+        raise shared
+
+
+def train_run(cfg: RunConfig, out: str | Path, *, resume: bool = False, force: bool | None = None,
+              progress: bool = True, log=print) -> dict[str, Any]:
     """Train the configured model; write ``checkpoint.pt``, ``metrics.json``, ``metrics.csv``, logs and
-    PNGs into ``out`` (rank 0). Under torchrun the process group is created here and destroyed at the end."""
+    PNGs into ``out`` (rank 0). Under torchrun the process group is created here and destroyed at the end.
+
+    ``resume``: continue from ``out/checkpoint.pt`` (which must exist). ``force``: what to do with a
+    run already in ``out`` when not resuming — ``False`` refuses, ``True`` replaces it, ``None``
+    (default) writes over it; see :func:`prepare_run_dir`, which runs first (rank 0)."""
     t = cfg.train
     ctx = init_distributed(t.device)
+    log = log if ctx.is_main else (lambda message: None)
     try:
-        return _train_run(cfg, Path(out), ctx, resume=resume, progress=progress and ctx.is_main,
-                          log=log if ctx.is_main else (lambda message: None))
+        _prepare_on_main(ctx, Path(out), resume=resume, force=force, log=log)
+        return _train_run(cfg, Path(out), ctx, resume=resume, progress=progress and ctx.is_main, log=log)
     finally:
         shutdown_distributed(ctx)
 
@@ -138,8 +267,6 @@ def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, 
     t = cfg.train
     if resume:
         check_resume_config(cfg, out)
-    if ctx.is_main:
-        out.mkdir(parents=True, exist_ok=True)
     if t.threads:
         torch.set_num_threads(t.threads)
     torch.manual_seed(t.seed)

@@ -11,11 +11,17 @@ Written at the end of every epoch and every ``checkpoint_every_steps`` optimiser
 * the running loss sum, sample count and seconds of the unfinished epoch.
 
 Weights holding NaN or Inf are never written: the last good checkpoint stays on disk.
+
+A trainer built with more ``epochs`` than the checkpointed run (a finished run extended) restores
+a cosine schedule onto the new total: from the resumed step on, the learning rate is the one of a
+run configured with the new ``epochs`` from the start. A OneCycle schedule of another length is
+refused (see :func:`~sciattn.train.run.check_resume_config`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import torch
@@ -62,6 +68,30 @@ def write_training_state(tr: Any) -> None:
     tr._last_saved = (tr.epoch, tr.step)
 
 
+def _fit_schedule(tr: Any) -> None:
+    """After loading a schedule written for another number of epochs: a cosine continues on the
+    cosine of ``tr.epochs · steps_per_epoch`` steps; a OneCycle is refused."""
+    sched, total = tr.scheduler, tr.epochs * tr.steps_per_epoch
+    if isinstance(sched, torch.optim.lr_scheduler.OneCycleLR) and sched.total_steps != total:
+        raise ValueError(
+            f"resume: {str(tr.checkpoint_path)!r} holds a OneCycle schedule of {sched.total_steps} steps, this run has "
+            f"{total} ({tr.epochs} epochs); a OneCycle run cannot be extended, start a new run or use the cosine schedule"
+        )
+    if not isinstance(sched, torch.optim.lr_scheduler.CosineAnnealingLR) or sched.T_max == total:
+        return
+    step = sched.last_epoch
+    if step > total:
+        raise ValueError(f"resume: {str(tr.checkpoint_path)!r} has taken {step} optimiser steps, more than the "
+                         f"{total} of {tr.epochs} epochs")
+    sched.T_max = total
+    lrs = [sched.eta_min + (base - sched.eta_min) * (1 + math.cos(math.pi * step / total)) / 2
+           for base in sched.base_lrs]
+    for group, lr in zip(tr.optimizer.param_groups, lrs, strict=True):
+        group["lr"] = lr
+    sched._last_lr = list(lrs)  # get_last_lr(); the recursive cosine continues from group["lr"]
+    tr.log(f"resume: cosine schedule continued over {tr.epochs} epochs ({total} steps); lr {lrs[0]:.4g} at step {step}")
+
+
 def restore_training_state(tr: Any) -> bool:
     """Restore ``tr`` from ``tr.run_dir/checkpoint.pt``; returns whether a checkpoint was found."""
     if tr.run_dir is None or not tr.checkpoint_path.is_file():
@@ -77,6 +107,7 @@ def restore_training_state(tr: Any) -> bool:
     tr.model.load_state_dict(state["model"])
     tr.optimizer.load_state_dict(state["optimizer"])
     tr.scheduler.load_state_dict(state["scheduler"])
+    _fit_schedule(tr)
     tr.precision.load_state_dict(saved.get("scaler"))
     tr.epoch = state["epoch"]
     tr.step = state.get("step", tr.epoch * tr.steps_per_epoch)

@@ -60,3 +60,35 @@ def test_missing_and_corrupt_checkpoints_name_the_path(tmp_path):
     torch.save({"a": 1}, other)
     with pytest.raises(ValueError, match="is not a sciattn checkpoint"):
         load_checkpoint(other)
+
+
+def test_a_write_error_names_the_target_and_leaves_no_temp_file(tmp_path, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    from sciattn.train.checkpoint import atomic_write_bytes
+
+    seen = []
+    real = Path.write_bytes
+
+    def full(self, data):
+        seen.append(self.name)
+        raise OSError(errno.ENOSPC, "No space left on device")  # what write() raises: no file name
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    with pytest.raises(OSError) as info:
+        atomic_write_bytes(b"{}", tmp_path / "metrics.json")
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(tmp_path / "metrics.json")
+    (name,) = seen
+    assert name.startswith(f".metrics.json.{os.getpid()}.") and name.endswith(".tmp")  # the writer's PID
+    monkeypatch.setattr(Path, "write_bytes", real)
+
+    def torch_full(obj, fh):
+        fh.write(b"PK")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", torch_full)
+    with pytest.raises(OSError) as info:
+        atomic_torch_save({"a": 1}, tmp_path / "ck.pt")
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(tmp_path / "ck.pt")
+    assert os.listdir(tmp_path) == []
