@@ -14,7 +14,35 @@ from .reference import codomain_logits_reference, codomain_reference
 __all__ = ["codomain_attention", "codomain_logits"]
 
 
-def _check_inputs(q, k, v, weights, var_mask):
+def _check_weights_on_every_rank(weights: torch.Tensor, group) -> None:
+    """:func:`check_quadrature_weights` on this rank's points; with ``group`` the verdict is agreed over
+    the group first (an all-reduce of one flag), so every rank raises together instead of one rank
+    raising while the others wait in the attention's all-reduce."""
+    try:
+        check_quadrature_weights("weights", weights)
+        local = None
+    except ValueError as err:
+        local = err
+    if group is None or not values_checkable(weights):
+        if local is not None:
+            raise local
+        return
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        if local is not None:
+            raise local
+        return  # the reducer names the missing process group
+    flag = torch.tensor([0.0 if local is None else 1.0], device=weights.device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    if local is not None:
+        raise local
+    if flag.item() > 0:
+        raise ValueError("weights: expected non-negative finite values at every point on every rank of group, got "
+                         "an invalid weight on another rank")
+
+
+def _check_inputs(q, k, v, weights, var_mask, group=None):
     check_rank("q", q, 5, "(B, H, V, N, D)")
     check_rank("k", k, 5, "(B, H, V, N, D)")
     if tuple(q.shape) != tuple(k.shape):
@@ -32,7 +60,7 @@ def _check_inputs(q, k, v, weights, var_mask):
             raise ValueError(
                 f"weights: expected shape ({n},) or ({b}, {n}) matching the points of k, got {tuple(weights.shape)}"
             )
-        check_quadrature_weights("weights", weights)
+        _check_weights_on_every_rank(weights, group)
     if var_mask is not None:
         check_tensor("var_mask", var_mask)
         if tuple(var_mask.shape) != (b, nv):
@@ -144,7 +172,7 @@ def codomain_attention(
     Shapes:
         returns ``(B, H, V, N, E)``.
     """
-    _check_inputs(q, k, v, weights, var_mask)
+    _check_inputs(q, k, v, weights, var_mask, group)
     b, h, nv, n, d = k.shape
     chosen = select_backend(
         "codomain",
@@ -178,7 +206,7 @@ def codomain_logits(
     Shapes:
         q, k: ``(B, H, V, N, D)``; returns ``(B, H, V, V)`` (query variable, key variable).
     """
-    _check_inputs(q, k, None, weights, var_mask)
+    _check_inputs(q, k, None, weights, var_mask, group)
     b, h, nv, n, d = k.shape
     reduce = _reducer(group)
     w = _weights(weights, (b, n), q, reduce)

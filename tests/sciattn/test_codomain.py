@@ -190,6 +190,30 @@ def test_domain_parallel_gloo_matches_one_process_outputs_and_gradients():
         torch.testing.assert_close(torch.cat([p["grads"][i] for p in parts], dim=dim), t.grad, rtol=1e-11, atol=1e-12)
 
 
+def _bad_weight_worker(rank, world, port, results):
+    torch.set_num_threads(1)
+    with gloo_group(rank, world, port):
+        q, k, v, w, mask, _ = _parallel_case()
+        bounds = [0, 3, 7]
+        sl = slice(bounds[rank], bounds[rank + 1])
+        w_local = w[:, sl].clone()
+        if rank == 1:
+            w_local[0, 1] = -0.5  # only one rank holds the bad weight
+        try:
+            codomain_attention(*(t[:, :, :, sl] for t in (q, k, v)), weights=w_local, var_mask=mask,
+                               group=dist.group.WORLD)
+            results[rank] = "no error"
+        except ValueError as err:
+            results[rank] = str(err)
+
+
+def test_domain_parallel_bad_weight_on_one_rank_raises_on_every_rank():
+    """A rank raising alone would leave the others waiting in the attention's all-reduce."""
+    results = run_ranks("test_codomain", "_bad_weight_worker")
+    assert results[1].startswith("weights: expected non-negative finite values at every point, got -0.5"), results
+    assert results[0].startswith("weights: expected non-negative finite values at every point on every rank"), results
+
+
 # ----------------------------------------------------------------------------- errors
 def test_bad_inputs_name_argument_expectation_and_value():
     q = torch.randn(1, 2, 3, 5, 4)
