@@ -294,3 +294,16 @@ def test_raised_epochs_refuse_a_onecycle_run(tiny, finished, capsys):
     err = _error_line(capsys)
     assert "train.epochs: a OneCycle run cannot be extended" in err and str(finished / "checkpoint.pt") in err
     assert _snapshot(finished) == before
+
+
+def test_under_torchrun_every_rank_refuses_an_existing_run(tiny, finished):
+    root, cfg = tiny
+    before = _snapshot(finished)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "sciattn.train.cli", "train", str(cfg), "--out", str(finished), *FAST]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode != 0
+    # rank 0 checked; its error reached rank 1 through the process group (no rank trained or hung)
+    assert proc.stderr.count("sciattn train: error: --out: ") == 2, proc.stderr[-3000:]
+    assert "train/run.py" not in proc.stderr and "train/cli.py" not in proc.stderr  # no rank traceback (torchrun prints its own)
+    assert _snapshot(finished) == before
