@@ -293,6 +293,45 @@ class MANO(nn.Module):
         else:
             self.proj = _PointwiseMLP(width, mlp_ratio * width, out_channels)
 
+    @property
+    def export_size_multiple(self) -> tuple[int, ...] | None:
+        """Per-axis multiple ``M`` of the spatial sizes a traced program (``sciattn export``) takes, or ``None``
+        (a fixed grid; :attr:`export_fixed_reason` says why).
+
+        Every multiple of ``M`` (``n = K·M``, ``K >= 1``, no upper bound) has the same pyramid, scaled by ``K``
+        (:meth:`~sciattn.multipole.MultipoleAttention.export_unit`: same level count, exact pooling by
+        ``pool_factor``, windows tiling every level), so the traced graph computes every level size and window
+        as symbolic multiples of ``K`` and holds for all of them. E.g. ``window_fraction=0.25``,
+        ``pool_factor=2``: ``M = 4``, sizes 8, 12, 16, ... (:attr:`export_size_range`). Windows in cells have none.
+        """
+        return self._export_multiple()[0]
+
+    @property
+    def export_size_range(self) -> list[tuple[int, int | None]] | None:
+        """Per-axis ``(min, max)`` of the traced sizes, ``max`` None (unbounded): ``K >= 2`` multiples, since at
+        ``K = 1`` some window or level axis is one cell long, a size torch.export specialises."""
+        m = self.export_size_multiple
+        return None if m is None else [(2 * k, None) for k in m]
+
+    @property
+    def export_fixed_reason(self) -> str | None:
+        """Why :attr:`export_size_multiple` is ``None`` (``None`` when it is not)."""
+        return self._export_multiple()[1]
+
+    def _export_multiple(self) -> tuple[tuple[int, ...] | None, str | None]:
+        if isinstance(self.lift, _StencilLift) and self.lift.spacing is not None:
+            return None, ("lift_spacing: the stencil lift samples at lift_spacing * n cells, computed in Python "
+                          "from the grid size")
+        if isinstance(self.proj, _SpectralHead) and self.proj.grid is not None:
+            return None, "head_grid: the spectral head compares the input grid with its fixed grid in Python"
+        unit = (1,) * self.spatial_dims
+        for block in self.blocks:
+            m = block.attn.export_unit()
+            if m is None:
+                return None, block.attn.export_unit_why_not()
+            unit = tuple(a * b // math.gcd(a, b) for a, b in zip(unit, m))
+        return unit, None
+
     def forward(
         self, x: torch.Tensor, weights: torch.Tensor | None = None, *, y: torch.Tensor | None = None
     ) -> torch.Tensor:

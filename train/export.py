@@ -30,9 +30,16 @@ Shapes. Batch and spatial sizes are dynamic wherever the operator's code allows 
   grid exactly by slicing at multiples and interpolated otherwise, and the program holds the slicing
   branch, so it takes every multiple (16, 32, 48, ... for a 16x16 latent grid) and refuses other sizes
   with a guard error (eager mode interpolates them).
-* MANO: its pyramid has ``1 + ceil(log_s(n / window))`` levels (or up to ``max_levels``), a number of
-  layers that depends on the grid size, so no single graph holds every resolution; it is exported at
-  one resolution (batch dynamic). Export again for another resolution.
+* MANO: its pyramid (level count, level sizes, windows) is computed in Python from the grid size. With
+  ``window_fraction`` it declares ``export_size_multiple`` ``M`` (e.g. 4 for ``window_fraction=0.25`` and
+  ``pool_factor=2``) and ``export_size_range`` ``[2M, None]``: every size ``n = K·M``, ``K >= 2``, has the
+  pyramid of ``M`` scaled by ``K`` (same level count, exact pooling, windows ``K`` times larger tiling every
+  level), so the program computes it in symbolic integers and takes every such size (other sizes fail a
+  guard; eager mode pads them). ``K = 1`` is left out: windows of one cell would be size-1 axes, which
+  torch.export specialises. Other configurations (``window`` in cells: one more level per refinement;
+  ``coarse_cells``; a fraction whose windows do not tile the levels) are exported at one resolution
+  (batch dynamic), with the reason in the note; a declared multiple whose program fails the probe falls
+  back to that too.
 * Sphere operators (``spherical_transformer``, ``planar_transformer``): built for one ``nlat x nlon``
   grid (the neighbourhood CSR and quadrature come from that grid at construction), so the program
   runs on that grid only; the batch is dynamic. The quadrature itself could be computed in the graph,
@@ -96,12 +103,13 @@ FIXED_GRID = {
                           "construction), so the program runs on that grid only",
 }
 WHY_SPECIALISED = {
-    "mano": "MANO's pyramid has 1 + ceil(log_s(n / window)) levels (capped by max_levels): the number of layers "
-            "depends on the grid size, so one traced graph cannot hold every resolution",
+    "mano": "MANO's pyramid (level count, sizes, windows) is computed in Python from the grid size",
 }
 MULTIPLE_WHY = {
     "galerkin_transformer": "its input is restricted onto the latent grid by slicing, exact when each size is a "
                             "multiple of the latent one; other sizes are interpolated in eager mode only",
+    "mano": "on multiples of it the multipole pyramid is the one at the multiple scaled (same level count, exact "
+            "pooling, windows tiling every level); eager mode pads other sizes",
 }
 _TREE_WHY = ("its ball tree has a depth that depends on N and sciattn.balltree uses torch.gather(out=), which "
              "torch.export cannot trace with symbolic sizes")
@@ -301,6 +309,15 @@ def _size_multiple(model: nn.Module, d: int) -> tuple[int, ...] | None:
     return m
 
 
+def _size_range(model: nn.Module, multiple: tuple[int, ...] | None) -> list[int] | None:
+    """The smallest multiple ``K_min`` per axis from the operator's ``export_size_range`` (``[(lo, hi), ...]``,
+    ``hi`` None: unbounded; only ``lo`` is read), default 1."""
+    rng = getattr(model, "export_size_range", None)
+    if rng is None or multiple is None:
+        return None if multiple is None else [1] * len(multiple)
+    return [max(1, -(-int(lo) // m)) for (lo, _), m in zip(rng, multiple)]
+
+
 def _first_line(err: Exception) -> str:
     return next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
 
@@ -452,21 +469,23 @@ def export_run(
         else:
             batch, spatial = _example_shape(example_shape, meta, c_in, d)
             fixed_why = FIXED_GRID.get(name)
-            dyn_spatial = dynamic_spatial and fixed_why is None
+            fixed_reason = getattr(model, "export_fixed_reason", None)  # the operator knows it holds one grid
+            dyn_spatial = dynamic_spatial and fixed_why is None and fixed_reason is None
             module = ExportedOperator(model, xn, yn, compute).eval()
 
             multiple = _size_multiple(model, d)
+            kmin = _size_range(model, multiple)
 
             def attempt(spatial_dynamic: bool):
                 avoid = {c_in} | (set() if spatial_dynamic else set(spatial))
                 if spatial_dynamic and multiple is not None:
                     # sizes m_i * K_i, traced at K_i >= 2 (distinct, so no two axes are unified)
-                    ks = _distinct([max(2, -(-s // m)) for s, m in zip(spatial, multiple)], set())
+                    ks = _distinct([max(2, lo, -(-s // m)) for s, m, lo in zip(spatial, multiple, kmin)], set())
                     sizes = [k * m for k, m in zip(ks, multiple)]
                     b = _distinct([max(batch, 2)], avoid | set(sizes))[0]
                     # n = m * (K - 1) with K >= 2: torch.export takes a root dim to be >= 2, and K - 1 = 1 (the
-                    # multiple itself) must be in range
-                    space = {2 + i: m * Dim(f"k{i}", min=2) - m for i, m in enumerate(multiple)}
+                    # multiple itself) must be in range; K - 1 >= kmin where the operator declares a lower bound
+                    space = {2 + i: m * Dim(f"k{i}", min=lo + 1) - m for i, (m, lo) in enumerate(zip(multiple, kmin))}
                 else:
                     b = _distinct([max(batch, 2)], avoid)[0]
                     sizes = _distinct([max(s, 2) for s in spatial], {b, c_in}) if spatial_dynamic else list(spatial)
@@ -479,14 +498,20 @@ def export_run(
                 except Exception as err:  # noqa: BLE001 - torch raises many types
                     raise _trace_error(name, example.shape, err) from err
 
-            program, example = attempt(dyn_spatial)
-            b, sizes = example.shape[0], list(example.shape[2:])
             spatial_failed = None
-            if dyn_spatial:  # a dim can stay symbolic in the signature yet be pinned by a guard: run it to know
+            try:
+                program, example = attempt(dyn_spatial)
+            except RuntimeError as err:
+                if not (dyn_spatial and multiple is not None):
+                    raise
+                spatial_failed = f"tracing with dynamic sizes failed: {_first_line(err)[:200]}"
+                program, example = attempt(False)
+            b, sizes = example.shape[0], list(example.shape[2:])
+            if dyn_spatial and spatial_failed is None:  # a dim can stay symbolic yet be pinned by a guard: run it
                 if multiple is None:
                     probes = [[n + 3 for n in sizes]]
-                else:  # the next multiples, and the multiple itself (K = 1: the latent grid, no resampling)
-                    probes = [[n + m for n, m in zip(sizes, multiple)], list(multiple)]
+                else:  # the next multiples, and the smallest (K = 1: the latent grid, no resampling)
+                    probes = [[n + m for n, m in zip(sizes, multiple)], [m * lo for m, lo in zip(multiple, kmin)]]
                 for probe in probes:
                     spatial_failed = _probe(program, module, _random((b, c_in, *probe), dtype, gen), format)
                     if spatial_failed is not None:
@@ -506,8 +531,8 @@ def export_run(
                     notes.append(f"spatial sizes are multiples of {tuple(multiple)} (operator {name!r}: "
                                  f"{MULTIPLE_WHY.get(name, 'it declares export_size_multiple')}; see size_multiples)")
             else:
-                reason = fixed_why or WHY_SPECIALISED.get(name) or (
-                    "dynamic_spatial=False" if not dynamic_spatial else
+                reason = fixed_why or ("dynamic_spatial=False" if not dynamic_spatial else None) or (
+                    None if multiple is not None else (fixed_reason or WHY_SPECIALISED.get(name))) or (
                     f"tracing fixed the sizes ({spatial_failed}): the operator computes something in Python from "
                     f"the input size")
                 notes.append(f"spatial dims are fixed at {tuple(fixed)} for operator {name!r}: {reason}; export "

@@ -234,11 +234,72 @@ class MultipoleAttention(nn.Module):
             levels.append((shape, win))
         return levels
 
+    def export_unit(self) -> tuple[int, ...] | None:
+        """Per-axis size ``M`` such that every grid ``n = K·M`` (``K >= 1`` per axis) has the pyramid of
+        ``M`` scaled by ``K``, or ``None`` (then :meth:`export_unit_why_not` says why).
+
+        On those grids every level divides exactly by ``pool_factor`` (no padding, no adaptive bins)
+        and every window tiles its level, so :meth:`plan` on symbolic sizes is ``K`` times the plan at
+        ``M`` and a traced program (``sciattn export``) takes every multiple of ``M``, with no upper
+        bound: the level count does not change with ``K``.
+
+        * ``window_fraction=f`` (the windows grow with the grid): ``M`` is the smallest size with
+          ``f·M`` a whole number of cells whose pyramid divides exactly; e.g. ``f=1/4``, ``s=2``: ``M=4``
+          (three levels, windows ``n/4`` at every level). A fraction that never tiles its levels
+          exactly (``f=0.3``: ``10/3`` windows per axis) has no unit.
+        * ``window=w`` cells: no unit. Without ``max_levels`` the level count grows by one per refinement
+          by ``s``; with it the sizes ``K·w·s^(L-1)`` would share the pyramid, but the number of windows
+          grows with ``K`` and torch.export pins it (a guard on the window tiling), so it is not offered.
+        * ``coarse_cells``: the coarse levels have fixed sizes reached by adaptive bins: no unit.
+        """
+        return self._export_unit()[0]
+
+    def export_unit_why_not(self) -> str | None:
+        """Why :meth:`export_unit` is ``None`` (``None`` when it is not)."""
+        return self._export_unit()[1]
+
+    def _export_unit(self) -> tuple[tuple[int, ...] | None, str | None]:
+        s = self.pool_factor
+        if self.coarse_cells is not None:
+            return None, ("coarse_cells: its coarse levels have fixed sizes, reached from the input level by "
+                          "adaptive pooling whose bins depend on the grid size")
+        if self.window_fraction is None:
+            if self.max_levels is None:
+                return None, (f"window={self.window} cells without max_levels: the pyramid has 1 + ceil(log_s(n / "
+                              f"window)) levels, one more per refinement by s={s}, so one traced graph cannot hold "
+                              f"every resolution (window_fraction gives a level count independent of n)")
+            return None, (f"window={self.window} cells with max_levels={self.max_levels}: the level count is fixed, "
+                          f"but the number of windows grows with n and torch.export pins it (a guard on the window "
+                          f"tiling); window_fraction exports dynamic sizes")
+        else:
+            base = []
+            for f in self.window_fraction:  # smallest whole window c with c / f a whole number of cells
+                c = next((c for c in range(1, 4097) if abs(round(c / f) * f - c) <= 1e-9 * c), None)
+                if c is None:
+                    return None, f"window_fraction={f}: no grid up to {round(4096 / f)} cells holds a whole window"
+                base.append(round(c / f))
+            levels = len(self.plan(tuple(base)))
+            step = s ** (levels - 1)  # every level but the coarsest pools by s exactly
+            unit = tuple(m * step // math.gcd(m, step) for m in base)
+        # check it: the pyramid of M divides exactly, and 2M and 3M have it scaled
+        plan = self.plan(unit)
+        for (grid, win), (nxt, _) in zip(plan, plan[1:] + [(None, None)]):
+            if any(g % w for g, w in zip(grid, win)) or (nxt is not None and any(g != n * s for g, n in zip(grid, nxt))):
+                return None, (f"window_fraction={self.window_fraction}: the windows do not tile the levels exactly "
+                              f"at any grid size (the pyramid pads)")
+        for k in (2, 3):
+            scaled = [(tuple(k * g for g in grid), tuple(k * w for w in win) if self.window_fraction else win)
+                      for grid, win in plan]
+            if self.plan(tuple(k * m for m in unit)) != scaled:  # pragma: no cover - guards the derivation above
+                return None, f"the pyramid at {tuple(k * m for m in unit)} is not the one at {unit} scaled by {k}"
+        return unit, None
+
     # ----------------------------------------------------------------------------- pieces
-    def _pool(self, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Weighted mean pooling with padding: ``x (B, C, *n)``, ``w (B, *n)`` -> coarse both."""
+    def _pool(self, x: torch.Tensor, w: torch.Tensor, exact: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Weighted mean pooling with padding: ``x (B, C, *n)``, ``w (B, *n)`` -> coarse both. ``exact``: the
+        sizes are multiples of the factor (symbolic sizes under :meth:`export_unit`), no padding."""
         d, s = self.spatial_dims, self.pool_factor
-        pads = [(-n) % s for n in x.shape[2:]]
+        pads = [0] * d if exact else [(-n) % s for n in x.shape[2:]]
         x = _pad_spatial(x, pads, 0)
         w = _pad_spatial(w, pads, 0).unsqueeze(1)  # padded cells weigh 0
         avg = getattr(F, f"avg_pool{d}d")
@@ -265,9 +326,10 @@ class MultipoleAttention(nn.Module):
         cells = math.prod(n / m for n, m in zip(x.shape[2:], shape))  # fine cells per coarse cell
         return mean, den[:, 0] * cells
 
-    def _upsample(self, r: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    def _upsample(self, r: torch.Tensor, shape: Sequence[int], exact: bool = False) -> torch.Tensor:
+        """``r`` onto the finer grid ``shape``; ``exact``: ``shape`` is ``s`` times ``r``'s (symbolic sizes)."""
         s = self.pool_factor
-        if any(-(-n // s) != m for n, m in zip(shape, r.shape[2:])):  # physical pyramid, ratio not s
+        if not exact and any(-(-n // s) != m for n, m in zip(shape, r.shape[2:])):  # physical pyramid, ratio not s
             mode = "nearest" if self.unpool == "nearest" else _LINEAR_MODES[self.spatial_dims]
             kwargs = {} if mode == "nearest" else {"align_corners": False}
             return F.interpolate(r, size=tuple(shape), mode=mode, **kwargs)
@@ -279,7 +341,7 @@ class MultipoleAttention(nn.Module):
             up = F.interpolate(r, scale_factor=s, mode=_LINEAR_MODES[self.spatial_dims], align_corners=False)
         else:
             up = self.up(r)
-        return up[(slice(None), slice(None)) + tuple(slice(0, n) for n in shape)]
+        return up if exact else up[(slice(None), slice(None)) + tuple(slice(0, n) for n in shape)]
 
     def relative_bias(self, window: Sequence[int]) -> torch.Tensor | None:
         """Score bias ``(H, P, P)`` of a window of ``window`` cells (``P`` = their product, cells in
@@ -290,7 +352,8 @@ class MultipoleAttention(nn.Module):
         d, dev = self.spatial_dims, table.device
         cells = torch.stack(torch.meshgrid(*[torch.arange(w, device=dev) for w in window], indexing="ij"), -1)
         cells = cells.reshape(-1, d)
-        size = torch.tensor(window, dtype=table.dtype, device=dev)
+        size = (torch.tensor(window, dtype=table.dtype, device=dev) if all(isinstance(w, int) for w in window)
+                else torch.stack([torch.full((), w, dtype=table.dtype, device=dev) for w in window]))  # symbolic
         node = ((cells[:, None, :] - cells[None, :, :]).to(table.dtype) / size + 1) * r  # (P, P, d) in [0, 2R]
         low = node.floor().clamp(0, 2 * r - 1)
         frac = node - low
@@ -305,15 +368,35 @@ class MultipoleAttention(nn.Module):
         return bias
 
     def _attend(self, x: torch.Tensor, w: torch.Tensor | None, window: tuple[int, ...],
-                bias: torch.Tensor | None) -> torch.Tensor:
-        """Project ``x (B, C, *n)`` to heads, attend in windows, return ``(B, C, *n)`` head-major."""
+                bias: torch.Tensor | None, tiles: tuple[int, ...] | None = None) -> torch.Tensor:
+        """Project ``x (B, C, *n)`` to heads, attend in windows, return ``(B, C, *n)`` head-major.
+
+        ``tiles`` (symbolic sizes, windows growing with the grid): ``n = tiles · window`` per axis; the
+        windows are folded into the batch and each attended as one whole grid, so no size is divided
+        by a symbolic window (which torch.export cannot simplify)."""
         b, _, *grid = x.shape
         t = self.qkv(x.movedim(1, -1)).unflatten(-1, (3, self.n_heads, self.head_dim))
         q, k, v = (t.select(-3, i).movedim(-2, 1) for i in range(3))  # (B, H, *n, Dh)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        z = window_attention(q, k, v, window, weights=w, bias=bias, backend=self.backend, validate=False)
-        return z.movedim(-1, 2).reshape(b, self.dim, *grid)
+        if tiles is None or all(n == 1 for n in tiles):
+            z = window_attention(q, k, v, window, weights=w, bias=bias, backend=self.backend, validate=False)
+            return z.movedim(-1, 2).reshape(b, self.dim, *grid)
+        d, count = self.spatial_dims, math.prod(tiles)
+        split = [n for pair in zip(tiles, window) for n in pair]
+        order = [2 + 2 * a for a in range(d)] + [1] + [3 + 2 * a for a in range(d)] + [2 + 2 * d]
+
+        def fold(u):  # (B, H, *n, E) -> (B·T, H, *window, E)
+            u = u.reshape(b, u.shape[1], *split, u.shape[-1]).permute(0, *order)
+            return u.reshape(b * count, u.shape[1 + d], *window, u.shape[-1])
+
+        if w is not None:
+            w = fold(w.expand(b, *grid)[:, None, ..., None])[:, 0, ..., 0]
+        z = window_attention(fold(q), fold(k), fold(v), window, weights=w, bias=bias, backend=self.backend,
+                             validate=False)
+        z = z.reshape(b, *tiles, self.n_heads, *window, z.shape[-1])
+        z = z.permute(0, d + 1, *[i for a in range(d) for i in (1 + a, d + 2 + a)], 2 * d + 2)
+        return z.reshape(b, self.n_heads, *grid, self.head_dim).movedim(-1, 2).reshape(b, self.dim, *grid)
 
     # ----------------------------------------------------------------------------- forward
     def forward(self, x: torch.Tensor, weights: torch.Tensor | None = None, *, validate: bool = True) -> torch.Tensor:
@@ -334,23 +417,34 @@ class MultipoleAttention(nn.Module):
                 check_finite("weights", weights)
                 if bool((weights < 0).any()):
                     raise ValueError("weights: expected non-negative quadrature weights, got negative entries")
-        levels = self.plan(grid)
+        unit = None if all(isinstance(n, int) for n in grid) else self.export_unit()
+        if unit is None:
+            levels, tiles = self.plan(grid), None
+        else:  # symbolic sizes (torch.export), multiples of the unit: its pyramid scaled (see export_unit)
+            levels = self.plan(unit)
+            tiles = ([tuple(g // w for g, w in zip(*level)) for level in levels] if self.window_fraction is not None
+                     else None)  # windows grow with the grid: a fixed number of windows per axis
         outs = []
-        biases: dict[tuple[int, ...], torch.Tensor | None] = {}  # one per distinct window, shared by levels
+        biases: dict[tuple[str, ...], torch.Tensor | None] = {}  # one per distinct window, shared by levels
         feats, w = x, weights
         for i, (_, window) in enumerate(levels):
             if i > 0:
                 if w is None:
                     w = torch.ones((b, *feats.shape[2:]), dtype=x.dtype, device=x.device)
-                feats, w = self._pool_to(feats, w.to(x.dtype).expand(b, *feats.shape[2:]), levels[i][0])
-            if window not in biases:
-                biases[window] = self.relative_bias(window)
-            outs.append(self._attend(feats, w, window, biases[window]))
+                w = w.to(x.dtype).expand(b, *feats.shape[2:])
+                feats, w = self._pool(feats, w, exact=True) if unit is not None else self._pool_to(feats, w, levels[i][0])
+            if tiles is not None:
+                window = tuple(n // t for n, t in zip(feats.shape[2:], tiles[i]))
+            key = tuple(map(str, window))  # a symbolic size (torch.export) is not hashable
+            if key not in biases:
+                biases[key] = self.relative_bias(window)
+            outs.append(self._attend(feats, w, window, biases[key], None if tiles is None else tiles[i]))
         r = outs[-1]
         rows = self.level_weight.shape[0]
         for i in range(len(levels) - 1, 0, -1):
             gamma = self.level_weight[min(i, rows) - 1].repeat_interleave(self.head_dim)
-            up = self._upsample(r, levels[i - 1][0])
+            up = (self._upsample(r, levels[i - 1][0]) if unit is None else
+                  self._upsample(r, outs[i - 1].shape[2:], exact=True))
             r = outs[i - 1] + up * gamma.to(r.dtype).reshape(1, -1, *(1,) * d)
         r = r.movedim(1, -1)
         if self.gate_proj is not None:

@@ -82,9 +82,10 @@ def test_grid_operators_at_three_resolutions(name, tmp_path):
     c_in = GRID[name]["in_channels"]
     diffs = {}
     if name == "mano":
-        # Honest: the level count of MANO's pyramid depends on the grid size, so the program holds one.
+        # Honest: with a window in cells the level count of MANO's pyramid grows with the grid, so the program holds
+        # one grid (window_fraction gives dynamic sizes: the test below).
         assert info["fixed_resolution"] == list(info["input_shape"][2:]) and 0 in info["dynamic_dims"]
-        assert "'mano'" in info["note"] and "levels" in info["note"]
+        assert "'mano'" in info["note"] and "levels" in info["note"] and "window_fraction" in info["note"]
         r = info["input_shape"][2]
         for b in (1, 3):
             x = torch.randn(b, c_in, r, r)
@@ -159,6 +160,36 @@ def test_point_set_operators_at_three_cloud_sizes(name, tmp_path):
             program(*(t[:, :1].expand(1, max(CLOUD_SIZES) + 1, *t.shape[2:]) for t in (x, pos, weights, mask)))
     DIFFS[f"{name} (points)"] = diffs
     print(f"\n{name} (points): max |exported - eager| {diffs}")
+    assert max(diffs.values()) <= ATOL, diffs
+
+
+# MANO with windows a fraction of the domain: on every multiple n = K·4 (K >= 2) of its unit the pyramid is the one
+# at 4 scaled by K (three levels, windows n/4 cells), so one program takes 8, 12, 16, ... and refuses the rest.
+MANO_FRACTION = dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, window_fraction=0.25)
+
+
+def test_mano_with_window_fraction_exports_every_multiple_of_its_pyramid_unit(tmp_path):
+    run, model, xn, yn = _run(tmp_path, "mano", MANO_FRACTION, sample_shape=(16, 16),
+                              domain={"kind": "grid", "shape": [16, 16]}, train_resolution=(16, 16))
+    assert model.export_size_multiple == (4, 4) and model.export_size_range == [(8, None), (8, None)]
+    info = export_run(run, tmp_path / "mano.pt2", input_dtype="float32")
+    assert info["dynamic_dims"] == [0, 2, 3] and info["fixed_resolution"] is None, info["note"]
+    assert info["size_multiples"] == {"2": 4, "3": 4} and "multiples of (4, 4)" in info["note"]
+    assert info["dynamic_ranges"]["2"] == [8, None] and info["dynamic_ranges"]["3"] == [8, None]
+    program = torch.export.load(tmp_path / "mano.pt2").module()
+    g = torch.Generator().manual_seed(4)
+    diffs = {}
+    for b, shape in zip((2, 1, 3), ((8, 8), (12, 20), (24, 16))):
+        x = torch.randn(b, 2, *shape, generator=g) * 2 + 1
+        ref = _eager_grid(model, xn, yn, x)
+        out = program(x)
+        assert out.shape == ref.shape == (b, 1, *shape)
+        diffs["x".join(map(str, shape))] = float((out - ref).abs().max())
+    for shape in ((18, 16), (4, 4)):  # not a multiple of 4; K = 1 (one-cell windows): eager pads, the program refuses
+        with pytest.raises(Exception, match="Guard failed|size"):
+            program(torch.randn(1, 2, *shape))
+    DIFFS["mano (window_fraction 0.25)"] = diffs
+    print(f"\nmano (window_fraction 0.25): max |exported - eager| {diffs}")
     assert max(diffs.values()) <= ATOL, diffs
 
 
