@@ -141,7 +141,15 @@ class RunConfig:
         return {"model": dict(self.model), "data": dataclasses.asdict(self.data), "train": dataclasses.asdict(self.train)}
 
 
+def _table(name: str, values: Any) -> dict[str, Any]:
+    """A section's value must be a table (TOML section); ``ConfigError`` naming ``[name]`` otherwise."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"[{name}]: expected a table (TOML section), got {_kind(values)}")
+    return values
+
+
 def _section(cls, name: str, values: dict[str, Any]):
+    values = _table(name, values)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
@@ -299,6 +307,7 @@ def validate_data(d: DataConfig) -> DataConfig:
 
 
 def _check_model(model: dict[str, Any]) -> None:
+    _table("model", model)
     if "name" not in model:
         raise ConfigError("[model]: missing key 'name' (a registered operator)")
     try:
@@ -316,7 +325,9 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
     unknown = sorted(set(raw) - {"model", "data", "train"})
     if unknown:
         raise ConfigError(f"config: unknown section(s) {unknown}; expected [model], [data] and [train]")
-    model = dict(raw.get("model", {}))
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config: expected a table of sections [model], [data] and [train], got {_kind(raw)}")
+    model = dict(_table("model", raw.get("model", {})))
     _check_model(model)
     return RunConfig(model, validate_data(_section(DataConfig, "data", raw.get("data", {}))),
                      validate_train(_section(TrainConfig, "train", raw.get("train", {}))))
@@ -342,11 +353,13 @@ def parse_overrides(pairs: list[str]) -> list[tuple[str, str, Any]]:
 
 
 def apply_overrides(raw: dict[str, Any], pairs: list[str]) -> dict[str, Any]:
-    raw = {k: dict(v) for k, v in raw.items()}
+    raw = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}  # wrong types: reported by from_dict
     for section, key, value in parse_overrides(pairs):
         if section not in ("model", "data", "train"):
             raise ConfigError(f"--set {section}.{key}: unknown section {section!r}; expected model, data or train")
         target = raw.setdefault(section, {})
+        if not isinstance(target, dict):
+            raise ConfigError(f"--set {section}.{key}: [{section}]: expected a table (TOML section), got {_kind(target)}")
         *parents, leaf = key.split(".")
         for part in parents:  # data.options.t_in=5 sets a key of the inline table [data] options
             if not isinstance(target.get(part, {}), dict):
