@@ -322,11 +322,11 @@ def _check_model(model: dict[str, Any]) -> None:
 
 
 def from_dict(raw: dict[str, Any]) -> RunConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config: expected a table of sections [model], [data] and [train], got {_kind(raw)}")
     unknown = sorted(set(raw) - {"model", "data", "train"})
     if unknown:
         raise ConfigError(f"config: unknown section(s) {unknown}; expected [model], [data] and [train]")
-    if not isinstance(raw, dict):
-        raise ConfigError(f"config: expected a table of sections [model], [data] and [train], got {_kind(raw)}")
     model = dict(_table("model", raw.get("model", {})))
     _check_model(model)
     return RunConfig(model, validate_data(_section(DataConfig, "data", raw.get("data", {}))),
