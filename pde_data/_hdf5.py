@@ -19,6 +19,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from sciattn._checks import check_data_file, unreadable_file
 from sciattn._io import atomic_path
 
 __all__ = ["where", "open_hdf5", "attrs_match", "cached_pairs"]
@@ -29,10 +30,12 @@ def where(p: Path) -> str:
 
 
 def open_hdf5(p: Path) -> h5py.File:
+    """``h5py.File(p, "r")``; a missing, empty or unreadable file is one line naming the path and the cause."""
+    check_data_file("path", p)
     try:
         return h5py.File(p, "r")
     except OSError as e:
-        raise ValueError(f"{where(p)}: could not open as an HDF5 file (truncated or corrupt?): {e}") from e
+        raise unreadable_file("path", p, "an HDF5 file", "HDF5", e) from None
 
 
 def attrs_match(attrs: Mapping, params: Mapping) -> bool:

@@ -52,7 +52,14 @@ import numpy as np
 import scipy.io
 import torch
 
-from sciattn._checks import check_choice, check_file, check_finite, check_positive_int
+from sciattn._checks import (
+    check_choice,
+    check_data_file,
+    check_file,
+    check_finite,
+    check_positive_int,
+    unreadable_file,
+)
 
 from .grid_dataset import GridPairDataset
 
@@ -102,7 +109,7 @@ def mat_version(path: str | os.PathLike) -> str:
     ``FileNotFoundError`` naming the path if it is not a file, ``ValueError`` naming the path if
     it is neither (random bytes, another format, or a v7.3 header cut before its HDF5 part).
     """
-    p = check_file("path", path)
+    p = check_data_file("path", path)
     with open(p, "rb") as fh:
         head = fh.read(128)
         fh.seek(_USERBLOCK)
@@ -124,10 +131,7 @@ def mat_version(path: str | os.PathLike) -> str:
 
 
 def _corrupt(p: Path, version: str, e: BaseException) -> ValueError:
-    return ValueError(
-        f"path: could not read {str(p)!r} as a MATLAB {version} MAT-file; it is truncated or corrupt "
-        f"({type(e).__name__}: {e})"
-    )
+    return unreadable_file("path", p, f"a MATLAB {version} MAT-file", "HDF5" if version == "v7.3" else "scipy", e)
 
 
 def _open_h5(p: Path) -> h5py.File:
@@ -152,6 +156,19 @@ def _v73_is_array(obj: object) -> bool:
     return _matlab_class(obj) not in _NON_NUMERIC_CLASSES
 
 
+def _check_matlab_layout(p: Path, name: str, obj: object) -> None:
+    """A v7.3 dataset must carry MATLAB's ``MATLAB_class`` attribute: MATLAB writes it on every
+    variable, and only then are the axes known to be stored reversed (column-major). A dataset
+    without it was written by another tool (h5py writes C order), whose axes reversing would swap."""
+    if isinstance(obj, h5py.Dataset) and _matlab_class(obj) is None:
+        raise ValueError(
+            f"key: {str(p)!r} has a MATLAB 7.3 header but variable {name!r} (HDF5 shape {tuple(obj.shape)}) has no "
+            "MATLAB_class attribute; expected a variable written by MATLAB (save -v7.3), whose axes are stored "
+            "reversed. An array written in C order (e.g. by h5py) would be read with its axes swapped: save it "
+            "from MATLAB or hdf5storage, or as a plain HDF5 file without the MATLAB header"
+        )
+
+
 def mat_variables(path: str | os.PathLike) -> dict[str, tuple[int, ...] | None]:
     """Variables of a MAT-file: name -> shape in the C-order (MATLAB) layout, without reading data.
 
@@ -174,7 +191,10 @@ def mat_variables(path: str | os.PathLike) -> dict[str, tuple[int, ...] | None]:
                 if name.startswith("#"):
                     continue
                 obj = f.get(name)
+                _check_matlab_layout(p, name, obj)
                 out[name] = tuple(int(s) for s in reversed(obj.shape)) if _v73_is_array(obj) else None
+        except ValueError:
+            raise
         except Exception as e:
             raise _corrupt(p, "v7.3", e) from e
     return out
@@ -243,6 +263,7 @@ def read_mat_array(
             if key.startswith("#") or key not in f:
                 raise _missing_key(p, key, [k for k in f.keys() if not k.startswith("#")])
             obj = f[key]
+            _check_matlab_layout(p, key, obj)
             if not _v73_is_array(obj) or obj.dtype.kind not in "biuf":
                 raise ValueError(
                     f"key: {str(p)!r} variable {key!r} is not a numeric array "

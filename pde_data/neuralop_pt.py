@@ -16,7 +16,14 @@ from pathlib import Path
 
 import torch
 
-from sciattn._checks import check_choice, check_file, check_finite, check_positive_int, check_tensor
+from sciattn._checks import (
+    check_choice,
+    check_data_file,
+    check_finite,
+    check_positive_int,
+    check_tensor,
+    unreadable_file,
+)
 from sciattn._io import atomic_path
 
 from .grid_dataset import GridPairDataset
@@ -55,9 +62,7 @@ def _read_dict(p: Path) -> dict:
     try:
         data = torch.load(p, weights_only=True, map_location="cpu")
     except Exception as e:  # any failure to unpickle means the file is not usable
-        raise ValueError(
-            f"path: could not read {str(p)!r} as a torch .pt file: {type(e).__name__}: {e}"
-        ) from e
+        raise unreadable_file("path", p, "a torch .pt file", "torch", e) from None
     if not isinstance(data, Mapping):
         raise ValueError(
             f"path: expected {str(p)!r} to hold a dict with keys 'x' and 'y', got {type(data).__name__}"
@@ -67,9 +72,7 @@ def _read_dict(p: Path) -> dict:
         if key not in data:
             raise ValueError(f"path: {str(p)!r} has no key {key!r} (keys found: {found})")
         if not isinstance(data[key], torch.Tensor):
-            raise ValueError(
-                f"path: {str(p)!r} key {key!r}: expected a tensor, got {type(data[key]).__name__}"
-            )
+            raise ValueError(f"{key}: expected a tensor in {str(p)!r}, got {type(data[key]).__name__}")
     return data
 
 
@@ -104,7 +107,7 @@ def load_neuralop_pt(
     sample counts of ``x`` and ``y`` differ, fewer than ``n_samples`` samples, non-finite values),
     each naming the path.
     """
-    p = check_file("path", path)
+    p = check_data_file("path", path)
     if isinstance(channel_squeezed, bool):
         squeeze_x = squeeze_y = channel_squeezed
     else:

@@ -98,13 +98,13 @@ def _split_well(ds, path: Path, split: str | None, split_rule: str | None):
 def _load_path(path: Path, split: str | None, resolution: int | None, split_rule: str | None = None,
                **kwargs) -> Dataset:
     """Dispatch a file on its content."""
-    from sciattn._checks import check_file
+    from sciattn._checks import check_data_file, unreadable_file
 
     if path.is_dir() or path.suffix in (".nc", ".nc4", ".zarr", ".cdf"):
         from .xarray_data import load_xarray
 
         return _split_xarray(load_xarray(path, **kwargs), path, split, split_rule)
-    check_file("name_or_path", path)
+    check_data_file("name_or_path", path)
     with open(path, "rb") as fh:
         head = fh.read(8)
     if head.startswith(b"MATLAB"):
@@ -124,8 +124,11 @@ def _load_path(path: Path, split: str | None, resolution: int | None, split_rule
     if head.startswith(b"\x89HDF"):
         import h5py
 
-        with h5py.File(path, "r") as fh:
-            is_well = "n_spatial_dims" in fh.attrs and "t0_fields" in fh
+        try:
+            with h5py.File(path, "r") as fh:
+                is_well = "n_spatial_dims" in fh.attrs and "t0_fields" in fh
+        except OSError as err:  # h5py: truncated or damaged superblock, no path in its message
+            raise unreadable_file("name_or_path", path, "an HDF5 file", "HDF5", err) from None
         if is_well:
             from .the_well import TheWellDataset
 
@@ -151,13 +154,19 @@ def _load_pt(path: Path, split: str | None, resolution: int | None, split_rule: 
     ``.pt`` is a single-split file. ``split_rule`` divides either kind."""
     import torch
 
+    from sciattn._checks import unreadable_file
+
     from .grid_dataset import GridPairDataset
     from .neuralop_pt import load_neuralop_pt, parse_neuralop_name
 
     try:
         raw = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for corrupt files
-        raise ValueError(f"name_or_path: could not read {str(path)!r} as a torch .pt file: {err}") from None
+        raise unreadable_file("name_or_path", path, "a torch .pt file", "torch", err) from None
+    if isinstance(raw, dict):
+        for key in ("x", "y"):
+            if key in raw and not isinstance(raw[key], torch.Tensor):
+                raise ValueError(f"{key}: expected a tensor in {str(path)!r}, got {type(raw[key]).__name__}")
     if isinstance(raw, list):
         from .shapenet_car import load_mini_car
 

@@ -21,6 +21,8 @@ __all__ = [
     "check_positive_int",
     "check_choice",
     "check_file",
+    "check_data_file",
+    "unreadable_file",
     "assert_no_violation",
     "check_quadrature_weights",
     "check_some_true",
@@ -120,6 +122,44 @@ def check_file(name: str, path: str | os.PathLike) -> Path:
         where = "a directory" if p.is_dir() else "missing"
         raise FileNotFoundError(f"{name}: expected an existing file, got {str(p)!r} ({where})")
     return p
+
+
+def check_data_file(name: str, path: str | os.PathLike) -> Path:
+    """:func:`check_file`, and the file must not be empty: ``ValueError`` ``name: 'PATH' is empty (0 bytes)``."""
+    p = check_file(name, path)
+    if p.stat().st_size == 0:
+        raise ValueError(f"{name}: {str(p)!r} is empty (0 bytes)")
+    return p
+
+
+def _cause(err: BaseException) -> str:
+    """A library's error as one short line: the first line, h5py's ``Unable to ... (cause)`` unwrapped,
+    torch's advice after the first sentence dropped, the type named when the text says little."""
+    import re
+
+    lines = str(err).strip().splitlines()
+    text = lines[0].strip() if lines else ""
+    m = re.match(r"^Unable to [^(]*\((.*)\)$", text)
+    if m:
+        text = m.group(1)
+    if len(text) > 160 and ". " in text:
+        text = text.split(". ", 1)[0]
+    if len(text.split()) < 3:  # "101", "" (EOFError), a bare key: say what raised it
+        text = f"{type(err).__name__}: {text}" if text else type(err).__name__
+    return text
+
+
+def unreadable_file(name: str, path: str | os.PathLike, what: str, lib: str, err: BaseException) -> ValueError:
+    """The error for a file its reader could not parse, in one line with the path and the cause:
+    ``name: 'PATH' is truncated or corrupt, could not read it as WHAT (LIB: cause)``; an empty file
+    is reported as such. Returned, not raised (``raise unreadable_file(...) from err``)."""
+    p = Path(path)
+    try:
+        if p.stat().st_size == 0:
+            return ValueError(f"{name}: {str(p)!r} is empty (0 bytes)")
+    except OSError:
+        pass
+    return ValueError(f"{name}: {str(p)!r} is truncated or corrupt, could not read it as {what} ({lib}: {_cause(err)})")
 
 
 def assert_no_violation(bad: torch.Tensor, message: str, exc: type[Exception] = ValueError) -> None:
