@@ -149,17 +149,52 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     try:
         state = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for corrupt files
-        raise ValueError(f"checkpoint: could not read {str(p)!r}: {err}") from None
+        from sciattn._checks import unreadable_file
+
+        raise unreadable_file("checkpoint", p, "a torch checkpoint", "torch", err) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ValueError(f"checkpoint: {str(p)!r} is not a sciattn checkpoint")
     return state
+
+
+def _check_weights(path: str | os.PathLike, model: nn.Module, weights: Any) -> None:
+    """The checkpoint's weights must fit the model its config builds: one line naming the
+    checkpoint, the first mismatched key and both shapes."""
+    p = Path(path)
+    p = p / "checkpoint.pt" if p.is_dir() else p
+    if not isinstance(weights, dict):
+        raise ValueError(f"checkpoint: {str(p)!r}: expected a state_dict of weights, got {type(weights).__name__}")
+    own = model.state_dict()
+    bad = [k for k, v in weights.items()
+           if k in own and isinstance(v, torch.Tensor) and tuple(v.shape) != tuple(own[k].shape)]
+    if bad:
+        key = bad[0]
+        raise ValueError(
+            f"checkpoint: {str(p)!r} does not match its config: weight {key!r} has shape "
+            f"{tuple(weights[key].shape)} in the checkpoint, the model built from operator_config expects "
+            f"{tuple(own[key].shape)} ({len(bad)} mismatched weight(s))"
+        )
+
+
+def _load_weights(path: str | os.PathLike, model: nn.Module, weights: Any) -> None:
+    """``model.load_state_dict(weights)`` with shape mismatches and missing or unexpected keys
+    reported in one line naming the checkpoint (the model's load hooks, e.g. a dropped legacy
+    weight, still apply: keys are judged by torch's strict load, not before it)."""
+    _check_weights(path, model, weights)
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as err:
+        p = Path(path)
+        p = p / "checkpoint.pt" if p.is_dir() else p
+        detail = " ".join(line.strip() for line in str(err).splitlines()[1:] if line.strip()) or str(err)
+        raise ValueError(f"checkpoint: {str(p)!r} does not match its config: {detail}") from None
 
 
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu"):
     """Rebuild ``(model, x_normalizer, y_normalizer, state)`` from a checkpoint or run directory."""
     state = load_checkpoint(path)
     model = create_operator(state["operator"], **json.loads(state["operator_config"]))
-    model.load_state_dict(state["model"])
+    _load_weights(path, model, state["model"])
     model.to(device).eval()
     xn = normalizer_from_state(state["x_normalizer"]).to(device)
     yn = normalizer_from_state(state["y_normalizer"]).to(device)
