@@ -8,6 +8,21 @@ parameters from a run's recorded data source or from a data file.
 Files hold one variable per physical field with dims ``(sample, x, y)`` (plus ``time`` where the
 field evolves), the node coordinates, and every solver parameter as an attribute; the
 ``sciattn_inputs`` / ``sciattn_outputs`` attributes name the input and output variables.
+
+The other built-in generators write the samples that training and ``evaluate --resolutions`` draw
+(:func:`sciattn.train.data.load_at_resolutions`, the same seed gives the same values):
+
+- ``shallow_water``: dims ``(sample, lat, lon)`` on the ``nlat x 2 nlat`` nodes of the named grid (``lat`` the
+  colatitudes, ``lon`` the longitudes), one solve at ``solve_resolution`` (default the coarsest ``nlat``)
+  transferred spectrally to every other ``nlat``; inputs ``geopotential, vorticity, divergence`` at ``t``,
+  outputs ``*_next`` at ``t + dt``; attributes ``domain = "sphere"``, ``grid``, ``nlat``, ``nlon``, ``lmax``.
+- ``coupled_navier_stokes``: inputs ``u, v, w`` (+ ``theta``) at ``t_start``, outputs ``*_next`` one
+  ``delta_t`` later, dims ``(sample, x, y)``.
+- ``darcy_irregular`` / ``navier_stokes_irregular``: the resolution is the number of points per sample;
+  dims ``(sample, point)``, ``pos (sample, point, coord)`` and quadrature ``weights (sample, point)``,
+  attribute ``sciattn_layout = "points"``.
+
+``sciattn_channels_x`` / ``sciattn_channels_y`` record the channel names the run's data carries.
 """
 
 from __future__ import annotations
@@ -25,7 +40,8 @@ from .xarray_data import write_xarray
 __all__ = ["GENERATORS", "generate_at_resolutions", "generate_to_netcdf"]
 
 
-Generated = tuple[dict[int, dict], list[str], list[str], dict]
+#: ``(per resolution variables, inputs, outputs, attrs[, per resolution {"coords", "attrs"}])``
+Generated = tuple
 
 
 def _darcy(n: int, resolutions: list[int], seed: int, progress: bool, **params) -> Generated:
@@ -64,15 +80,97 @@ def _navier_stokes(n: int, resolutions: list[int], seed: int, progress: bool, **
             {"pde": "navier_stokes", **NS_DEFAULTS, **params})
 
 
+def _sampled(name: str, n: int, resolutions: list[int], seed: int, progress: bool, **params) -> dict[int, object]:
+    """``{r: dataset}`` of the training/sweep path (:func:`sciattn.train.data.load_at_resolutions`), its solve
+    cache in a temporary folder (nothing is left in the user's data cache)."""
+    import tempfile
+
+    from sciattn.train.data import load_at_resolutions
+
+    with tempfile.TemporaryDirectory(prefix="sciattn-generate-") as root:
+        return load_at_resolutions(name, resolutions, root=root, n_samples=n, seed=seed, progress=progress,
+                                   **params)
+
+
+def _next(names: list[str]) -> list[str]:
+    return [f"{v}_next" for v in names]
+
+
+def _shallow_water(n: int, resolutions: list[int], seed: int, progress: bool, **params) -> Generated:
+    from .sht import SphericalHarmonicTransform
+
+    params = {k: v for k, v in params.items() if k not in ("n_traj", "traj_len")}  # trajectories are not written
+    sets = _sampled("shallow_water", n, resolutions, seed, progress, n_traj=0, **params)
+    meta = next(iter(sets.values())).meta
+    names = list(meta["variables"]["x"])
+    dims = ("sample", "lat", "lon")
+    per_res, extra = {}, {}
+    for r, ds in sets.items():
+        x, y = ds.x.numpy(), ds.y.numpy()
+        per_res[r] = {**{v: (dims, x[:, c]) for c, v in enumerate(names)},
+                      **{v: (dims, y[:, c]) for c, v in enumerate(_next(names))}}
+        sht = SphericalHarmonicTransform(r, 2 * r, meta["grid"])
+        extra[r] = {"coords": {"lat": sht.colatitudes.numpy(), "lon": sht.sphere.longitudes().numpy()},
+                    "attrs": {"domain": "sphere", "nlat": r, "nlon": 2 * r}}
+    solve = {k: meta[k] for k in ("grid", "solve_resolution", "lmax", "dt")}
+    attrs = {"pde": "shallow_water", **params, **solve, "sciattn_channels_x": ",".join(names),
+             "sciattn_channels_y": ",".join(names)}
+    return per_res, names, _next(names), attrs, extra
+
+
+def _coupled_navier_stokes(n: int, resolutions: list[int], seed: int, progress: bool, **params) -> Generated:
+    sets = _sampled("coupled_navier_stokes", n, resolutions, seed, progress, **params)
+    meta = next(iter(sets.values())).meta
+    names = list(meta["variables"]["x"])
+    dims = ("sample", "x", "y")
+    per_res = {r: {**{v: (dims, ds.x[:, c].numpy()) for c, v in enumerate(names)},
+                   **{v: (dims, ds.y[:, c].numpy()) for c, v in enumerate(_next(names))}} for r, ds in sets.items()}
+    attrs = {"pde": "coupled_navier_stokes", "system": meta["system"], "dt": meta["dt"], **params,
+             "fine_resolution": meta["fine_resolution"], "sciattn_channels_x": ",".join(names),
+             "sciattn_channels_y": ",".join(names)}
+    return per_res, names, _next(names), attrs
+
+
+def _stack_np(tensors) -> np.ndarray:
+    return np.stack([t.numpy() for t in tensors])
+
+
+def _points(name: str):
+    def write(n: int, resolutions: list[int], seed: int, progress: bool, **params) -> Generated:
+        sets = _sampled(name, n, resolutions, seed, progress, **params)
+        meta = next(iter(sets.values())).meta
+        xs, ys = list(meta["variables"]["x"]), list(meta["variables"]["y"])
+        per_res, extra = {}, {}
+        for r, ds in sets.items():
+            s = [ds[i] for i in range(len(ds))]
+            x, y = (_stack_np([v[k] for v in s]) for k in ("x", "y"))
+            per_res[r] = {"x": (("sample", "point", "channel_x"), x), "y": (("sample", "point", "channel_y"), y),
+                          "pos": (("sample", "point", "coord"), _stack_np([v["pos"] for v in s])),
+                          "weights": (("sample", "point"), _stack_np([v["weights"] for v in s]))}
+            extra[r] = {"coords": {}, "attrs": {"n_points": r}}
+        keep = ("fine_resolution", "layout", "jitter", "weights", "fixed_points", "include_coords", "interpolation",
+                "inputs", "outputs")
+        attrs = {"pde": name.removesuffix("_irregular"), **params, **{k: meta[k] for k in keep if k in meta},
+                 "domain": meta.get("domain", ""), "sciattn_layout": "points",
+                 "sciattn_channels_x": ",".join(xs), "sciattn_channels_y": ",".join(ys)}
+        attrs["quadrature"] = attrs.pop("weights", "")
+        return per_res, ["x"], ["y"], attrs, extra
+
+    return write
+
+
 GENERATORS: dict[str, Callable[..., Generated]] = {
     "darcy": _darcy, "darcy_neuralop": _darcy_neuralop, "burgers": _burgers, "navier_stokes": _navier_stokes,
+    "shallow_water": _shallow_water, "coupled_navier_stokes": _coupled_navier_stokes,
+    "darcy_irregular": _points("darcy_irregular"), "navier_stokes_irregular": _points("navier_stokes_irregular"),
 }
 
 
 def generate_at_resolutions(name: str, n: int, resolutions: list[int], out: str | os.PathLike, *, seed: int = 0,
                             progress: bool = True, **params) -> list[Path]:
     """Generate ``n`` samples of ``name`` once (solved on a grid that every resolution divides, or finer) and
-    write them restricted to each resolution as ``out/<name>_<r>.nc``: the same samples in every file.
+    write them restricted to each resolution as ``out/<name>_<r>.nc``: the same samples in every file
+    (``r``: nlat for ``shallow_water``, points per sample for the ``*_irregular`` point sets).
 
     ``params`` override the solver's defaults (e.g. ``nu``, ``t_final``, ``dt`` for Navier-Stokes).
     """
@@ -82,16 +180,17 @@ def generate_at_resolutions(name: str, n: int, resolutions: list[int], out: str 
     if isinstance(resolutions, int) or not resolutions:
         raise ValueError(f"resolutions: expected a non-empty list of points per axis, got {resolutions!r}")
     res = sorted({check_positive_int("resolution", r) for r in resolutions})
-    per_res, inputs, outputs, attrs = GENERATORS[name](n, res, seed, progress, **params)
+    per_res, inputs, outputs, attrs, *more = GENERATORS[name](n, res, seed, progress, **params)
     paths = []
     for r in res:
         variables = per_res[r]
         node = np.arange(r) / r
         spatial = {d for dims, _ in variables.values() for d in dims} & {"x", "y"}
+        at = more[0][r] if more else {"coords": {d: node for d in sorted(spatial)}, "attrs": {}}
         paths.append(write_xarray(Path(out) / f"{name}_{r}.nc", variables, inputs=inputs, outputs=outputs,
-                                  coords={d: node for d in sorted(spatial)},
+                                  coords=at["coords"],
                                   attrs={**attrs, "seed": seed, "n_samples": n, "resolution": r,
-                                         "resolutions": res}))
+                                         "resolutions": res, **at["attrs"]}))
     return paths
 
 

@@ -18,7 +18,14 @@ or Zarr store is never loaded whole.
 
 Files written by ``sciattn data generate`` carry the attributes ``sciattn_inputs`` and
 ``sciattn_outputs`` (comma-separated variable names), so :func:`load_xarray` needs no arguments
-for them.
+for them. Optional attributes of such files:
+
+- ``sciattn_channels_x`` / ``sciattn_channels_y``: the channel names (``meta["variables"]``);
+- ``domain = "sphere"`` with ``grid``, ``nlat``, ``nlon``: ``meta["domain"]`` is
+  ``{"kind": "sphere", "grid", "nlat", "nlon"}`` (the shallow-water generator's metadata);
+- ``sciattn_layout = "points"``: point samples ``{"x": (N, C_in), "y": (N, C_out), "pos": (N, d),
+  "weights": (N,)}`` from the ``pos`` ``(sample, point, coord)`` and ``weights`` ``(sample, point)``
+  variables (the spatial dim is ``point``).
 """
 
 from __future__ import annotations
@@ -101,14 +108,30 @@ class XarrayDataset(Dataset):
             raise ValueError(f"samples: expected at least one sample of {n}{where}, got an empty selection")
         self.ds, self.sample_dim, self.spatial_dims = ds, sample_dim, spatial_dims
         self.inputs, self.outputs, self.index = inputs, outputs, index
+        self.points = ds.attrs.get("sciattn_layout") == "points"
+        if self.points:
+            for v in ("pos", "weights"):
+                if v not in ds.data_vars:
+                    raise ValueError(f"pos/weights: a point file (sciattn_layout = 'points'){where} needs the "
+                                     f"variables 'pos' and 'weights'; present: {sorted(ds.data_vars)}")
+        variables = {"x": _channel_names(ds, inputs, sample_dim, spatial_dims),
+                     "y": _channel_names(ds, outputs, sample_dim, spatial_dims)}
+        for k in ("x", "y"):
+            named = [s.strip() for s in str(ds.attrs.get(f"sciattn_channels_{k}", "")).split(",") if s.strip()]
+            if len(named) == len(variables[k]):
+                variables[k] = named
         self.meta = {
             "source": str(path) if path else "xarray.Dataset",
             "format": "xarray",
-            "variables": {"x": _channel_names(ds, inputs, sample_dim, spatial_dims),
-                          "y": _channel_names(ds, outputs, sample_dim, spatial_dims)},
+            "variables": variables,
             "coords": {d: ds[d].values.tolist() for d in spatial_dims if d in ds.coords},
             "attrs": dict(ds.attrs),
         }
+        if ds.attrs.get("domain") == "sphere":
+            self.meta["domain"] = {"kind": "sphere", "grid": str(ds.attrs.get("grid", "equiangular")),
+                                   "nlat": int(ds.attrs["nlat"]), "nlon": int(ds.attrs["nlon"])}
+        if self.points:
+            self.meta["layout"] = "points"
 
     def __len__(self) -> int:
         return int(self.index.size)
@@ -126,10 +149,17 @@ class XarrayDataset(Dataset):
         if not -len(self) <= i < len(self):
             raise IndexError(f"index: expected an int in [0, {len(self)}), got {i}")
         i %= len(self)
+        if self.points:  # channels last, with the sample's points and quadrature weights
+            j = {self.sample_dim: int(self.index[i])}
+            return {"x": self._stack(self.inputs, i).T.contiguous(), "y": self._stack(self.outputs, i).T.contiguous(),
+                    "pos": torch.from_numpy(self.ds["pos"].isel(j).values.astype(np.float32)),
+                    "weights": torch.from_numpy(self.ds["weights"].isel(j).values.astype(np.float32))}
         return {"x": self._stack(self.inputs, i), "y": self._stack(self.outputs, i)}
 
     def to_grid_dataset(self) -> GridPairDataset:
-        """Load the selected samples into memory as a :class:`GridPairDataset`."""
+        """Load the selected samples into memory as a :class:`GridPairDataset` (grid files only)."""
+        if self.points:
+            raise ValueError("to_grid_dataset: this file holds point samples (sciattn_layout = 'points'), not a grid")
         items = [self[i] for i in range(len(self))]
         return GridPairDataset(torch.stack([s["x"] for s in items]), torch.stack([s["y"] for s in items]),
                                dict(self.meta))

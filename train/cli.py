@@ -70,7 +70,7 @@ def _cmd_evaluate(args) -> int:
     print("|---|---|---|---|---|")
     for r in results:
         print(f"| {Path(r['data']).name} | {'x'.join(map(str, r['resolution']))} | {r['rel_l2']:.4f} | "
-              f"{r['rel_h1']:.4f} | {1e3 * r['seconds_per_sample']:.2f} |")
+              f"{'-' if r['rel_h1'] is None else format(r['rel_h1'], '.4f')} | {1e3 * r['seconds_per_sample']:.2f} |")
     if args.json:
         atomic_write_bytes((json.dumps(results, indent=2) + "\n").encode(), args.json)
     return 0

@@ -368,13 +368,18 @@ def evaluate_run(run_dir: str | Path, data: str | Path, *, fmt: str | None = Non
                  plot: str | Path | None = None) -> dict[str, Any]:
     """Evaluate a trained run on a data file (any supported format) at that file's own resolution."""
     model, xn, yn, state = load_model(run_dir)
+    from .data import _is_points
+    from .sweep import _model_channels
+
     ds = load_data_file(data, fmt)
-    first = ds[0]["x"]
-    if first.shape[0] != model.in_channels:
-        raise ValueError(f"data: expected {model.in_channels} input channels for this model, got {first.shape[0]} "
-                         f"in {str(data)!r}")
-    resolution = list(first.shape[1:])
-    result = evaluate_dataset(model, ds, x_normalizer=xn, y_normalizer=yn, spatial_dims=len(resolution))
+    sample = ds[0]
+    first, points = sample["x"], _is_points(sample)
+    c_in, spatial = (first.shape[-1], sample["pos"].shape[-1]) if points else (first.shape[0], first.dim() - 1)
+    want = _model_channels(model)[0]
+    if c_in != want:
+        raise ValueError(f"data: expected {want} input channels for this model, got {c_in} in {str(data)!r}")
+    resolution = [first.shape[0]] if points else list(first.shape[1:])
+    result = evaluate_dataset(model, ds, x_normalizer=xn, y_normalizer=yn, spatial_dims=spatial)
     result.update({"data": str(data), "resolution": resolution, "operator": state["operator"]})
     if plot is not None:
         s = ds[0]

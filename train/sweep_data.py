@@ -245,4 +245,6 @@ def generator_like(run_or_file: str | os.PathLike) -> tuple[str, dict[str, Any],
     params = dict(generator[1])
     if generator[0] in TIME_SERIES:  # the input/output split of the recorded frames is not a solver parameter
         params.pop("t_in", None)
+    if generator[0] == "shallow_water" and source.get("resolution"):  # one solve grid, as sweep_sets
+        params.setdefault("solve_resolution", int(source["resolution"]))
     return generator[0], params, int(source.get("seed", 0) or 0) + 1
