@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from sciattn._checks import check_finite, check_positive_int
+from sciattn._checks import check_finite, check_input_dtype, check_positive_int
 from sciattn.balltree import BallSparseAttention, build_ball_tree
 from sciattn.balltree.module import check_point_inputs, dense_points_from_pyg, pyg_from_dense
 from sciattn.balltree.tree import check_power_of_two
@@ -110,6 +110,7 @@ class BSATransformer(nn.Module):
         trees: ErwinGeometry | None = None,
     ) -> torch.Tensor:
         check_point_inputs(x, pos, mask, weights, self.in_channels, self.spatial_dims)
+        check_input_dtype("x", x, self, "operator")
         check_finite("x", x, None if mask is None else mask[..., None])
         geo = self.build_trees(pos, mask, weights) if trees is None else trees
         tree = geo.tree

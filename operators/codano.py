@@ -38,10 +38,13 @@ from sciattn._checks import (
     check_choice,
     check_dim,
     check_finite,
+    check_input_dtype,
+    check_min_grid,
     check_per_axis_ints,
     check_positive_int,
     check_rank,
     check_tensor,
+    values_checkable,
 )
 from sciattn.codomain.module import (
     CodomainAttention,
@@ -213,6 +216,8 @@ class CoDANO(nn.Module):
         d = self.spatial_dims
         check_rank("x", x, 2 + d, f"(B, V={len(names)}, {d} spatial axes)")
         check_dim("x", x, 1, len(names), f"one field per variable in {names}")
+        check_input_dtype("x", x, self, "operator")
+        check_min_grid("x", x, "CoDANO", "its instance norms and quadratures over the grid need a spread of points")
         return names
 
     @property
@@ -246,6 +251,10 @@ class CoDANO(nn.Module):
             if tuple(masked.shape) != (b, nv) or masked.dtype != torch.bool:
                 raise ValueError(f"masked: expected a bool tensor of shape {(b, nv)}, got {masked.dtype} "
                                  f"{tuple(masked.shape)}")
+            if values_checkable(masked) and bool(masked.all(dim=1).any()):
+                s = int(masked.all(dim=1).nonzero()[0, 0])
+                raise ValueError(f"masked: expected at least one unmasked (visible) variable per sample, got all "
+                                 f"{nv} variables masked in sample {s}: there is nothing to predict from")
         keep = ~masked[(...,) + (None,) * self.spatial_dims]
         check_finite("x", x, keep)
         x = torch.where(keep, x, mask_value)

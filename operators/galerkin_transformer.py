@@ -27,7 +27,15 @@ import torch
 from neuralop.layers.spectral_convolution import SpectralConv
 from torch import nn
 
-from sciattn._checks import check_choice, check_dim, check_finite, check_positive_int, check_rank
+from sciattn._checks import (
+    check_choice,
+    check_dim,
+    check_finite,
+    check_input_dtype,
+    check_min_grid,
+    check_positive_int,
+    check_rank,
+)
 from sciattn.domain import Grid, PointCloud, fourier_resample, resample_field
 from sciattn.galerkin import GalerkinAttention
 
@@ -254,6 +262,9 @@ class GalerkinTransformer(nn.Module):
         d = self.spatial_dims
         check_rank("x", x, 2 + d, f"(B, C_in={self.in_channels}, {d} spatial axes)")
         check_dim("x", x, 1, self.in_channels, "input channels")
+        check_input_dtype("x", x, self, "operator")
+        check_min_grid("x", x, "the Galerkin Transformer",
+                       "one node per axis has no spacing: its coordinates and quadrature weights are undefined")
         check_finite("x", x)
         out_shape = tuple(x.shape[2:])
         if self.latent_shape is not None:
@@ -281,6 +292,7 @@ class GalerkinTransformer(nn.Module):
             raise ValueError(f"pos: expected {self.spatial_dims} coordinates per point, got {cloud.ndim}")
         if x.shape[:2] != pos.shape[:2]:
             raise ValueError(f"x: expected (B, N) = {tuple(pos.shape[:2])} to match pos, got {tuple(x.shape[:2])}")
+        check_input_dtype("x", x, self, "operator")
         check_finite("x", x, None if mask is None else mask[..., None])
         if mask is not None:
             x = torch.where(mask[..., None], x, torch.zeros((), dtype=x.dtype, device=x.device))

@@ -59,6 +59,7 @@ from sciattn._checks import (
     check_choice,
     check_dim,
     check_finite,
+    check_input_dtype,
     check_per_axis_ints,
     check_positive_int,
     check_rank,
@@ -341,6 +342,7 @@ class MANO(nn.Module):
         d = self.spatial_dims
         check_rank("x", x, 2 + d, f"(B, C_in={self.in_channels}, {d} spatial axes)")
         check_dim("x", x, 1, self.in_channels, "input channels")
+        check_input_dtype("x", x, self, "operator")
         check_finite("x", x)
         coords = Grid.from_field(x, d).coordinate_channels(x.shape[0], x.dtype, x.device)
         h = self.lift(torch.cat([x, coords], dim=1))

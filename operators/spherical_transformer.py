@@ -41,7 +41,14 @@ import torch.nn.functional as F
 from scipy import special
 from torch import nn
 
-from sciattn._checks import check_choice, check_dim, check_finite, check_positive_int, check_rank
+from sciattn._checks import (
+    check_choice,
+    check_dim,
+    check_finite,
+    check_input_dtype,
+    check_positive_int,
+    check_rank,
+)
 from sciattn.domain import SphereGrid
 from sciattn.neighborhood import neighborhood_attention
 from sciattn.quadrature import SPHERE_GRIDS
@@ -235,6 +242,7 @@ class _GridTransformer(nn.Module):
         if tuple(x.shape[2:]) != self.shape:
             raise ValueError(f"x: expected shape (B, {self.in_channels}, {self.shape[0]}, {self.shape[1]}): this model "
                              f"runs only on the grid it was built for, got {tuple(x.shape)}")
+        check_input_dtype("x", x, self, "operator")
         check_finite("x", x)
         h = self.encoder(self.lift(x)) + self.pos.to(x.dtype)
         for block in self.blocks:

@@ -17,6 +17,11 @@ __all__ = [
     "check_tensor",
     "check_rank",
     "check_finite",
+    "check_floating",
+    "check_attention_dtypes",
+    "check_input_dtype",
+    "check_finite_at",
+    "check_min_grid",
     "check_dim",
     "check_positive_int",
     "check_choice",
@@ -73,6 +78,7 @@ def check_finite(name: str, value: torch.Tensor, mask: torch.Tensor | None = Non
         n_inf = int(bad.sum()) - n_nan
         raise ValueError(
             f"{name}: expected finite values, got {n_nan} NaN and {n_inf} Inf entries in a tensor of shape {_shape(value)}"
+            f", the first at index {_first_index(bad)}"
         )
     return value
 
@@ -270,3 +276,106 @@ def sanitize_padded_rows(t: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     holds; only NaN and ±inf (which would turn ``0 · NaN`` into NaN gradients) are replaced.
     A ``torch.where``, not a product: ``0 · NaN`` is NaN."""
     return torch.where(keep | torch.isfinite(t), t, torch.zeros((), dtype=t.dtype, device=t.device))
+
+
+# --------------------------------------------------------------------------- dtype and NaN policy
+#
+# The package's policy for dtypes (issue 23), in one place:
+#
+# - Functionals (``galerkin_attention``, ``weighted_softmax_attention``, ``neighborhood_attention``,
+#   ``window_attention``, ``codomain_attention``, ``ball_attention``, ``spherical_*attention``) take
+#   floating ``q``, ``k``, ``v`` of one dtype. Auxiliary real-valued inputs (quadrature ``weights``,
+#   positions, ``bias``, ``sigma``, ``distance_scale``) must be floating too, of any precision: the
+#   functional reads them at the precision it computes in (they are not required to match ``q``).
+#   An integer or bool tensor where a floating one is expected is a ``TypeError`` naming the
+#   argument, what was expected and the dtype given (:func:`check_attention_dtypes`).
+# - Layers and operators compute in their parameters' dtype: a floating input of another dtype is
+#   a ``TypeError`` naming the argument, the module's dtype and the input's, with the two fixes;
+#   an integer or bool input is refused the same way (:func:`check_input_dtype`). Under
+#   ``torch.autocast`` the dtype check is skipped (autocast chooses the dtypes).
+# - Non-finite values (NaN, ±inf) at real points of a layer's or operator's input are a
+#   ``ValueError`` naming the argument and the first offending index; padded points may hold
+#   anything (:func:`check_finite_at`). The check is skipped while tracing or compiling.
+
+
+def check_floating(name: str, value: object, expected: str = "a floating-point tensor") -> torch.Tensor:
+    """``value`` if it is a floating-point tensor; ``TypeError`` naming ``name`` and its dtype otherwise."""
+    t = check_tensor(name, value)
+    if not t.is_floating_point():
+        raise TypeError(f"{name}: expected {expected}, got dtype {t.dtype}")
+    return t
+
+
+def check_attention_dtypes(q: object, k: object, v: object = None, **aux: object) -> None:
+    """The functionals' dtype policy: ``q``, ``k``, ``v`` floating and of one dtype (``q``'s);
+    each non-None ``aux`` tensor (weights, positions, bias, ...) floating, of any precision.
+    ``TypeError`` naming the argument, the expected and the given dtype otherwise."""
+    qt = check_floating("q", q, "a floating-point tensor (float16, bfloat16, float32 or float64)")
+    for name, t in (("k", k), ("v", v)):
+        if t is None:
+            continue
+        t = check_floating(name, t, f"a floating-point tensor of dtype {qt.dtype} (the dtype of q)")
+        if t.dtype != qt.dtype:
+            raise TypeError(
+                f"{name}: expected dtype {qt.dtype} (the dtype of q; q, k and v share one floating dtype), got {t.dtype}"
+            )
+    for name, t in aux.items():
+        if t is not None:
+            check_floating(name, t, "a floating-point tensor (any precision)")
+
+
+def module_dtype(module: torch.nn.Module) -> torch.dtype | None:
+    """The dtype a module computes in: that of its first floating parameter (or buffer); None if it has none."""
+    for t in module.parameters():
+        if t.is_floating_point():
+            return t.dtype
+    for t in module.buffers():
+        if t.is_floating_point():
+            return t.dtype
+    return None
+
+
+_CAST = {torch.float64: ".double()", torch.float32: ".float()", torch.float16: ".half()", torch.bfloat16: ".bfloat16()"}
+
+
+def check_input_dtype(name: str, value: object, module: torch.nn.Module, kind: str = "layer") -> torch.Tensor:
+    """The layers' and operators' dtype policy: input ``value`` must have the dtype of ``module``'s
+    parameters. A floating input of another dtype, or an integer/bool input, is a ``TypeError``:
+    ``x: expected dtype torch.float32 (the operator's parameters), got torch.float64; call .double()
+    on the operator or cast the input``. Skipped under ``torch.autocast``. Returns ``value``."""
+    t = check_tensor(name, value)
+    want = module_dtype(module)
+    if want is None:
+        return check_floating(name, t)
+    if t.dtype == want:
+        return t
+    if t.is_floating_point() and torch.is_autocast_enabled(t.device.type):
+        return t
+    if not t.is_floating_point():
+        raise TypeError(
+            f"{name}: expected a floating-point tensor of dtype {want} (the {kind}'s parameters), got {t.dtype}; "
+            f"cast the input with .to({want})"
+        )
+    fix = _CAST.get(t.dtype, f".to({t.dtype})")
+    raise TypeError(
+        f"{name}: expected dtype {want} (the {kind}'s parameters), got {t.dtype}; "
+        f"call {fix} on the {kind} or cast the input"
+    )
+
+
+def check_finite_at(name: str, value: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The layers' NaN policy: ``ValueError`` naming ``name`` and the first index if ``value`` holds
+    NaN or ±inf at a real point (``mask`` True, broadcastable; everywhere without a mask). Skipped
+    while tracing or compiling (:func:`values_checkable`). Returns ``value``."""
+    if not values_checkable(value, mask):
+        return value
+    return check_finite(name, value, mask)
+
+
+def check_min_grid(name: str, value: torch.Tensor, who: str, why: str, *, minimum: int = 2, first_axis: int = 2) -> None:
+    """The degenerate-grid policy: every grid axis of ``value`` (from ``first_axis``) needs at least
+    ``minimum`` points, else ``ValueError`` naming the argument, the model (``who``), the reason
+    (``why``) and the grid given. Symbolic sizes (``torch.export``) pass."""
+    grid = tuple(value.shape[first_axis:])
+    if any(isinstance(s, int) and s < minimum for s in grid):
+        raise ValueError(f"{name}: {who} needs at least {minimum} points along every spatial axis ({why}), got the grid {grid}")

@@ -31,7 +31,14 @@ import torch
 
 from .._blocked_sdpa import blocked_sdpa
 from .._capabilities import has_flex_attention
-from .._checks import assert_no_violation, check_finite, check_positive_int, check_rank, check_tensor
+from .._checks import (
+    assert_no_violation,
+    check_attention_dtypes,
+    check_finite,
+    check_positive_int,
+    check_rank,
+    check_tensor,
+)
 from .._dispatch import Backend, register_backend, select_backend
 from .reference import ball_distances, ball_reference
 
@@ -85,6 +92,8 @@ def ball_attention(
         out = F.scaled_dot_product_attention(qb, kb, vb).flatten(2, 3)
 
     Args:
+        dtypes: q, k, v floating and of one dtype; pos, weights, sigma floating of any precision; an integer or bool
+            tensor is a TypeError naming the argument (the policy in :mod:`sciattn._checks`).
         q, k: ``(B, H, P, D)`` in tree order, ``P`` a multiple of ``ball_size``.
         v: ``(B, H, P, E)``.
         pos: ``(B, P, d)`` positions in tree order (used by the distance bias only).
@@ -104,6 +113,7 @@ def ball_attention(
         q, k ``(B, H, P, D)``, v ``(B, H, P, E)``, pos ``(B, P, d)``, mask ``(B, P)``,
         weights ``(P,)`` or ``(B, P)``, sigma ``(H,)`` -> ``(B, H, P, E)``.
     """
+    check_attention_dtypes(q, k, v, pos=pos, weights=weights, sigma=sigma)
     check_rank("q", q, 4, "(B, H, P, D)")
     check_rank("k", k, 4, f"(B, H, P, D) like q {_shape(q)}")
     check_rank("v", v, 4, "(B, H, P, E)")

@@ -23,7 +23,14 @@ import math
 import torch
 from torch import nn
 
-from .._checks import check_dim, check_positive_int, check_rank
+from .._checks import (
+    check_dim,
+    check_finite_at,
+    check_floating,
+    check_input_dtype,
+    check_positive_int,
+    check_rank,
+)
 from .build import build_ball_tree
 from .functional import ball_attention
 from .tree import BallTree, ball_centers, check_power_of_two
@@ -130,6 +137,9 @@ class BallAttention(nn.Module):
         tree: BallTree | None = None,
     ) -> torch.Tensor:
         check_point_inputs(x, pos, mask, weights, self.dim, self.spatial_dims)
+        check_input_dtype("x", x, self)
+        check_floating("pos", pos, "a floating-point tensor (any precision)")
+        check_finite_at("x", x, None if mask is None else mask[..., None])
         if tree is None:
             tree = build_ball_tree(pos, mask, self.ball_size)
         elif tree.perm.shape[0] != x.shape[0] or tree.n_points != x.shape[1]:

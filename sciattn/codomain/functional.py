@@ -7,7 +7,13 @@ import math
 
 import torch
 
-from .._checks import check_quadrature_weights, check_rank, check_tensor, values_checkable
+from .._checks import (
+    check_attention_dtypes,
+    check_quadrature_weights,
+    check_rank,
+    check_tensor,
+    values_checkable,
+)
 from .._dispatch import Backend, register_backend, select_backend
 from .reference import codomain_logits_reference, codomain_reference
 
@@ -43,6 +49,7 @@ def _check_weights_on_every_rank(weights: torch.Tensor, group) -> None:
 
 
 def _check_inputs(q, k, v, weights, var_mask, group=None):
+    check_attention_dtypes(q, k, v, weights=weights)
     check_rank("q", q, 5, "(B, H, V, N, D)")
     check_rank("k", k, 5, "(B, H, V, N, D)")
     if tuple(q.shape) != tuple(k.shape):
@@ -155,6 +162,8 @@ def codomain_attention(
     process holding all points. Absent variables need no communication.
 
     Args:
+        dtypes: q, k, v floating and of one dtype; weights floating of any precision; an integer or bool
+            tensor is a TypeError naming the argument (the policy in :mod:`sciattn._checks`).
         q, k: ``(B, H, V, N, D)`` query and key functions sampled at ``N`` points.
         v: ``(B, H, V, N, E)`` value functions.
         weights: ``(N,)`` or ``(B, N)`` quadrature weights of the points (any total; they are

@@ -34,6 +34,8 @@ from torch import nn
 from .._checks import (
     check_choice,
     check_dim,
+    check_finite_at,
+    check_input_dtype,
     check_per_axis_ints,
     check_positive_int,
     check_rank,
@@ -178,11 +180,14 @@ class CodomainAttention(nn.Module):
         d = self.spatial_dims
         check_rank("x", x, 3 + d, f"(B, V, C={self.channels}, {d} spatial axes)")
         check_dim("x", x, 2, self.channels, "channels per variable")
+        check_input_dtype("x", x, self)
         if var_mask is not None:
             check_tensor("var_mask", var_mask)
             if tuple(var_mask.shape) != tuple(x.shape[:2]) or var_mask.dtype != torch.bool:
                 raise ValueError(f"var_mask: expected a bool tensor of shape {tuple(x.shape[:2])} (B, V), "
                                  f"got {var_mask.dtype} {tuple(var_mask.shape)}")
+        present = None if var_mask is None else var_mask[(...,) + (None,) * (1 + d)]
+        check_finite_at("x", x, present)  # absent variables may hold anything
 
     def _qkv(self, x, var_mask, weights):
         """Normalised, projected heads ``(B, H, V, N, Dh)`` ×3 and weights ``(B, N)``."""

@@ -8,7 +8,13 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from .._checks import check_quadrature_weights, check_rank, check_tensor, sanitize_padded_rows
+from .._checks import (
+    check_attention_dtypes,
+    check_quadrature_weights,
+    check_rank,
+    check_tensor,
+    sanitize_padded_rows,
+)
 from .._dispatch import Backend, register_backend, select_backend, triton_backend
 from ..domain import normalized_weights
 from ._ops import galerkin_triton
@@ -96,6 +102,8 @@ def galerkin_attention(
     whatever padded rows of ``k`` and ``v`` hold.
 
     Args:
+        dtypes: q, k, v floating and of one dtype; weights floating of any precision; an integer or bool
+            tensor is a TypeError naming the argument (the policy in :mod:`sciattn._checks`).
         q: ``(B, H, Nq, D)`` queries.
         k: ``(B, H, Nk, D)`` keys.
         v: ``(B, H, Nk, E)`` values.
@@ -118,6 +126,7 @@ def galerkin_attention(
     Returns:
         ``(B, H, Nq, E)``.
     """
+    check_attention_dtypes(q, k, v, weights=weights)
     check_rank("q", q, 4, "(B, H, Nq, D)")
     check_rank("k", k, 4, "(B, H, Nk, D)")
     check_rank("v", v, 4, "(B, H, Nk, E)")

@@ -29,7 +29,15 @@ import math
 import torch
 from torch import nn
 
-from .._checks import check_choice, check_dim, check_positive_int, check_rank
+from .._checks import (
+    check_choice,
+    check_dim,
+    check_finite_at,
+    check_floating,
+    check_input_dtype,
+    check_positive_int,
+    check_rank,
+)
 from .functional import KVNorm, galerkin_attention, head_layer_norm
 
 __all__ = ["GalerkinAttention"]
@@ -141,18 +149,28 @@ class GalerkinAttention(nn.Module):
     ) -> torch.Tensor:
         check_rank("x", x, 3, "(B, Nq, d_model)")
         check_dim("x", x, -1, self.d_model, "d_model")
+        check_input_dtype("x", x, self)
+        for name, t in (("pos", pos), ("context_pos", context_pos)):
+            if t is not None:
+                check_floating(name, t, "a floating-point tensor (any precision)")
         self_attention = context is None
         if self_attention:
             context, context_pos = x, pos
         else:
             check_rank("context", context, 3, "(B, Nk, d_model)")
             check_dim("context", context, -1, self.d_model, "d_model")
+            check_input_dtype("context", context, self)
         if mask is not None:  # padded tokens may hold NaN: zero them so no gradient is NaN·0
             if mask.dtype != torch.bool or tuple(mask.shape) != tuple(context.shape[:2]):
                 raise ValueError(
                     f"mask: expected a bool tensor of shape {tuple(context.shape[:2])} (B, Nk), "
                     f"got {mask.dtype} {tuple(mask.shape)}"
                 )
+        real = None if mask is None else mask[..., None]  # NaN at real points is refused; padding may hold it
+        check_finite_at("x", x, real if self_attention else None)
+        if not self_attention:
+            check_finite_at("context", context, real)
+        if mask is not None:
             zero = torch.zeros((), dtype=x.dtype, device=x.device)
             keep = mask[..., None]
             context = torch.where(keep, context, zero)

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from .._blocked_sdpa import blocked_sdpa
 from .._capabilities import has_flex_attention
 from .._checks import (
+    check_attention_dtypes,
     check_per_axis_ints,
     check_quadrature_weights,
     check_rank,
@@ -77,6 +78,8 @@ def window_attention(
         out = F.scaled_dot_product_attention(qw, kw, vw).flatten(2, 3)
 
     Args:
+        dtypes: q, k, v floating and of one dtype; weights, bias floating of any precision; an integer or bool
+            tensor is a TypeError naming the argument (the policy in :mod:`sciattn._checks`).
         q, k: ``(B, H, *n, D)`` queries and keys on the same grid ``n`` (``d = len(n)`` in 1..3).
         v: ``(B, H, *n, E)`` values.
         window: window size in cells, an int or ``d`` ints.
@@ -98,7 +101,7 @@ def window_attention(
     Returns:
         ``(B, H, *n, E)``; zero for a query whose window holds no admissible key.
     """
-    check_tensor("q", q)
+    check_attention_dtypes(q, k, v, weights=weights, bias=bias)
     d = q.dim() - 3
     check_rank("q", q, (4, 5, 6), "(B, H, *n, D) with 1 to 3 spatial axes")
     check_rank("k", k, q.dim(), f"(B, H, *n, D) like q {_shape(q)}")

@@ -71,7 +71,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import check_choice, check_dim, check_finite, check_positive_int, check_rank, check_tensor
+from .._checks import (
+    check_choice,
+    check_dim,
+    check_finite,
+    check_input_dtype,
+    check_positive_int,
+    check_rank,
+    check_tensor,
+)
 from .functional import _pad_spatial, normalize_window, window_attention
 
 __all__ = ["MultipoleAttention"]
@@ -406,6 +414,7 @@ class MultipoleAttention(nn.Module):
         d = self.spatial_dims
         check_rank("x", x, 2 + d, f"(B, C, {d} spatial axes)")
         check_dim("x", x, 1, self.dim, "channels")
+        check_input_dtype("x", x, self)
         b, grid = x.shape[0], tuple(x.shape[2:])
         if validate:
             check_finite("x", x)

@@ -32,7 +32,13 @@ import math
 
 import torch
 
-from .._checks import check_quadrature_weights, check_rank, check_tensor, sanitize_padded_rows
+from .._checks import (
+    check_attention_dtypes,
+    check_quadrature_weights,
+    check_rank,
+    check_tensor,
+    sanitize_padded_rows,
+)
 from .._dispatch import Backend, register_backend, select_backend, triton_backend
 from ._ops import neighborhood_triton
 from ._sparse import neighborhood_sparse
@@ -58,6 +64,8 @@ def neighborhood_attention(
     """Softmax attention restricted to each query's CSR neighbourhood.
 
     Args:
+        dtypes: q, k, v floating and of one dtype; weights floating of any precision; an integer or bool
+            tensor is a TypeError naming the argument (the policy in :mod:`sciattn._checks`).
         q: ``(B, H, Nq, D)``; k: ``(B, H, Nk, D)``; v: ``(B, H, Nk, E)``.
         row_offsets: ``(Nq + 1,)`` int; col_indices: ``(nnz,)`` int in ``[0, Nk)``.
         weights: ``(Nk,)`` or ``(B, Nk)`` key quadrature weights (``None``: uniform), finite and
@@ -76,6 +84,7 @@ def neighborhood_attention(
     Returns:
         ``(B, H, Nq, E)``; a query with no live neighbour gets zeros.
     """
+    check_attention_dtypes(q, k, v, weights=weights)
     check_rank("q", q, 4, "(B, H, Nq, D)")
     check_rank("k", k, 4, "(B, H, Nk, D)")
     check_rank("v", v, 4, "(B, H, Nk, E)")

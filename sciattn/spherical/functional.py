@@ -31,7 +31,7 @@ import functools
 
 import torch
 
-from .._checks import check_choice, check_positive_int, check_rank
+from .._checks import check_attention_dtypes, check_choice, check_positive_int, check_rank
 from ..domain import SphereGrid
 from ..neighborhood import neighborhood_attention
 from ..quadrature import SPHERE_GRIDS
@@ -64,6 +64,7 @@ def merge_heads(y: torch.Tensor, nlat: int, nlon: int) -> torch.Tensor:
 
 
 def _check_fields(q, k, v, n_heads: int, grid_in: str, grid_out: str) -> None:
+    check_attention_dtypes(q, k, v)
     check_positive_int("n_heads", n_heads)
     check_choice("grid_in", grid_in, SPHERE_GRIDS)
     check_choice("grid_out", grid_out, SPHERE_GRIDS)
@@ -98,6 +99,8 @@ def spherical_attention(
     """Global attention on the sphere with the input grid's area weights on the keys.
 
     Args:
+        dtypes: q, k, v floating and of one dtype; an integer or bool
+            tensor is a TypeError naming the argument (the policy in :mod:`sciattn._checks`).
         q: queries on the output grid ``(B, H·D, nlat_out, nlon_out)``.
         k, v: keys ``(B, H·D, nlat_in, nlon_in)`` and values ``(B, H·E, nlat_in, nlon_in)``.
         grid_in: rule of the key grid (``"equiangular"``, ``"legendre-gauss"``, ``"lobatto"``).
@@ -135,6 +138,8 @@ def spherical_neighborhood_attention(
     """Attention over the geodesic disc of radius ``theta_cutoff`` around each query.
 
     Args:
+        dtypes: q, k, v floating and of one dtype; an integer or bool
+            tensor is a TypeError naming the argument (the policy in :mod:`sciattn._checks`).
         q, k, v, grid_in, n_heads, scale: as in :func:`spherical_attention`.
         grid_out: rule of the query grid (default ``grid_in``).
         theta_cutoff: disc radius in radians; ``None`` is one latitude spacing of the coarser grid

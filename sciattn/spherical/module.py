@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .._checks import check_choice, check_positive_int, check_rank
+from .._checks import check_choice, check_finite_at, check_input_dtype, check_positive_int, check_rank
 from ..domain import SphereGrid
 from ..neighborhood import neighborhood_attention
 from ..quadrature import SPHERE_GRIDS
@@ -123,6 +123,9 @@ class _ProjectedAttention(nn.Module):
         if query.shape[0] != key.shape[0] or key.shape[0] != value.shape[0]:
             raise ValueError(f"query, key, value: expected one batch size, got {query.shape[0]}, {key.shape[0]}, "
                              f"{value.shape[0]}")
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            check_input_dtype(name, t, self)
+            check_finite_at(name, t)
         q, k, v = self._project(query, key, value)
         out = self._attend(q, k, v)  # (B, H, N_out, E)
         out = self.out_proj(out.transpose(1, 2).flatten(2))  # (B, N_out, C_out)

@@ -37,7 +37,13 @@ import torch
 import torch.nn.functional as F
 
 from .._capabilities import has_flex_attention
-from .._checks import check_quadrature_weights, check_rank, check_tensor, sanitize_padded_rows
+from .._checks import (
+    check_attention_dtypes,
+    check_quadrature_weights,
+    check_rank,
+    check_tensor,
+    sanitize_padded_rows,
+)
 from .._dispatch import Backend, register_backend, select_backend, triton_backend
 from ._ops import weighted_softmax_triton
 from .reference import distance_bias, weighted_softmax_reference
@@ -46,6 +52,7 @@ __all__ = ["weighted_softmax_attention"]
 
 
 def _check_inputs(q, k, v, weights, mask, q_pos, k_pos, distance_scale):
+    check_attention_dtypes(q, k, v, weights=weights, q_pos=q_pos, k_pos=k_pos, distance_scale=distance_scale)
     check_rank("q", q, 4, "(B, H, Nq, D)")
     check_rank("k", k, 4, "(B, H, Nk, D)")
     check_rank("v", v, 4, "(B, H, Nk, E)")
@@ -99,6 +106,8 @@ def weighted_softmax_attention(
     """Softmax attention whose keys carry quadrature weights (and optionally a distance bias).
 
     Args:
+        dtypes: q, k, v floating and of one dtype; weights, q_pos, k_pos, distance_scale floating of any precision; an integer or bool
+            tensor is a TypeError naming the argument (the policy in :mod:`sciattn._checks`).
         q: ``(B, H, Nq, D)``; k: ``(B, H, Nk, D)``; v: ``(B, H, Nk, E)``.
         weights: ``(Nk,)`` or ``(B, Nk)`` key weights (``None``: uniform), finite and ``>= 0``
             at real keys (else ``ValueError``; anything at padded keys). Only relative weights
