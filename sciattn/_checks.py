@@ -335,14 +335,12 @@ def module_dtype(module: torch.nn.Module) -> torch.dtype | None:
     return None
 
 
-_CAST = {torch.float64: ".double()", torch.float32: ".float()", torch.float16: ".half()", torch.bfloat16: ".bfloat16()"}
-
-
 def check_input_dtype(name: str, value: object, module: torch.nn.Module, kind: str = "layer") -> torch.Tensor:
     """The layers' and operators' dtype policy: input ``value`` must have the dtype of ``module``'s
     parameters. A floating input of another dtype, or an integer/bool input, is a ``TypeError``:
-    ``x: expected dtype torch.float32 (the operator's parameters), got torch.float64; call .double()
-    on the operator or cast the input``. Skipped under ``torch.autocast``. Returns ``value``."""
+    ``x: expected dtype torch.float32 (the operator's parameters), got torch.float64; cast the input with
+    .to(torch.float32)`` (the input is cast, not the module: a spectral layer's complex weights do not
+    follow ``.double()``). Skipped under ``torch.autocast``. Returns ``value``."""
     t = check_tensor(name, value)
     want = module_dtype(module)
     if want is None:
@@ -356,10 +354,8 @@ def check_input_dtype(name: str, value: object, module: torch.nn.Module, kind: s
             f"{name}: expected a floating-point tensor of dtype {want} (the {kind}'s parameters), got {t.dtype}; "
             f"cast the input with .to({want})"
         )
-    fix = _CAST.get(t.dtype, f".to({t.dtype})")
     raise TypeError(
-        f"{name}: expected dtype {want} (the {kind}'s parameters), got {t.dtype}; "
-        f"call {fix} on the {kind} or cast the input"
+        f"{name}: expected dtype {want} (the {kind}'s parameters), got {t.dtype}; cast the input with .to({want})"
     )
 
 

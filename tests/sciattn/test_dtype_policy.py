@@ -157,7 +157,7 @@ def test_layer_float64_input_to_float32_layer_is_a_type_error(layer):
         make()(**kw)
     msg = str(err.value)
     assert msg.startswith(f"{name}: expected dtype torch.float32 (the layer's parameters), got torch.float64"), msg
-    assert "call .double() on the layer or cast the input" in msg, msg
+    assert "cast the input with .to(torch.float32)" in msg, msg
 
 
 @pytest.mark.parametrize("layer", list(LAYERS))
