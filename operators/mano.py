@@ -109,6 +109,22 @@ class _PointwiseGLU(nn.Module):
         return self.fc2(value * F.gelu(gate)).movedim(-1, 1)
 
 
+def _spacing_unit(spacing: float) -> tuple[int, int] | None:
+    """``(p, q)`` with ``spacing = p / q`` (smallest ``q <= 4096``), or ``None``: on sizes ``n = K·q`` the
+    stencil's shift ``spacing·n = K·p`` cells is a whole number, a symbolic integer under torch.export."""
+    q = next((q for q in range(1, 4097) if abs(round(spacing * q) - spacing * q) <= 1e-9 * q), None)
+    return None if q is None else (round(spacing * q), q)
+
+
+def _shift_whole(x: torch.Tensor, axis: int, sign: int, cells) -> torch.Tensor:
+    """:func:`_shift` by ``sign * cells`` whole cells, ``cells`` a symbolic size with ``0 < cells < n``
+    (torch.export; no branch on its value): the same concatenation as the eager whole shift."""
+    n, after = x.shape[axis], x.dim() - 1 - axis  # F.pad lists the last axis first
+    if sign > 0:  # F.pad, not a concatenated block of zeros: a (., cells, .) tensor would guard cells != 1
+        return F.pad(x.narrow(axis, cells, n - cells), [0, 0] * after + [0, cells])
+    return F.pad(x.narrow(axis, 0, n - cells), [0, 0] * after + [cells, 0])
+
+
 def _shift(x: torch.Tensor, axis: int, cells: float) -> torch.Tensor:
     """``x`` sampled at ``i + cells`` along ``axis`` (linear interpolation, zero outside)."""
     n = x.shape[axis]
@@ -139,12 +155,20 @@ class _StencilLift(nn.Module):
 
     def forward(self, u):
         r = (self.kernel - 1) // 2
-        steps = [1.0 if self.spacing is None else self.spacing * n for n in u.shape[2:]]
+        symbolic = self.spacing is not None and self.kernel > 1 and not all(isinstance(n, int) for n in u.shape[2:])
+        if symbolic:  # torch.export on multiples of q (MANO.export_size_multiple): whole shifts (n // q)·p
+            p, q = _spacing_unit(self.spacing)  # type: ignore[misc]
+            steps = [(n // q) * p for n in u.shape[2:]]
+        else:
+            steps = [1.0 if self.spacing is None else self.spacing * n for n in u.shape[2:]]
         taps = []
         for offset in itertools.product(range(-r, r + 1), repeat=self.spatial_dims):
             t = u
             for a, (o, step) in enumerate(zip(offset, steps)):
-                t = _shift(t, 2 + a, o * step)
+                if symbolic:
+                    t = t if o == 0 else _shift_whole(t, 2 + a, o, abs(o) * step)
+                else:
+                    t = _shift(t, 2 + a, o * step)
             taps.append(t)
         h = torch.cat(taps, dim=1).movedim(1, -1)
         return self.fc2(F.gelu(self.fc1(h))).movedim(-1, 1)
@@ -167,8 +191,9 @@ class _SpectralHead(nn.Module):
     def forward(self, h):
         h = self.lift(h.movedim(1, -1)).movedim(-1, 1)
         shape = tuple(h.shape[2:])
+        symbolic = not all(isinstance(n, int) for n in shape)  # torch.export: no comparison with the grid in Python
         for spec, skip in zip(self.spectral, self.skips):
-            if self.grid is None or self.grid == shape:
+            if self.grid is None or (not symbolic and self.grid == shape):
                 k = spec(h)
             else:  # the series is evaluated by zero-padding its spectrum (SpectralConv's own output_shape
                 # pads the unshifted spectrum at the end, which misplaces negative frequencies: wrong off the
@@ -310,28 +335,38 @@ class MANO(nn.Module):
     @property
     def export_size_range(self) -> list[tuple[int, int | None]] | None:
         """Per-axis ``(min, max)`` of the traced sizes, ``max`` None (unbounded): ``K >= 2`` multiples, since at
-        ``K = 1`` some window or level axis is one cell long, a size torch.export specialises."""
-        m = self.export_size_multiple
-        return None if m is None else [(2 * k, None) for k in m]
+        ``K = 1`` some window or level axis is one cell long, a size torch.export specialises; with ``coarse_cells``
+        the smallest multiple whose pyramid has the fixed coarse levels (64 for the shipped darcy64_mano config:
+        ``export_size_multiple`` 64 from ``lift_spacing = 1/64`` and ``head_grid = 64``, coarse levels 32, 16, 8)."""
+        lo = self._export_multiple()[2]
+        return None if lo is None else [(k, None) for k in lo]
 
     @property
     def export_fixed_reason(self) -> str | None:
         """Why :attr:`export_size_multiple` is ``None`` (``None`` when it is not)."""
         return self._export_multiple()[1]
 
-    def _export_multiple(self) -> tuple[tuple[int, ...] | None, str | None]:
-        if isinstance(self.lift, _StencilLift) and self.lift.spacing is not None:
-            return None, ("lift_spacing: the stencil lift samples at lift_spacing * n cells, computed in Python "
-                          "from the grid size")
+    def _export_multiple(self) -> tuple[tuple[int, ...] | None, str | None, tuple[int, ...] | None]:
+        """``(unit, reason, min sizes)``: the lcm of the blocks' pyramid units, ``q`` of ``lift_spacing = p/q``
+        (whole stencil shifts ``K·p``) and ``head_grid`` (exact restriction onto it); the minimum is the blocks'
+        (:meth:`~sciattn.multipole.MultipoleAttention.export_min_size`) rounded up to a multiple of the unit."""
+        d = self.spatial_dims
+        unit, lo = (1,) * d, (1,) * d
+        if isinstance(self.lift, _StencilLift) and self.lift.spacing is not None and self.lift.kernel > 1:
+            pq = _spacing_unit(self.lift.spacing)
+            if pq is None:
+                return None, (f"lift_spacing={self.lift.spacing}: not p/q for any q <= 4096, so the stencil's shift "
+                              f"lift_spacing * n is never a whole number of cells"), None
+            unit = (pq[1],) * d
         if isinstance(self.proj, _SpectralHead) and self.proj.grid is not None:
-            return None, "head_grid: the spectral head compares the input grid with its fixed grid in Python"
-        unit = (1,) * self.spatial_dims
+            unit = tuple(a * g // math.gcd(a, g) for a, g in zip(unit, self.proj.grid))
         for block in self.blocks:
             m = block.attn.export_unit()
             if m is None:
-                return None, block.attn.export_unit_why_not()
+                return None, block.attn.export_unit_why_not(), None
             unit = tuple(a * b // math.gcd(a, b) for a, b in zip(unit, m))
-        return unit, None
+            lo = tuple(max(a, b) for a, b in zip(lo, block.attn.export_min_size()))
+        return unit, None, tuple(-(-a // u) * u for a, u in zip(lo, unit))
 
     def forward(
         self, x: torch.Tensor, weights: torch.Tensor | None = None, *, y: torch.Tensor | None = None

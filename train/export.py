@@ -36,8 +36,10 @@ Shapes. Batch and spatial sizes are dynamic wherever the operator's code allows 
   pyramid of ``M`` scaled by ``K`` (same level count, exact pooling, windows ``K`` times larger tiling every
   level), so the program computes it in symbolic integers and takes every such size (other sizes fail a
   guard; eager mode pads them). ``K = 1`` is left out: windows of one cell would be size-1 axes, which
-  torch.export specialises. Other configurations (``window`` in cells: one more level per refinement;
-  ``coarse_cells``; a fraction whose windows do not tile the levels) are exported at one resolution
+  torch.export specialises. ``coarse_cells``, ``lift_spacing = p/q`` and ``head_grid`` enlarge ``M`` (lcm with
+  the level-1 size, ``q`` and the head grid) and may raise the minimum: the shipped darcy64_mano config takes
+  every multiple of 64 from 64 on (levels ``n, 32, 16, 8``; stencil shift ``n/64`` cells). Other configurations
+  (``window`` in cells; a fraction whose windows do not tile the levels) are exported at one resolution
   (batch dynamic), with the reason in the note; a declared multiple whose program fails the probe falls
   back to that too.
 * Sphere operators (``spherical_transformer``, ``planar_transformer``): built for one ``nlat x nlon``
@@ -109,7 +111,9 @@ MULTIPLE_WHY = {
     "galerkin_transformer": "its input is restricted onto the latent grid by slicing, exact when each size is a "
                             "multiple of the latent one; other sizes are interpolated in eager mode only",
     "mano": "on multiples of it the multipole pyramid is the one at the multiple scaled (same level count, exact "
-            "pooling, windows tiling every level); eager mode pads other sizes",
+            "pooling, windows tiling every level; with coarse_cells the coarse levels keep their fixed sizes, reached "
+            "by exact bins), a lift_spacing stencil shifts by whole cells and a head_grid is an exact restriction; "
+            "eager mode pads or interpolates other sizes",
 }
 _TREE_WHY = ("its ball tree has a depth that depends on N and sciattn.balltree uses torch.gather(out=), which "
              "torch.export cannot trace with symbolic sizes")

@@ -258,19 +258,56 @@ class MultipoleAttention(nn.Module):
         * ``window=w`` cells: no unit. Without ``max_levels`` the level count grows by one per refinement
           by ``s``; with it the sizes ``K·w·s^(L-1)`` would share the pyramid, but the number of windows
           grows with ``K`` and torch.export pins it (a guard on the window tiling), so it is not offered.
-        * ``coarse_cells``: the coarse levels have fixed sizes reached by adaptive bins: no unit.
+        * ``coarse_cells``: levels ``ℓ >= 1`` have fixed sizes ``c_ℓ`` once the grid is fine enough (``ceil(n/s) >=
+          c_1``), reached from the input level by adaptive pooling. ``M`` is the lcm of the window unit and ``c_1``,
+          so the bins of that pooling are exact (``n / c_1`` cells, a symbolic integer) and only the input level
+          scales with ``K``; :meth:`export_min_size` is the smallest multiple with that saturated pyramid (e.g.
+          ``window_fraction=1/8``, ``coarse_cells=8``: ``M = 32``, levels ``n, 32, 16, 8`` from ``n = 64``).
         """
         return self._export_unit()[0]
+
+    def export_min_size(self) -> tuple[int, ...] | None:
+        """Smallest size per axis (a multiple of :meth:`export_unit`) a traced program takes: ``2M`` (at ``M`` a
+        window is one cell, a size torch.export specialises), or with ``coarse_cells`` the smallest multiple whose
+        pyramid has the fixed coarse levels."""
+        return self._export_unit()[2]
 
     def export_unit_why_not(self) -> str | None:
         """Why :meth:`export_unit` is ``None`` (``None`` when it is not)."""
         return self._export_unit()[1]
 
-    def _export_unit(self) -> tuple[tuple[int, ...] | None, str | None]:
+    def _export_unit(self) -> tuple[tuple[int, ...] | None, str | None, tuple[int, ...] | None]:
+        unit, why = self._export_unit_pair()
+        if unit is None or self.coarse_cells is None:
+            return unit, why, None if unit is None else tuple(2 * m for m in unit)
+        return self._export_unit_coarse(unit)
+
+    def _export_unit_coarse(self, base: tuple[int, ...]):
+        """:meth:`_export_unit` with ``coarse_cells``: ``base`` is the window unit; the coarse levels of a fine
+        grid are fixed, the unit adds exact bins onto level 1 and the minimum is where that pyramid starts."""
+        ref = self.plan(tuple(m * 4096 for m in base))  # a fine grid: the fixed coarse levels
+        coarse = ref[1:]
+        if not coarse:
+            return None, f"coarse_cells={self.coarse_cells}: the pyramid has one level, nothing to export", None
+        unit = tuple(m * c // math.gcd(m, c) for m, c in zip(base, coarse[0][0]))  # exact bins onto level 1
+        frac = self.window_fraction
+
+        def fits(n):  # the pyramid at n: the input level, windows f*n tiling it (>= 2 cells), then ref's coarse levels
+            plan = self.plan(n)
+            return (plan[1:] == coarse and all(w == round(f * g) >= 2 and g % w == 0
+                                               for f, g, w in zip(frac, n, plan[0][1])))
+
+        kmin = next((k for k in range(1, 4097) if all(fits(tuple(j * m for m in unit)) for j in (k, k + 1, k + 2))),
+                    None)
+        if kmin is None:  # pragma: no cover - the coarse sizes are reached by every grid fine enough
+            return None, f"coarse_cells={self.coarse_cells}: no grid size has the fixed coarse levels", None
+        for k in (kmin + 3, kmin + 4, 2 * kmin + 5, 7 * kmin + 11, 64 * kmin + 1):  # guards the derivation above
+            if not fits(tuple(k * m for m in unit)):  # pragma: no cover
+                return None, f"coarse_cells={self.coarse_cells}: the pyramid at {k} * {unit} is not the fixed one", None
+        return unit, None, tuple(kmin * m for m in unit)
+
+    def _export_unit_pair(self) -> tuple[tuple[int, ...] | None, str | None]:
         s = self.pool_factor
-        if self.coarse_cells is not None:
-            return None, ("coarse_cells: its coarse levels have fixed sizes, reached from the input level by "
-                          "adaptive pooling whose bins depend on the grid size")
         if self.window_fraction is None:
             if self.max_levels is None:
                 return None, (f"window={self.window} cells without max_levels: the pyramid has 1 + ceil(log_s(n / "
@@ -289,6 +326,8 @@ class MultipoleAttention(nn.Module):
             levels = len(self.plan(tuple(base)))
             step = s ** (levels - 1)  # every level but the coarsest pools by s exactly
             unit = tuple(m * step // math.gcd(m, step) for m in base)
+        if self.coarse_cells is not None:
+            return tuple(base), None  # the window unit; the coarse pyramid is derived in _export_unit_coarse
         # check it: the pyramid of M divides exactly, and 2M and 3M have it scaled
         plan = self.plan(unit)
         for (grid, win), (nxt, _) in zip(plan, plan[1:] + [(None, None)]):
@@ -320,24 +359,28 @@ class MultipoleAttention(nn.Module):
         pooled = avg(x, s) if self.down is None else self.down(x)
         return pooled, total[:, 0]
 
-    def _pool_to(self, x: torch.Tensor, w: torch.Tensor, shape: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _pool_to(self, x: torch.Tensor, w: torch.Tensor, shape: Sequence[int],
+                 exact: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Weighted mean pooling onto the grid ``shape`` (any ratio: adaptive bins), ``x (B, C, *n)``,
         ``w (B, *n)`` -> ``(B, C, *shape)`` means and ``(B, *shape)`` weights; the ratio ``s`` goes
-        through :meth:`_pool` (padding, exact blocks)."""
-        if all(m == -(-n // self.pool_factor) for m, n in zip(shape, x.shape[2:])):
+        through :meth:`_pool` (padding, exact blocks). ``exact``: symbolic sizes that are multiples of ``shape``
+        (torch.export, ``coarse_cells``), always adaptive bins, each ``n // m`` cells."""
+        if not exact and all(m == -(-n // self.pool_factor) for m, n in zip(shape, x.shape[2:])):
             return self._pool(x, w)
         pool = getattr(F, f"adaptive_avg_pool{self.spatial_dims}d")
         w = w.unsqueeze(1)
         den = pool(w, tuple(shape))
         num = pool(x * w, tuple(shape))
         mean = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
-        cells = math.prod(n / m for n, m in zip(x.shape[2:], shape))  # fine cells per coarse cell
+        cells = math.prod((n // m if exact else n / m) for n, m in zip(x.shape[2:], shape))  # fine cells per coarse cell
         return mean, den[:, 0] * cells
 
-    def _upsample(self, r: torch.Tensor, shape: Sequence[int], exact: bool = False) -> torch.Tensor:
-        """``r`` onto the finer grid ``shape``; ``exact``: ``shape`` is ``s`` times ``r``'s (symbolic sizes)."""
+    def _upsample(self, r: torch.Tensor, shape: Sequence[int], exact: bool = False,
+                  physical: bool = False) -> torch.Tensor:
+        """``r`` onto the finer grid ``shape``; ``exact``: ``shape`` is ``s`` times ``r``'s (symbolic sizes);
+        ``physical``: any ratio, interpolated (symbolic sizes onto a fixed coarse level)."""
         s = self.pool_factor
-        if not exact and any(-(-n // s) != m for n, m in zip(shape, r.shape[2:])):  # physical pyramid, ratio not s
+        if physical or not exact and any(-(-n // s) != m for n, m in zip(shape, r.shape[2:])):  # physical pyramid, ratio not s
             mode = "nearest" if self.unpool == "nearest" else _LINEAR_MODES[self.spatial_dims]
             kwargs = {} if mode == "nearest" else {"align_corners": False}
             return F.interpolate(r, size=tuple(shape), mode=mode, **kwargs)
@@ -430,9 +473,12 @@ class MultipoleAttention(nn.Module):
         if unit is None:
             levels, tiles = self.plan(grid), None
         else:  # symbolic sizes (torch.export), multiples of the unit: its pyramid scaled (see export_unit)
-            levels = self.plan(unit)
+            levels = self.plan(unit if self.coarse_cells is None else self.export_min_size())
             tiles = ([tuple(g // w for g, w in zip(*level)) for level in levels] if self.window_fraction is not None
                      else None)  # windows grow with the grid: a fixed number of windows per axis
+            if self.coarse_cells is not None:  # levels >= 1 have fixed sizes: concrete, as in eager mode
+                tiles = tiles[:1] + [None] * (len(levels) - 1)
+        coarse = unit is not None and self.coarse_cells is not None
         outs = []
         biases: dict[tuple[str, ...], torch.Tensor | None] = {}  # one per distinct window, shared by levels
         feats, w = x, weights
@@ -441,8 +487,13 @@ class MultipoleAttention(nn.Module):
                 if w is None:
                     w = torch.ones((b, *feats.shape[2:]), dtype=x.dtype, device=x.device)
                 w = w.to(x.dtype).expand(b, *feats.shape[2:])
-                feats, w = self._pool(feats, w, exact=True) if unit is not None else self._pool_to(feats, w, levels[i][0])
-            if tiles is not None:
+                if coarse:  # symbolic input level onto fixed level 1 (exact bins), then fixed sizes as in eager mode
+                    feats, w = self._pool_to(feats, w, levels[i][0], exact=i == 1)
+                elif unit is not None:
+                    feats, w = self._pool(feats, w, exact=True)
+                else:
+                    feats, w = self._pool_to(feats, w, levels[i][0])
+            if tiles is not None and tiles[i] is not None:
                 window = tuple(n // t for n, t in zip(feats.shape[2:], tiles[i]))
             key = tuple(map(str, window))  # a symbolic size (torch.export) is not hashable
             if key not in biases:
@@ -452,8 +503,12 @@ class MultipoleAttention(nn.Module):
         rows = self.level_weight.shape[0]
         for i in range(len(levels) - 1, 0, -1):
             gamma = self.level_weight[min(i, rows) - 1].repeat_interleave(self.head_dim)
-            up = (self._upsample(r, levels[i - 1][0]) if unit is None else
-                  self._upsample(r, outs[i - 1].shape[2:], exact=True))
+            if coarse:
+                up = (self._upsample(r, outs[0].shape[2:], physical=True) if i == 1 else
+                      self._upsample(r, levels[i - 1][0]))
+            else:
+                up = (self._upsample(r, levels[i - 1][0]) if unit is None else
+                      self._upsample(r, outs[i - 1].shape[2:], exact=True))
             r = outs[i - 1] + up * gamma.to(r.dtype).reshape(1, -1, *(1,) * d)
         r = r.movedim(1, -1)
         if self.gate_proj is not None:

@@ -9,6 +9,9 @@ model run the same kernels on the CPU, so the differences are round-off).
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -190,6 +193,41 @@ def test_mano_with_window_fraction_exports_every_multiple_of_its_pyramid_unit(tm
             program(torch.randn(1, 2, *shape))
     DIFFS["mano (window_fraction 0.25)"] = diffs
     print(f"\nmano (window_fraction 0.25): max |exported - eager| {diffs}")
+    assert max(diffs.values()) <= ATOL, diffs
+
+
+# The shipped examples/configs/darcy64_mano.toml [model] (smaller widths, one block and one head layer, for time):
+# coarse_cells = 8 (levels n, 32, 16, 8 from n = 64 on), lift_spacing = 1/64 with a 3x3 stencil (shift n/64 cells)
+# and head_grid = 64 (exact restriction onto 64 nodes) make every n = 64·K, K >= 1, one pyramid: the program takes
+# 64, 128, 192, ... and refuses 96 (eager mode interpolates the stencil there) and sizes under 64.
+SHIPPED_MANO = Path(__file__).resolve().parents[2] / "examples" / "configs" / "darcy64_mano.toml"
+
+
+def test_shipped_darcy64_mano_exports_every_multiple_of_64(tmp_path):
+    cfg = {k: v for k, v in tomllib.loads(SHIPPED_MANO.read_text())["model"].items() if k != "name"}
+    assert cfg["coarse_cells"] == 8 and cfg["head_grid"] == 64 and cfg["lift_stencil"] == 3
+    cfg.update(in_channels=1, out_channels=1, width=8, n_heads=2, n_layers=1, head_width=8, head_layers=1)
+    run, model, xn, yn = _run(tmp_path, "mano", cfg, sample_shape=(64, 64),
+                              domain={"kind": "grid", "shape": [64, 64]}, train_resolution=(64, 64))
+    assert model.export_fixed_reason is None
+    assert model.export_size_multiple == (64, 64) and model.export_size_range == [(64, None), (64, None)]
+    info = export_run(run, tmp_path / "mano.pt2", input_dtype="float32")
+    assert info["dynamic_dims"] == [0, 2, 3] and info["fixed_resolution"] is None, info["note"]
+    assert info["size_multiples"] == {"2": 64, "3": 64} and info["dynamic_ranges"]["2"] == [64, None]
+    program = torch.export.load(tmp_path / "mano.pt2").module()
+    g = torch.Generator().manual_seed(5)
+    diffs = {}
+    for b, shape in zip((2, 1, 1), ((64, 64), (128, 128), (192, 64))):
+        x = torch.randn(b, 1, *shape, generator=g) * 2 + 1
+        ref = _eager_grid(model, xn, yn, x)
+        out = program(x)
+        assert out.shape == ref.shape == (b, 1, *shape)
+        diffs["x".join(map(str, shape))] = float((out - ref).abs().max())
+    for shape in ((96, 96), (32, 32)):  # not a multiple of 64 (a half-cell stencil shift); under the fixed levels
+        with pytest.raises(Exception, match="Guard failed|size"):
+            program(torch.randn(1, 1, *shape))
+    DIFFS["mano (darcy64_mano.toml)"] = diffs
+    print(f"\nmano (darcy64_mano.toml): max |exported - eager| {diffs}")
     assert max(diffs.values()) <= ATOL, diffs
 
 
