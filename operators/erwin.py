@@ -161,9 +161,18 @@ class ErwinGeometry:
 
 
 def _as_list(name: str, value, n: int) -> list[int]:
-    vals = [value] * n if isinstance(value, int) else list(value)
+    """One positive int per level from an int or a sequence; errors name ``name``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        vals = [value] * n
+    elif isinstance(value, (list, tuple)):
+        vals = list(value)
+    else:
+        raise TypeError(f"{name}: expected a positive int or {n} ints (one per level), got {value!r} "
+                        f"({type(value).__name__})")
     if len(vals) != n:
         raise ValueError(f"{name}: expected {n} entries (one per level), got {len(vals)}: {value!r}")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+        raise TypeError(f"{name}: expected positive ints, got {value!r}")
     return vals
 
 

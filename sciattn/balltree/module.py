@@ -51,6 +51,8 @@ def check_point_inputs(x, pos, mask, weights, channels: int, spatial_dims: int) 
             check_rank(name, t, 2, "(B, N)")
             if tuple(t.shape) != tuple(x.shape[:2]):
                 raise ValueError(f"{name}: expected shape {tuple(x.shape[:2])} matching x, got {tuple(t.shape)}")
+    if mask is not None and mask.dtype != torch.bool:
+        raise TypeError(f"mask: expected dtype torch.bool (True at real points), got {mask.dtype}")
 
 
 class BallAttention(nn.Module):

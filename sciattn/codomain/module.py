@@ -38,6 +38,7 @@ from .._checks import (
     check_input_dtype,
     check_per_axis_ints,
     check_positive_int,
+    check_quadrature_weights,
     check_rank,
     check_tensor,
 )
@@ -62,6 +63,8 @@ def grid_weights(x: torch.Tensor, spatial_dims: int, rule: str = "uniform",
         check_tensor("weights", weights)
         if tuple(weights.shape) not in (grid, (b, *grid)):
             raise ValueError(f"weights: expected shape {grid} or {(b, *grid)} matching x, got {tuple(weights.shape)}")
+        check_quadrature_weights("weights", weights.reshape(-1) if weights.dim() == spatial_dims
+                                 else weights.reshape(b, -1), need_mass=True)  # before normalising: -1/-N > 0
         w = weights.to(dtype=x.dtype, device=x.device)
         w = w.reshape(1, -1) if w.dim() == spatial_dims else w.reshape(b, -1)
     w = w.expand(b, w.shape[-1])
@@ -183,7 +186,9 @@ class CodomainAttention(nn.Module):
         check_input_dtype("x", x, self)
         if var_mask is not None:
             check_tensor("var_mask", var_mask)
-            if tuple(var_mask.shape) != tuple(x.shape[:2]) or var_mask.dtype != torch.bool:
+            if var_mask.dtype != torch.bool:
+                raise TypeError(f"var_mask: expected dtype torch.bool (True: present), got {var_mask.dtype}")
+            if tuple(var_mask.shape) != tuple(x.shape[:2]):
                 raise ValueError(f"var_mask: expected a bool tensor of shape {tuple(x.shape[:2])} (B, V), "
                                  f"got {var_mask.dtype} {tuple(var_mask.shape)}")
         present = None if var_mask is None else var_mask[(...,) + (None,) * (1 + d)]

@@ -144,6 +144,10 @@ CASES: list[Case] = [
         lambda m: m(_r(2, 3, 4, 8, 8), torch.ones(2, 2, dtype=torch.bool)), ValueError, ("var_mask", "shape")),
     fwd("codomain", "var-mask-all-false", codomain,
         lambda m: m(_r(2, 3, 4, 8, 8), torch.zeros(2, 3, dtype=torch.bool)), ValueError, ("var_mask",)),
+    fwd("codomain", "weights-negative", codomain, lambda m: m(_r(2, 3, 4, 8, 8), weights=-torch.ones(8, 8)),
+        ValueError, ("weights: expected non-negative finite values",)),  # -1 / -64 would normalise to +1/64
+    fwd("codomain", "var-mask-float", codomain, lambda m: m(_r(2, 3, 4, 8, 8), torch.ones(2, 3)),
+        TypeError, ("var_mask: expected dtype torch.bool", "torch.float32")),
     fwd("codomain", "weights-wrong-grid", codomain, lambda m: m(_r(2, 3, 4, 8, 8), weights=torch.ones(8, 4)),
         ValueError, ("weights", "shape")),
     # BallAttention
@@ -160,6 +164,8 @@ CASES: list[Case] = [
     fwd("ball", "pos-wrong-dims", ball, lambda m: m(_r(2, 8, 8), _r(2, 8, 2)), ValueError, ("pos", "3")),
     fwd("ball", "mask-wrong-shape", ball,
         lambda m: m(_r(2, 8, 8), _r(2, 8, 3), torch.ones(2, 7, dtype=torch.bool)), ValueError, ("mask",)),
+    fwd("ball", "mask-float", ball, lambda m: m(_r(2, 8, 8), _r(2, 8, 3), torch.ones(2, 8)), TypeError,
+        ("mask: expected dtype torch.bool", "torch.float32")),
     fwd("ball", "weights-negative", ball, lambda m: m(_r(2, 8, 8), _r(2, 8, 3), None, -torch.ones(2, 8)),
         ValueError, ("weights: expected", "non-negative")),
     fwd("ball", "weights-wrong-shape", ball, lambda m: m(_r(2, 8, 8), _r(2, 8, 3), None, torch.ones(2, 9)),
