@@ -48,10 +48,10 @@ import h5py
 import numpy as np
 import torch
 
-from sciattn._checks import check_choice, check_positive_int
+from sciattn._checks import check_choice, check_positive_int, unreadable_file
 from sciattn._io import atomic_path
 
-from ._hdf5 import attrs_match
+from ._hdf5 import attrs_match, open_hdf5
 from .geofno import PointSetDataset
 from .point_sets import (
     DOMAINS,
@@ -139,9 +139,12 @@ def _cached(cache_dir, prefix: str, meta: dict, make) -> dict[str, np.ndarray]:
     digest = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
     path = Path(cache_dir) / f"{prefix}_{digest}.h5"
     if path.is_file():
-        with h5py.File(path, "r") as fh:
+        with open_hdf5(path) as fh:  # a truncated cache file: one line with the path and the cause
             if attrs_match(fh.attrs, meta):
-                return {k: fh[k][()] for k in ("x", "y", "pos", "weights")}
+                try:
+                    return {k: fh[k][()] for k in ("x", "y", "pos", "weights")}
+                except OSError as err:
+                    raise unreadable_file("path", path, "an HDF5 file", "HDF5", err) from None
     arrays = make()
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as fh:
         for key, value in meta.items():

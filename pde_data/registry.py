@@ -95,6 +95,24 @@ def _split_well(ds, path: Path, split: str | None, split_rule: str | None):
     return SplitSubset(ds, items, meta)
 
 
+def _check_reader_kwargs(reader, path: Path, kwargs: dict) -> None:
+    """Refuse, in one line, a keyword the reader detected for ``path`` does not take (instead of
+    Python's ``reader() got an unexpected keyword argument``), listing those it accepts."""
+    import inspect
+
+    try:
+        params = inspect.signature(reader).parameters.values()
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    accepted = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for key in kwargs:
+        if key not in accepted:
+            raise TypeError(f"{key}: not a keyword of {reader.__name__}, the reader detected for {str(path)!r}; "
+                            f"it accepts {sorted(accepted)}")
+
+
 def _load_path(path: Path, split: str | None, resolution: int | None, split_rule: str | None = None,
                **kwargs) -> Dataset:
     """Dispatch a file on its content."""
@@ -103,6 +121,7 @@ def _load_path(path: Path, split: str | None, resolution: int | None, split_rule
     if path.is_dir() or path.suffix in (".nc", ".nc4", ".zarr", ".cdf"):
         from .xarray_data import load_xarray
 
+        _check_reader_kwargs(load_xarray, path, kwargs)
         return _split_xarray(load_xarray(path, **kwargs), path, split, split_rule)
     check_data_file("name_or_path", path)
     with open(path, "rb") as fh:
@@ -114,10 +133,13 @@ def _load_path(path: Path, split: str | None, resolution: int | None, split_rule
 
         keys = mat_variables(path)
         if "coeff" in keys and "sol" in keys:
+            _check_reader_kwargs(load_fno_darcy, path, kwargs)
             return load_fno_darcy(path, resolution=resolution, split=split, **kwargs)
         if "a" in keys and "u" in keys and keys["u"] is not None and len(keys["u"]) == 2:
+            _check_reader_kwargs(load_fno_burgers, path, kwargs)
             return load_fno_burgers(path, split=split, resolution=resolution, **kwargs)
         if "u" in keys and keys["u"] is not None and len(keys["u"]) == 4:
+            _check_reader_kwargs(load_fno_navier_stokes, path, kwargs)
             return load_fno_navier_stokes(path, split=split, resolution=resolution, **kwargs)
         raise ValueError(f"name_or_path: {str(path)!r} is a MAT-file with keys {sorted(keys)}, which match no FNO "
                          "benchmark (Darcy coeff/sol, Burgers a/u, Navier-Stokes u (N, X, Y, T))")
@@ -132,10 +154,12 @@ def _load_path(path: Path, split: str | None, resolution: int | None, split_rule
         if is_well:
             from .the_well import TheWellDataset
 
+            _check_reader_kwargs(TheWellDataset, path, kwargs)
             return _split_well(TheWellDataset(path, **kwargs), path, split, split_rule)
         from .pdebench import PDEBenchWindowDataset
 
         _own_division(path, split_rule, "PDEBench's test_fraction")
+        _check_reader_kwargs(PDEBenchWindowDataset, path, kwargs)
         return PDEBenchWindowDataset(path, split=split or "train", **kwargs)
     if path.suffix == ".pt":
         return _load_pt(path, split, resolution, split_rule, **kwargs)
@@ -170,9 +194,11 @@ def _load_pt(path: Path, split: str | None, resolution: int | None, split_rule: 
     if isinstance(raw, list):
         from .shapenet_car import load_mini_car
 
+        _check_reader_kwargs(load_mini_car, path, kwargs)
         return load_mini_car(path, split, split_rule=split_rule, **kwargs)
     if isinstance(raw, dict) and "x" in raw and "y" in raw and raw["y"].dim() == raw["x"].dim() + 1:
         kwargs.setdefault("channel_squeezed", (True, False))
+    _check_reader_kwargs(load_neuralop_pt, path, kwargs)
     ds = load_neuralop_pt(path, **kwargs)
     named = parse_neuralop_name(path)
     if split_rule is None and named is not None:

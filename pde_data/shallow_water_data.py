@@ -34,10 +34,10 @@ import h5py
 import numpy as np
 import torch
 
-from sciattn._checks import check_choice, check_positive_int, check_rank
+from sciattn._checks import check_choice, check_positive_int, check_rank, unreadable_file
 from sciattn._io import atomic_path
 
-from ._hdf5 import attrs_match
+from ._hdf5 import attrs_match, open_hdf5
 from .burgers import _small_fft_threads
 from .darcy import _check_real, _check_seed
 from .shallow_water import SWE_DEFAULTS, ShallowWaterSolver
@@ -198,9 +198,12 @@ def load_or_generate_shallow_water(
     digest = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
     path = cache / f"shallow_water_{digest}.h5"
     if path.is_file():
-        with h5py.File(path, "r") as fh:
+        with open_hdf5(path) as fh:  # a truncated cache file: one line with the path and the cause
             if attrs_match(fh.attrs, meta):
-                return {key: fh[key][()] for key in fh.keys()}
+                try:
+                    return {key: fh[key][()] for key in fh.keys()}
+                except OSError as err:
+                    raise unreadable_file("path", path, "an HDF5 file", "HDF5", err) from None
         warnings.warn(f"{path}: cached parameters differ from the request; regenerating", stacklevel=2)
     kw = {k: p[k] for k in SWE_DEFAULTS}
     data = generate_shallow_water(n_samples, p["nlat"], p["nlon"], p["grid"], p["dt"], p["n_steps_between"],

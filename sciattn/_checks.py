@@ -24,6 +24,8 @@ __all__ = [
     "check_min_grid",
     "check_dim",
     "check_positive_int",
+    "check_positive_float",
+    "check_backend_name",
     "check_choice",
     "check_file",
     "check_data_file",
@@ -103,6 +105,28 @@ def check_positive_int(name: str, value: object) -> int:
     if value <= 0:
         raise ValueError(f"{name}: expected a positive int, got {value}")
     return value
+
+
+def check_positive_float(name: str, value: object) -> float:
+    """Return ``value`` as a float if it is a finite real number > 0 (an epsilon, a step); raise otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name}: expected a positive float, got {type(value).__name__} {value!r}")
+    if not (value > 0 and value != float("inf")):
+        raise ValueError(f"{name}: expected a positive finite float, got {value!r}")
+    return float(value)
+
+
+def check_backend_name(op: str, backend: object) -> str | None:
+    """Check at construction that a forced ``backend`` is registered for ``op`` (``None``: automatic),
+    with the dispatcher's own wording, so a typo is not refused only at the first forward."""
+    if backend is None:
+        return None
+    from ._dispatch import BackendError, backends_for
+
+    names = [b.name for b in backends_for(op)]
+    if backend not in names:
+        raise BackendError(f"backend: expected one of {names} for op {op!r}, got {backend!r}")
+    return backend
 
 
 def check_per_axis_ints(name: str, value: object, d: int) -> tuple[int, ...]:

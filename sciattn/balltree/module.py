@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from .._checks import (
+    check_backend_name,
     check_dim,
     check_finite_at,
     check_floating,
@@ -91,6 +92,7 @@ class BallAttention(nn.Module):
             raise ValueError(f"n_heads: expected a divisor of dim={dim}, got {n_heads}")
         check_positive_int("spatial_dims", spatial_dims)
         check_power_of_two("ball_size", ball_size)
+        check_backend_name("ball", backend)
         self.dim, self.n_heads, self.spatial_dims, self.ball_size = dim, n_heads, spatial_dims, ball_size
         self.head_dim = dim // n_heads
         self.backend = backend

@@ -32,11 +32,13 @@ import torch
 from torch import nn
 
 from .._checks import (
+    check_backend_name,
     check_choice,
     check_dim,
     check_finite_at,
     check_input_dtype,
     check_per_axis_ints,
+    check_positive_float,
     check_positive_int,
     check_quadrature_weights,
     check_rank,
@@ -158,6 +160,8 @@ class CodomainAttention(nn.Module):
                                         or not temperature > 0):
             raise ValueError(f"temperature: expected a positive float or None, got {temperature!r}")
         Grid((1,) * spatial_dims, rule=rule)  # validates the rule name
+        check_positive_float("norm_eps", norm_eps)
+        check_backend_name("codomain", backend)
         self.channels, self.n_heads, self.spatial_dims = channels, n_heads, spatial_dims
         self.head_channels, self.qkv, self.rule, self.backend = head_channels, qkv, rule, backend
         width = 3 * n_heads * head_channels

@@ -30,11 +30,13 @@ import torch
 from torch import nn
 
 from .._checks import (
+    check_backend_name,
     check_choice,
     check_dim,
     check_finite_at,
     check_floating,
     check_input_dtype,
+    check_positive_float,
     check_positive_int,
     check_rank,
 )
@@ -100,6 +102,8 @@ class GalerkinAttention(nn.Module):
             raise ValueError(f"n_heads: expected a divisor of d_model={d_model}, got {n_heads}")
         if pos_dim < 0:
             raise ValueError(f"pos_dim: expected a non-negative int, got {pos_dim}")
+        check_positive_float("norm_eps", norm_eps)
+        check_backend_name("galerkin", backend)
         self.d_model, self.n_heads, self.pos_dim = d_model, n_heads, pos_dim
         self.head_dim = d_model // n_heads
         self.attention_type = attention_type
@@ -151,6 +155,9 @@ class GalerkinAttention(nn.Module):
         check_dim("x", x, -1, self.d_model, "d_model")
         check_input_dtype("x", x, self)
         for name, t in (("pos", pos), ("context_pos", context_pos)):
+            if t is not None and self.pos_dim == 0:  # it would be silently ignored
+                raise ValueError(f"{name}: the layer was built with pos_dim=0 (no positional channels), got a "
+                                 f"{name} tensor; build it with pos_dim=d or pass {name}=None")
             if t is not None:
                 check_floating(name, t, "a floating-point tensor (any precision)")
         self_attention = context is None

@@ -30,7 +30,14 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .._checks import check_choice, check_finite_at, check_input_dtype, check_positive_int, check_rank
+from .._checks import (
+    check_backend_name,
+    check_choice,
+    check_finite_at,
+    check_input_dtype,
+    check_positive_int,
+    check_rank,
+)
 from ..domain import SphereGrid
 from ..neighborhood import neighborhood_attention
 from ..quadrature import SPHERE_GRIDS
@@ -168,6 +175,7 @@ class SphericalAttention(_SphericalBase):
                  *, grid_in: str = "equiangular", grid_out: str | None = None, k_channels: int | None = None,
                  out_channels: int | None = None, bias: bool = True, scale: float | None = None,
                  backend: str | None = None) -> None:
+        check_backend_name("weighted_softmax", backend)
         super().__init__(in_channels, n_heads, in_shape, out_shape, grid_in, grid_out, k_channels, out_channels, bias,
                          scale, backend)
 
@@ -195,6 +203,7 @@ class SphericalNeighborhoodAttention(_SphericalBase):
                  *, grid_in: str = "equiangular", grid_out: str | None = None, theta_cutoff: float | None = None,
                  k_channels: int | None = None, out_channels: int | None = None, bias: bool = True,
                  scale: float | None = None, backend: str | None = None) -> None:
+        check_backend_name("neighborhood", backend)
         super().__init__(in_channels, n_heads, in_shape, out_shape, grid_in, grid_out, k_channels, out_channels, bias,
                          scale, backend)
         row_offsets, col_indices = sphere_disc_csr(self.grid_in, self.grid_out, theta_cutoff)

@@ -67,6 +67,29 @@ def _truncated(name: str, write: Callable[[Path], None]) -> Callable[[Path], Pat
     return build
 
 
+def _truncated_cache(prefix: str, generate: Callable[[Path], object]) -> Callable[[Path], Path]:
+    """A cache dir whose ``<prefix>_<hash>.h5`` (written by ``generate``) is cut in half."""
+    def build(tmp: Path) -> Path:
+        generate(tmp)
+        (f,) = tmp.glob(f"{prefix}_*.h5")
+        f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+        return tmp
+
+    return build
+
+
+def _irregular(cache: Path):
+    from sciattn.pde_data.irregular import generate_darcy_irregular
+
+    return generate_darcy_irregular(1, 8, fine_resolution=16, cache_dir=cache)
+
+
+def _shallow_water(cache: Path):
+    from sciattn.pde_data.shallow_water_data import load_or_generate_shallow_water
+
+    return load_or_generate_shallow_water(cache, n_samples=1, nlat=8, nlon=16, n_traj=1, traj_len=2, batch_size=1)
+
+
 def _pt(obj: object) -> Callable[[Path], None]:
     return lambda p: torch.save(obj, p)
 
@@ -164,6 +187,14 @@ CASES: list[Case] = [
     Case("h5-empty", _bytes("a.h5", b""), load, ValueError, ("name_or_path", "{path}", "is empty (0 bytes)")),
     Case("h5-truncated", _truncated("a.h5", _h5), load, ValueError,
          ("name_or_path", "{path}", "truncated or corrupt", "HDF5: truncated file")),
+    Case("pt-unknown-reader-keyword", lambda tmp: (_pt({"x": torch.zeros(4, 8), "y": torch.zeros(4, 8)})(tmp / "a.pt"),
+                                                   tmp / "a.pt")[1],
+         lambda p: load(p, format="netcdf9"), TypeError,
+         ("format: not a keyword of load_neuralop_pt, the reader detected for '{path}'", "it accepts [")),
+    Case("irregular-cache-truncated", _truncated_cache("darcy_irregular", _irregular), _irregular, ValueError,
+         ("path: '{path}/darcy_irregular_", "truncated or corrupt", "HDF5: truncated file")),
+    Case("shallow-water-cache-truncated", _truncated_cache("shallow_water", _shallow_water), _shallow_water,
+         ValueError, ("path: '{path}/shallow_water_", "truncated or corrupt", "HDF5: truncated file")),
     Case("mat-empty", _bytes("a.mat", b""), load, ValueError, ("name_or_path", "{path}", "is empty (0 bytes)")),
     Case("mat-v73-truncated", _truncated("a.mat", _v73), load, ValueError,
          ("{path}", "truncated or corrupt", "MATLAB v7.3")),

@@ -97,6 +97,16 @@ CASES: list[Case] = [
         BackendError, ("backend: expected one of", "got 'cuda-magic'")),
     fwd("galerkin", "backend-triton-on-cpu", lambda: galerkin(backend="triton"), lambda m: m(_r(2, 5, 8)),
         BackendError, ("backend 'triton'", "galerkin"), one_line=False),
+    build("galerkin", "norm-eps-zero", lambda: galerkin(norm_eps=0.0), ValueError,
+          ("norm_eps: expected a positive finite float, got 0.0",)),
+    build("galerkin", "norm-eps-str", lambda: galerkin(norm_eps="1e-5"), TypeError, ("norm_eps", "str")),
+    build("galerkin", "backend-unknown", lambda: galerkin(backend="nope"), ValueError,
+          ("backend: expected one of", "for op 'galerkin', got 'nope'")),
+    fwd("galerkin", "pos-without-pos-dim", galerkin, lambda m: m(_r(2, 5, 8), _r(2, 5, 2)), ValueError,
+        ("pos: the layer was built with pos_dim=0", "build it with pos_dim=d or pass pos=None")),
+    fwd("galerkin", "context-pos-without-pos-dim", galerkin,
+        lambda m: m(_r(2, 5, 8), context=_r(2, 3, 8), context_pos=_r(2, 3, 2)), ValueError,
+        ("context_pos: the layer was built with pos_dim=0", "pass context_pos=None")),
     # MultipoleAttention
     build("multipole", "dim-zero", lambda: MultipoleAttention(0, 2, 2), ValueError, ("dim", *POSITIVE)),
     build("multipole", "heads-not-divisor", lambda: MultipoleAttention(8, 3, 2), ValueError, ("n_heads",)),
@@ -150,6 +160,10 @@ CASES: list[Case] = [
         TypeError, ("var_mask: expected dtype torch.bool", "torch.float32")),
     fwd("codomain", "weights-wrong-grid", codomain, lambda m: m(_r(2, 3, 4, 8, 8), weights=torch.ones(8, 4)),
         ValueError, ("weights", "shape")),
+    build("codomain", "norm-eps-negative", lambda: codomain(norm_eps=-1e-5), ValueError,
+          ("norm_eps: expected a positive finite float",)),
+    build("codomain", "backend-unknown", lambda: codomain(backend="nope"), ValueError,
+          ("backend: expected one of", "for op 'codomain', got 'nope'")),
     # BallAttention
     build("ball", "dim-zero", lambda: BallAttention(0, 2), ValueError, ("dim", *POSITIVE)),
     build("ball", "heads-not-divisor", lambda: BallAttention(8, 3), ValueError, ("n_heads",)),
@@ -170,6 +184,8 @@ CASES: list[Case] = [
         ValueError, ("weights: expected", "non-negative")),
     fwd("ball", "weights-wrong-shape", ball, lambda m: m(_r(2, 8, 8), _r(2, 8, 3), None, torch.ones(2, 9)),
         ValueError, ("weights",)),
+    build("ball", "backend-unknown", lambda: ball(backend="nope"), ValueError,
+          ("backend: expected one of ['sdpa', 'flex', 'reference'] for op 'ball', got 'nope'",)),
     # SphericalAttention, SphericalNeighborhoodAttention
     build("spherical", "channels-zero", lambda: SphericalAttention(0, 1, (4, 8)), ValueError,
           ("in_channels", *POSITIVE)),
@@ -197,6 +213,10 @@ CASES: list[Case] = [
         ("backend: expected one of", "'nope'")),
     fwd("spherical-nbhd", "x-rank", sph_nbhd, lambda m: m(_r(2, 4, 32)), ValueError, ("4-D",)),
     fwd("spherical-nbhd", "x-grid", sph_nbhd, lambda m: m(_r(2, 4, 5, 8)), ValueError, ("(B, 4, 4, 8)",)),
+    build("spherical", "backend-unknown", lambda: sph(backend="nope"), ValueError,
+          ("backend: expected one of", "for op 'weighted_softmax', got 'nope'")),
+    build("spherical", "neighborhood-backend-unknown", lambda: sph_nbhd(backend="nope"), ValueError,
+          ("backend: expected one of", "for op 'neighborhood', got 'nope'")),
 ]
 
 
