@@ -79,10 +79,13 @@ def cached_pairs(
     digest = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
     path = cache / f"{prefix}_{digest}.h5"
     if path.is_file():
-        with h5py.File(path, "r") as fh:
-            if attrs_match(fh.attrs, meta):
-                return {r: (fh[f"{input_key}_{r}"][()], fh[f"u_{r}"][()]) for r in res}
-        warnings.warn(f"{path}: cached parameters differ from the request; regenerating", stacklevel=3)
+        try:
+            with open_hdf5(path) as fh:
+                if attrs_match(fh.attrs, meta):
+                    return {r: (fh[f"{input_key}_{r}"][()], fh[f"u_{r}"][()]) for r in res}
+            warnings.warn(f"{path}: cached parameters differ from the request; regenerating", stacklevel=3)
+        except (ValueError, OSError, KeyError) as err:  # a cache is derived data: a damaged one is solved again
+            warnings.warn(f"{path}: the cached file cannot be read ({err}); regenerating", stacklevel=3)
     data = make()
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as fh:
         for key, value in meta.items():

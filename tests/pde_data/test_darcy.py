@@ -147,6 +147,16 @@ def test_cache_regenerates_on_mismatched_attrs(tmp_path):
     assert out[8][1].min() >= 0.0
 
 
+def test_a_truncated_cache_file_is_solved_again_with_a_warning(tmp_path):
+    clean = darcy.load_or_generate_darcy(tmp_path, 1, [8], seed=0)
+    (path,) = tmp_path.iterdir()
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a write killed half-way
+    with pytest.warns(UserWarning, match=r"cannot be read \(path: .* truncated or corrupt.*\); regenerating"):
+        out = darcy.load_or_generate_darcy(tmp_path, 1, [8], seed=0)
+    assert all((a == b).all() for a, b in zip(out[8], clean[8]))
+    assert darcy.load_or_generate_darcy(tmp_path, 1, [8], seed=0)[8][1].tolist() == clean[8][1].tolist()
+
+
 @pytest.mark.parametrize(
     "call, exc, name",
     [
