@@ -10,11 +10,11 @@ from .trainer import Trainer, evaluate_dataset
 __all__ = [
     "ConfigError", "DataConfig", "RunConfig", "Surrogate", "TrainConfig", "Trainer", "collect_data_meta",
     "count_parameters", "evaluate_dataset", "evaluate_run", "export_run", "load_checkpoint", "load_config",
-    "load_model", "read_data_meta", "resolution_sweep", "save_checkpoint", "train_run",
+    "load_model", "load_program", "read_data_meta", "resolution_sweep", "save_checkpoint", "train_run",
 ]
 
 # Imported on first use, so ``import sciattn.train`` does not pull in xarray (Surrogate) or the exporter.
-_LAZY = {"Surrogate": ".surrogate", "NonFiniteStateError": ".surrogate", "export_run": ".export"}
+_LAZY = {"Surrogate": ".surrogate", "NonFiniteStateError": ".surrogate", "export_run": ".export", "load_program": ".export"}
 
 
 def __getattr__(name: str):

@@ -59,8 +59,17 @@ dtype; ``bool``, integer and ``float64`` inputs are cast inside the program to t
 (float32), so a program exported for the file's dtype takes the file's arrays as they are. Export
 again with ``input_dtype=`` for another dtype. ``pos`` and ``weights`` are float32 and ``mask`` bool.
 
-The program checks its input: a non-finite ``x`` raises ``RuntimeError: x: expected finite values``
-(an ``aten._assert_async`` in the graph), and a wrong shape fails the program's shape guards.
+The program checks its input: a non-finite ``x`` raises ``RuntimeError: x: expected finite values at real
+points (...), got NaN or Inf`` (an ``aten._assert_async`` in the graph; torch.export keeps the message), and a
+wrong shape fails the program's shape guards (torch's wording, e.g. ``Guard failed: x.size()[1] == 1``, also for
+a wrong rank).
+
+Loading. Plain ``torch.export.load(path).module()`` works without sciattn and gives torch's own guard messages.
+``load_program(path)`` (sciattn needed) reads the spec ``export_run`` stores in the program (the extra file
+``sciattn_spec.json``: ``export_run``'s result without ``path``, written in the same atomic write) and returns a
+callable that checks rank, channels, dtype, spatial sizes (fixed sizes, multiples, minimum) or point counts
+(``<= max_points``) and finiteness at real points, each a one-line ``ValueError``/``TypeError`` naming the
+argument, what was expected and what was given, before running the program.
 
 How: sciattn's input checks become in-graph ``torch._assert_async`` assertions under tracing
 (``torch.compiler.is_compiling()``), sizes stay symbolic, and one eager call warms sciattn's
@@ -75,6 +84,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -89,8 +99,8 @@ from sciattn._io import atomic_path
 from .checkpoint import load_model
 from .run_metadata import read_data_meta
 
-__all__ = ["export_run", "ExportedOperator", "ExportedPointOperator", "FORMATS", "INPUT_DTYPES",
-           "onnx_missing"]
+__all__ = ["export_run", "load_program", "LoadedProgram", "ExportedOperator", "ExportedPointOperator", "FORMATS",
+           "INPUT_DTYPES", "onnx_missing"]
 
 FORMATS = ("torch-export", "onnx")
 INPUT_DTYPES = {"bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
@@ -115,6 +125,12 @@ MULTIPLE_WHY = {
             "by exact bins), a lift_spacing stencil shifts by whole cells and a head_grid is an exact restriction; "
             "eager mode pads or interpolates other sizes",
 }
+# The in-graph finiteness checks' messages (torch.export keeps an assert's message in the program).
+GRID_FINITE_MESSAGE = ("x: expected finite values at real points (every grid point of x, after the cast to the model's "
+                       "dtype), got NaN or Inf")
+POINT_FINITE_MESSAGE = "x: expected finite values at real points (mask True), got NaN or Inf"
+# The spec export_run records in a torch-export program (an extra file, read by load_program).
+SPEC_FILE = "sciattn_spec.json"
 _TREE_WHY = ("its ball tree has a depth that depends on N and sciattn.balltree uses torch.gather(out=), which "
              "torch.export cannot trace with symbolic sizes")
 
@@ -136,7 +152,7 @@ class ExportedOperator(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(self.dtype)
-        torch._assert_async(torch.isfinite(x).all(), "x: expected finite values")
+        torch._assert_async(torch.isfinite(x).all(), GRID_FINITE_MESSAGE)
         return self.y_normalizer.decode(self.model(self.x_normalizer.encode(x)))
 
 
@@ -155,7 +171,7 @@ class ExportedPointOperator(nn.Module):
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         x, pos, weights, mask = x.to(self.dtype), pos.to(self.dtype), weights.to(self.dtype), mask.to(torch.bool)
-        torch._assert_async((torch.isfinite(x).all(-1) | ~mask).all(), "x: expected finite values")
+        torch._assert_async((torch.isfinite(x).all(-1) | ~mask).all(), POINT_FINITE_MESSAGE)
         n = x.shape[1]
         if self.capacity is not None:
             extra = self.capacity - n
@@ -345,6 +361,10 @@ def export_run(
     max_points: int | None = None,
 ) -> dict[str, Any]:
     """Write the run's ``encode -> operator -> decode`` pipeline to ``out_path`` (atomically).
+
+    A torch-export file also holds the input spec (the returned dict without ``path``) as the extra file
+    ``sciattn_spec.json``. Load it with plain ``torch.export.load(out_path).module()`` (no sciattn; torch's
+    own guard messages for a bad shape) or with :func:`load_program` (sciattn's one-line input errors).
 
     Args:
         run_dir: run directory (or checkpoint file) written by ``sciattn train`` or the ``Trainer``.
@@ -552,17 +572,9 @@ def export_run(
             notes.append("ONNX: the dynamic dims are those requested; they were not checked by running the model "
                          "(that needs onnxruntime)")
 
-    with atomic_path(out_path) as tmp:
-        if format == "torch-export":
-            buf = io.BytesIO()  # torch.export.save wants a ".pt2" name or a buffer; the temporary file has neither
-            torch.export.save(program, buf)
-            tmp.write_bytes(buf.getvalue())
-        else:
-            program.save(str(tmp), external_data=False)
-
     shape = list(example.shape)
     out_shape = [shape[0], shape[1], c_out] if points else [shape[0], c_out, *shape[2:]]
-    return {
+    info = {
         "format": format,
         "path": str(out_path),
         "kind": kind,
@@ -583,3 +595,151 @@ def export_run(
         "max_abs_diff_at_example": check,
         "note": "; ".join(notes),
     }
+    with atomic_path(out_path) as tmp:
+        if format == "torch-export":
+            buf = io.BytesIO()  # torch.export.save wants a ".pt2" name or a buffer; the temporary file has neither
+            spec = {k: v for k, v in info.items() if k != "path"}
+            torch.export.save(program, buf, extra_files={SPEC_FILE: json.dumps(spec)})
+            tmp.write_bytes(buf.getvalue())
+        else:
+            program.save(str(tmp), external_data=False)
+    return info
+
+
+def _shape_str(t: torch.Tensor) -> str:
+    return str(tuple(t.shape))
+
+
+class LoadedProgram:
+    """An exported program with sciattn's input checks in front (:func:`load_program`).
+
+    ``program(x)`` (grids) or ``program(x, pos, weights, mask)`` (point sets) checks every input against the
+    spec ``export_run`` recorded (type, rank, channels, dtype, sizes, finiteness at real points), raising a
+    one-line ``TypeError``/``ValueError`` that names the argument, what was expected and what was given,
+    then calls the plain program (``module``). ``spec`` is that record (``export_run``'s result without
+    ``path``).
+    """
+
+    def __init__(self, module: nn.Module, spec: dict[str, Any], path: str):
+        self.module, self.spec, self.path = module, spec, path
+
+    def __repr__(self) -> str:
+        return f"LoadedProgram({self.path!r}, operator={self.spec.get('operator')!r}, kind={self.spec.get('kind')!r})"
+
+    def __call__(self, *args: torch.Tensor) -> torch.Tensor:
+        self.check(*args)
+        return self.module(*args)
+
+    def check(self, *args: torch.Tensor) -> None:
+        """Raise the loader's one-line error for the first input that does not fit the spec."""
+        spec = self.spec
+        names = list(spec.get("input_names") or ["x"])
+        if len(args) != len(names):
+            raise TypeError(f"program: expected {len(names)} input(s) ({', '.join(names)}), got {len(args)}")
+        for name, value in zip(names, args):
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"{name}: expected a torch.Tensor, got {type(value).__name__}")
+        if spec.get("kind") == "points":
+            self._check_points(*args)
+        else:
+            self._check_grid(args[0])
+
+    def _dtype(self, name: str, value: torch.Tensor, expected: str, hint: str = "") -> None:
+        if str(value.dtype).removeprefix("torch.") != expected:
+            hint = hint or f" (cast it with .to(torch.{expected}))"
+            raise TypeError(f"{name}: expected dtype {expected}{hint}, got {str(value.dtype).removeprefix('torch.')}")
+
+    def _batch(self, x: torch.Tensor) -> None:
+        spec = self.spec
+        if 0 not in spec.get("dynamic_dims", []) and x.shape[0] != spec["input_shape"][0]:
+            raise ValueError(f"x: expected batch size {spec['input_shape'][0]} along axis 0 (the program's batch is "
+                             f"fixed), got {x.shape[0]} (shape {_shape_str(x)})")
+
+    def _finite(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+        if x.is_floating_point() or x.is_complex():
+            from sciattn._checks import check_finite
+
+            check_finite("x", x, mask)
+
+    def _check_grid(self, x: torch.Tensor) -> None:
+        spec = self.spec
+        d, c_in = int(spec["spatial_dims"]), int(spec["in_channels"])
+        axes = ", ".join(f"S_{i + 1}" for i in range(d))
+        if x.dim() != d + 2:
+            raise ValueError(f"x: expected a {d + 2}-d tensor (B, C_in, {axes}) for this {d}-d grid operator, got "
+                             f"{x.dim()}-d shape {_shape_str(x)}")
+        if x.shape[1] != c_in:
+            raise ValueError(f"x: expected C_in = {c_in} input channels along axis 1, got {x.shape[1]} "
+                             f"(shape {_shape_str(x)})")
+        self._dtype("x", x, spec["input_dtype"], " (the program's input dtype; export again with input_dtype= for "
+                                                 "another)")
+        self._batch(x)
+        spatial = tuple(x.shape[2:])
+        fixed = spec.get("fixed_resolution")
+        if fixed is not None and list(spatial) != list(fixed):
+            raise ValueError(f"x: expected the spatial sizes {tuple(fixed)} (the program is exported at one "
+                             f"resolution; export again with example_shape= for another), got {spatial}")
+        multiples = spec.get("size_multiples") or {}
+        ranges = spec.get("dynamic_ranges") or {}
+        for i, n in enumerate(spatial):
+            axis = str(2 + i)
+            m = multiples.get(axis)
+            if m is not None and n % int(m):
+                raise ValueError(f"x: expected a multiple of {m} along axis {axis} (spatial sizes must be multiples "
+                                 f"of {tuple(multiples.values())}), got {n} (shape {_shape_str(x)})")
+            lo, hi = (ranges.get(axis) or [None, None])
+            if lo is not None and n < lo or hi is not None and n > hi:
+                within = f"at least {lo}" if hi is None else f"between {lo} and {hi}"
+                raise ValueError(f"x: expected a size {within} along axis {axis}, got {n} (shape {_shape_str(x)})")
+        self._finite(x)
+
+    def _check_points(self, x, pos, weights, mask) -> None:
+        spec = self.spec
+        d, c_in = int(spec["spatial_dims"]), int(spec["in_channels"])
+        if x.dim() != 3:
+            raise ValueError(f"x: expected a 3-d tensor (B, N, C_in) for a point-set operator, got {x.dim()}-d "
+                             f"shape {_shape_str(x)}")
+        if x.shape[2] != c_in:
+            raise ValueError(f"x: expected C_in = {c_in} input channels along axis 2, got {x.shape[2]} "
+                             f"(shape {_shape_str(x)})")
+        b, n = x.shape[0], x.shape[1]
+        for name, value, want, what in (("pos", pos, (b, n, d), f"(B, N, {d})"), ("weights", weights, (b, n), "(B, N)"),
+                                        ("mask", mask, (b, n), "(B, N)")):
+            if tuple(value.shape) != want:
+                raise ValueError(f"{name}: expected shape {what} = {want} matching x {_shape_str(x)}, got "
+                                 f"{_shape_str(value)}")
+        self._dtype("x", x, spec["input_dtype"], " (the program's input dtype; export again with input_dtype= for "
+                                                 "another)")
+        self._dtype("pos", pos, "float32")
+        self._dtype("weights", weights, "float32")
+        self._dtype("mask", mask, "bool")
+        self._batch(x)
+        max_points = spec.get("max_points")
+        if n < 1 or max_points is not None and n > max_points:
+            raise ValueError(f"x: expected 1 <= N <= {max_points if max_points is not None else 'any'} points along "
+                             f"axis 1, got N = {n} (shape {_shape_str(x)})")
+        self._finite(x, mask[..., None])
+
+
+def load_program(path: str | os.PathLike) -> LoadedProgram:
+    """Load a ``.pt2`` written by :func:`export_run` with sciattn's input checks in front.
+
+    Returns a :class:`LoadedProgram`: calling it checks rank, channels, dtype, spatial sizes (fixed sizes,
+    multiples, minimum) or point counts (``<= max_points``) and finiteness against the spec ``export_run``
+    stored in the program (an extra file, ``sciattn_spec.json``), with one-line ``ValueError``/``TypeError``
+    messages naming the argument, then runs the program. Plain ``torch.export.load(path).module()`` runs the
+    same program without sciattn, with torch's own guard messages instead.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"path: expected a .pt2 file written by export_run, got {str(path)!r} (no such file)")
+    extra = {SPEC_FILE: ""}
+    try:
+        program = torch.export.load(str(path), extra_files=extra)
+    except Exception as err:  # noqa: BLE001 - torch raises many types for a file that is not a program
+        raise ValueError(f"path: expected a torch.export program (.pt2), could not load {str(path)!r} "
+                         f"({type(err).__name__}: {_first_line(err)[:200]})") from err
+    if not extra[SPEC_FILE]:
+        raise ValueError(f"path: {str(path)!r} holds no sciattn input spec (not written by export_run, or by an "
+                         f"older sciattn); export it again, or load it with torch.export.load(path).module()")
+    return LoadedProgram(program.module(), json.loads(extra[SPEC_FILE]), str(path))

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from sciattn.pde_data import load
-from sciattn.train import Surrogate, export_run
+from sciattn.train import Surrogate, export_run, load_program
 from sciattn.train.cli import main
 from sciattn.train.config import ConfigError, load_config
 
@@ -37,7 +37,9 @@ def ctx(tiny_darcy, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("robustness_inputs")
     surrogate = Surrogate.from_run(run)
     program = torch.export.load(str(pt2)).module()
-    return SimpleNamespace(root=root, cfg=cfg, run=run, pt2=pt2, tmp=tmp, surrogate=surrogate, program=program)
+    loaded = load_program(pt2)
+    return SimpleNamespace(root=root, cfg=cfg, run=run, pt2=pt2, tmp=tmp, surrogate=surrogate, program=program,
+                           loaded=loaded)
 
 
 def _toml(ctx, text: str, name: str = "c.toml") -> Path:
@@ -186,10 +188,17 @@ CASES: list[Case] = [
              ("format", "'tflite'")),
     exported("example-shape-rank", lambda ctx: export_run(ctx.run, ctx.tmp / "x.pt2", example_shape=[1, 1, 1, 8, 8]),
              ValueError, ("example_shape",)),
-    # torch.export's own guard (the program's input check), not our wording; a wrong rank gets the same
-    # channel guard and is left out (see the report of issue 23)
+    # torch.export's own guard (the plain program's input check), not our wording; load_program's checks below
     exported("program-channels", lambda ctx: ctx.program(torch.zeros(2, 3, 8, 8)), AssertionError,
              ("Guard failed: x.size()[1] == 1",)),
+    exported("loaded-rank", lambda ctx: ctx.loaded(torch.zeros(1, 8, 8, dtype=torch.bool)), ValueError,
+             ("x: expected a 4-d tensor (B, C_in, S_1, S_2)", "got 3-d shape (1, 8, 8)")),
+    exported("loaded-channels", lambda ctx: ctx.loaded(torch.zeros(2, 3, 8, 8, dtype=torch.bool)), ValueError,
+             ("x: expected C_in = 1 input channels along axis 1, got 3",)),
+    exported("loaded-dtype", lambda ctx: ctx.loaded(torch.zeros(2, 1, 8, 8)), TypeError,
+             ("x: expected dtype bool", "got float32")),
+    exported("loaded-no-spec", lambda ctx: load_program(ctx.tmp / "none.pt2"), FileNotFoundError,
+             ("path: expected a .pt2 file", "none.pt2")),
 ]
 
 
