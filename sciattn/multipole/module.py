@@ -77,6 +77,7 @@ from .._checks import (
     check_finite,
     check_input_dtype,
     check_positive_int,
+    check_quadrature_weights,
     check_rank,
     check_tensor,
 )
@@ -466,9 +467,8 @@ class MultipoleAttention(nn.Module):
             if tuple(weights.shape) not in (grid, (b, *grid)):
                 raise ValueError(f"weights: expected shape {grid} or {(b, *grid)} matching x, got {tuple(weights.shape)}")
             if validate:
-                check_finite("weights", weights)
-                if bool((weights < 0).any()):
-                    raise ValueError("weights: expected non-negative quadrature weights, got negative entries")
+                check_finite("weights", weights)  # "NaN"/"Inf" counts, then the package's weight policy
+                check_quadrature_weights("weights", weights)
         unit = None if all(isinstance(n, int) for n in grid) else self.export_unit()
         if unit is None:
             levels, tiles = self.plan(grid), None
