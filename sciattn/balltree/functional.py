@@ -32,10 +32,9 @@ import torch
 from .._blocked_sdpa import blocked_sdpa
 from .._capabilities import has_flex_attention
 from .._checks import (
-    assert_no_violation,
     check_attention_dtypes,
-    check_finite,
     check_positive_int,
+    check_quadrature_weights,
     check_rank,
     check_tensor,
 )
@@ -61,9 +60,7 @@ def prepare_key_logweights(
         logw = torch.zeros(b, p, dtype=dtype, device=device)
     else:
         w = weights.to(dtype=dtype, device=device).expand(b, p)
-        check_finite("weights", w, mask)
-        neg = w < 0 if mask is None else (w < 0) & mask
-        assert_no_violation(neg, "weights: expected non-negative quadrature weights, got negative entries")
+        check_quadrature_weights("weights", w, mask)
         if mask is not None:
             w = torch.where(mask, w, torch.ones((), dtype=dtype, device=device))
         logw = torch.log(w)

@@ -58,13 +58,9 @@ MISMATCH = {
     "ball": ("k: expected the shape of q", "got (2, 2, 8, 4)"),
     "codomain": ("q: expected the shape of k (2, 2, 3, 5, 4) (B, H, V, N, D)",),
 }
-# the weights policy (sciattn._checks.check_quadrature_weights); ball_attention still words it its own way
-# ("weights: expected non-negative quadrature weights, got negative entries" / "weights: expected finite
-# values, got 1 NaN ..."), so its cases check the words both wordings share
+# the weights policy (sciattn._checks.check_quadrature_weights), the same wording in every functional
 def _policy(name: str, ours: str, ball: str) -> tuple[str, ...]:
-    if name == "ball":
-        return ("weights: expected", ball)
-    return ("weights: expected non-negative finite values", ours)
+    return ("weights: expected non-negative finite values", ours, ball)
 
 
 def _call(name: str, **change):
