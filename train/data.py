@@ -480,18 +480,28 @@ def _as_grid(ds) -> GridPairDataset:
                            getattr(ds, "meta", {}))
 
 
-def _at_resolution(ds, r: int, label: str) -> GridPairDataset:
-    """``ds`` itself at ``r`` points per axis, or strided to ``r`` from a multiple of ``r``."""
-    grid = _as_grid(ds)
+def _strided(grid: GridPairDataset, r: int) -> GridPairDataset | None:
+    """``grid`` itself at ``r`` points per axis, or strided to ``r`` from a multiple of ``r``; ``None`` when it
+    holds neither."""
     n = grid.resolution[0]
     if all(s == r for s in grid.resolution):
         return grid
     if n < r or n % r or any(s != n for s in grid.resolution):
+        return None
+    sl = (slice(None), slice(None)) + (slice(None, None, n // r),) * len(grid.resolution)
+    return GridPairDataset(grid.x[sl], grid.y[sl], {**grid.meta, "resolution": r})
+
+
+def _at_resolution(ds, r: int, label: str) -> GridPairDataset:
+    """``ds`` at ``r`` points per axis (:func:`_strided`), or an error naming ``label``."""
+    grid = _as_grid(ds)
+    out = _strided(grid, r)
+    if out is None:
+        n = grid.resolution[0]
         raise ValueError(f"resolutions: {label!r} holds {'x'.join(map(str, grid.resolution))} points and cannot be "
                          f"restricted to {r} per axis; expected a divisor of {n}, or a generated benchmark "
                          f"{list(GENERATED)}")
-    sl = (slice(None), slice(None)) + (slice(None, None, n // r),) * len(grid.resolution)
-    return GridPairDataset(grid.x[sl], grid.y[sl], {**grid.meta, "resolution": r})
+    return out
 
 
 def load_at_resolutions(

@@ -85,15 +85,9 @@ def _resolve(path: str | os.PathLike, run_dir: Path) -> Path:
 
 
 def _read_file(path: Path, reader: str | None) -> GridPairDataset:
-    from .data import load_data_file
+    from .data import _as_grid, load_data_file
 
-    fmt = "neuralop_pt" if reader == "neuralop_pt" or path.suffix == ".pt" else None
-    ds = load_data_file(path, fmt)
-    if not isinstance(ds, GridPairDataset):
-        samples = [ds[i] for i in range(len(ds))]
-        ds = GridPairDataset(torch.stack([s["x"] for s in samples]), torch.stack([s["y"] for s in samples]),
-                             getattr(ds, "meta", {}))
-    return ds
+    return _as_grid(load_data_file(path, "neuralop_pt" if reader == "neuralop_pt" or path.suffix == ".pt" else None))
 
 
 def _is_neuralop_darcy(ds: GridPairDataset) -> bool:
@@ -127,15 +121,14 @@ def source_label(source: dict[str, Any], generator: tuple[str, dict[str, Any]] |
 
 
 def _restrict(ds: GridPairDataset, r: int, label: str) -> GridPairDataset:
-    shape = tuple(ds.x.shape[2:])
-    n = shape[0]
-    if all(s == r for s in shape):
-        return ds
-    if n < r or n % r or any(s != n for s in shape):
+    from .data import _strided
+
+    out = _strided(ds, r)
+    if out is None:
+        shape = tuple(ds.x.shape[2:])
         raise ValueError(f"resolutions: {label!r} holds {'x'.join(map(str, shape))} points and no generator matches "
-                         f"it, so it can only be restricted to divisors of {n}, got {r}")
-    sl = (slice(None), slice(None)) + (slice(None, None, n // r),) * len(shape)
-    return GridPairDataset(ds.x[sl], ds.y[sl], {**ds.meta, "resolution": r})
+                         f"it, so it can only be restricted to divisors of {shape[0]}, got {r}")
+    return out
 
 
 def generate_sets(name: str, params: dict[str, Any], resolutions: list[int], *, n_samples: int, seed: int,
