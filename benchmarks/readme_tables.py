@@ -1,13 +1,13 @@
-"""Copy benchmark result tables into README.md, so README numbers always come from a results file.
+"""Copy benchmark result tables into README.md and docs/*.md, so their numbers always come from a results file.
 
-README.md marks each table block as::
+A page marks each table block as::
 
     <!-- results:NAME -->
     ...            (replaced by the contents of benchmarks/results/NAME.md)
     <!-- /results:NAME -->
 
-    python benchmarks/readme_tables.py           # rewrite README.md in place
-    python benchmarks/readme_tables.py --check   # exit 1 if README.md is out of date
+    python benchmarks/readme_tables.py           # rewrite the pages in place
+    python benchmarks/readme_tables.py --check   # exit 1 if a page is out of date
 """
 
 from __future__ import annotations
@@ -49,20 +49,28 @@ def fill(readme: str, results_dir: Path) -> str:
     return BLOCK.sub(sub, readme)
 
 
+def pages() -> list[Path]:
+    """The pages whose result blocks are filled: README.md and every docs/*.md."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="only check; exit 1 when README.md differs")
+    ap.add_argument("--check", action="store_true", help="only check; exit 1 when a page differs")
     args = ap.parse_args(argv)
-    readme = ROOT / "README.md"
-    old = readme.read_text()
-    new = fill(old, ROOT / "benchmarks" / "results")
-    if args.check:
-        if new != old:
-            print("README.md tables differ from benchmarks/results; run python benchmarks/readme_tables.py")
-            return 1
-        return 0
-    readme.write_text(new)
-    print(f"{len(BLOCK.findall(old))} result blocks copied into {readme}")
+    stale = []
+    for page in pages():
+        old = page.read_text()
+        new = fill(old, ROOT / "benchmarks" / "results")
+        if args.check:
+            if new != old:
+                stale.append(page.relative_to(ROOT))
+            continue
+        page.write_text(new)
+        print(f"{len(BLOCK.findall(old))} result blocks copied into {page}")
+    if stale:
+        print(f"{', '.join(map(str, stale))}: tables differ from benchmarks/results; run python benchmarks/readme_tables.py")
+        return 1
     return 0
 
 

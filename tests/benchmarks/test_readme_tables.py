@@ -11,12 +11,15 @@ ROOT = Path(__file__).resolve().parents[2]
 TOOL = runpy.run_path(str(ROOT / "benchmarks" / "readme_tables.py"))
 
 
-def test_readme_tables_match_the_results_files():
-    readme = (ROOT / "README.md").read_text()
-    assert "<!-- results:" in readme
-    assert TOOL["fill"](readme, ROOT / "benchmarks" / "results") == readme, (
-        "README.md is out of date: run python benchmarks/readme_tables.py"
-    )
+def test_readme_and_docs_tables_match_the_results_files():
+    pages = TOOL["pages"]()
+    assert ROOT / "README.md" in pages and ROOT / "docs" / "benchmarks.md" in pages
+    assert "<!-- results:" in (ROOT / "README.md").read_text()
+    for page in pages:
+        text = page.read_text()
+        assert TOOL["fill"](text, ROOT / "benchmarks" / "results") == text, (
+            f"{page.name} is out of date: run python benchmarks/readme_tables.py"
+        )
 
 
 def test_fill_replaces_blocks_and_names_missing_files(tmp_path):
@@ -25,3 +28,13 @@ def test_fill_replaces_blocks_and_names_missing_files(tmp_path):
     assert TOOL["fill"](text, tmp_path) == "intro\n<!-- results:a -->\n| x |\n|---|\n| 1 |\n<!-- /results:a -->\nend\n"
     with pytest.raises(FileNotFoundError, match="README block 'b'"):
         TOOL["fill"]("<!-- results:b -->\n<!-- /results:b -->", tmp_path)
+
+
+def test_readme_stays_short_and_its_links_resolve():
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.encode()) <= 15_000, "README.md over 15 KB: move detail into docs/"
+    assert "../shared" not in readme  # nothing outside the repository
+    for target in re.findall(r"\]\(([^)#]+)\)", readme):
+        assert (ROOT / target).exists(), f"README links {target!r}, which does not exist"
