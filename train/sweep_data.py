@@ -97,14 +97,15 @@ def _is_neuralop_darcy(ds: GridPairDataset) -> bool:
             and bool(((x == 0) | (x == 1)).all()))
 
 
-def matched_generator(source: dict[str, Any], run_dir: str | os.PathLike = ".") -> tuple[str, dict[str, Any]] | None:
+def matched_generator(source: dict[str, Any], run_dir: str | os.PathLike = ".",
+                      train: GridPairDataset | None = None) -> tuple[str, dict[str, Any]] | None:
     """``(generator name, parameters)`` whose samples share the source's distribution; ``None`` for a file
-    that no generator matches."""
+    that no generator matches (``train``: the source's file, already read)."""
     if source["kind"] == "generated":
         return str(source["name"]), dict(source.get("params") or {})
     if source["kind"] == "benchmark":
         return (str(source["name"]), dict(source.get("options") or {})) if source["name"] in POINT_GENERATED else None
-    ds = _read_file(_resolve(source["path"], Path(run_dir)), source.get("reader"))
+    ds = train if train is not None else _read_file(_resolve(source["path"], Path(run_dir)), source.get("reader"))
     if _is_neuralop_darcy(ds):
         from sciattn.pde_data.darcy_neuralop import NEURALOP_DARCY_FIT
 
@@ -161,7 +162,9 @@ def sweep_sets(source: dict[str, Any], resolutions: list[int], run_dir: str | os
     source's seed + 1 (not the training samples)."""
     run_dir = Path(run_dir)
     res = sorted({int(r) for r in resolutions})
-    generator = matched_generator(source, run_dir)
+    train_path = _resolve(source["path"], run_dir) if source["kind"] == "file" else None
+    train = _read_file(train_path, source.get("reader")) if train_path is not None else None
+    generator = matched_generator(source, run_dir, train)
     if generator is not None:
         name, params = generator
         seed = int(source.get("seed", 0) or 0) + 1 if seed is None else seed
@@ -186,7 +189,7 @@ def sweep_sets(source: dict[str, Any], resolutions: list[int], run_dir: str | os
         return sets, {"kind": "benchmark", "data": source["name"], "n_samples": len(next(iter(sets.values())))}
     test = source.get("test") if isinstance(source.get("test"), dict) else {}  # describe_source nests the test file
     path = _resolve(source.get("test_path") or test.get("path") or source["path"], run_dir)
-    ds = _read_file(path, source.get("reader"))
+    ds = train if path == train_path else _read_file(path, source.get("reader"))  # the training file read once
     return ({r: _restrict(ds, r, str(path)) for r in res},
             {"kind": "restricted file", "path": str(path), "n_samples": len(ds)})
 
