@@ -48,7 +48,7 @@ def _check_weights_on_every_rank(weights: torch.Tensor, group) -> None:
                          "an invalid weight on another rank")
 
 
-def _check_inputs(q, k, v, weights, var_mask, group=None):
+def _check_inputs(q, k, v, weights, var_mask, group=None, validate=True):
     check_attention_dtypes(q, k, v, weights=weights)
     check_rank("q", q, 5, "(B, H, V, N, D)")
     check_rank("k", k, 5, "(B, H, V, N, D)")
@@ -67,7 +67,8 @@ def _check_inputs(q, k, v, weights, var_mask, group=None):
             raise ValueError(
                 f"weights: expected shape ({n},) or ({b}, {n}) matching the points of k, got {tuple(weights.shape)}"
             )
-        _check_weights_on_every_rank(weights, group)
+        if validate:
+            _check_weights_on_every_rank(weights, group)
     if var_mask is not None:
         check_tensor("var_mask", var_mask)
         if tuple(var_mask.shape) != (b, nv):
@@ -105,7 +106,7 @@ def _scale(temperature, head_dim, n_heads, like):
     return 1.0 / float(temperature)
 
 
-def _weights(weights, shape, like, reduce):
+def _weights(weights, shape, like, reduce, validate=True):
     """Point weights ``(B, N)`` divided by their total over the whole (possibly distributed) domain."""
     b, n = shape
     if weights is None:
@@ -114,7 +115,7 @@ def _weights(weights, shape, like, reduce):
         w = weights.to(dtype=like.dtype, device=like.device)
         w = (w.unsqueeze(0) if w.dim() == 1 else w).expand(b, n)
     total = reduce(w.sum(dim=1, keepdim=True))  # over the whole domain: one rank may hold only zeros
-    if weights is not None and values_checkable(total) and not bool((total > 0).all()):
+    if validate and weights is not None and values_checkable(total) and not bool((total > 0).all()):
         s = int((~(total[:, 0] > 0)).nonzero()[0])
         raise ValueError(
             f"weights: expected a positive total weight over the domain of every sample (scores are "
@@ -138,6 +139,8 @@ def codomain_attention(
     temperature: float | torch.Tensor | None = None,
     backend: str | None = None,
     group=None,
+    *,
+    validate: bool = True,
 ) -> torch.Tensor:
     r"""Softmax attention between physical variables whose tokens are functions (CoDA-NO).
 
@@ -177,11 +180,15 @@ def codomain_attention(
             ``None`` means ``sqrt(D)``.
         backend: force a backend by name (see :func:`sciattn.available_backends`).
         group: a ``torch.distributed`` process group over which the points are split.
+        validate: check that the weights are finite and non-negative with a positive total (a full
+            pass and host syncs on an accelerator; :class:`~sciattn.codomain.CodomainAttention` checks
+            its input weights once and passes False for the normalised weights it builds). Shapes are
+            always checked.
 
     Shapes:
         returns ``(B, H, V, N, E)``.
     """
-    _check_inputs(q, k, v, weights, var_mask, group)
+    _check_inputs(q, k, v, weights, var_mask, group, validate)
     b, h, nv, n, d = k.shape
     chosen = select_backend(
         "codomain",
@@ -196,7 +203,7 @@ def codomain_attention(
         ),
     )
     reduce = _reducer(group)
-    w = _weights(weights, (b, n), q, reduce)
+    w = _weights(weights, (b, n), q, reduce, validate)
     q, k, v = (_zero_absent(t, var_mask) for t in (q, k, v))
     return chosen.fn(q, k, v, w, scale=_scale(temperature, d, h, q), var_mask=var_mask, reduce=reduce)
 

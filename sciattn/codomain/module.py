@@ -219,7 +219,7 @@ class CodomainAttention(nn.Module):
         self._check(x, var_mask)
         q, k, v, w = self._qkv(x, var_mask, weights)
         z = codomain_attention(q, k, v, weights=w, var_mask=var_mask, temperature=self._temperature(),
-                               backend=self.backend)
+                               backend=self.backend, validate=False)  # w: checked by grid_weights, normalised
         b, h, nv, n, e = z.shape
         out = self.out_proj(z.permute(0, 2, 3, 1, 4).reshape(b, nv, n, h * e)).transpose(-1, -2)
         if var_mask is not None:
