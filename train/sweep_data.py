@@ -47,10 +47,8 @@ def _metrics_file(run_dir: Path) -> dict[str, Any]:
 
 
 def _data_meta(state: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    try:
-        from .run_metadata import read_data_meta
-    except ImportError:  # older tree without run metadata
-        return {}
+    from .run_metadata import read_data_meta
+
     try:
         return read_data_meta(state, run_dir)
     except ValueError:
