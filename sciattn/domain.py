@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ._checks import check_finite, check_rank
 from .quadrature import RULES, SPHERE_GRIDS, sphere_quadrature, tensor_rule
@@ -228,7 +227,11 @@ def _sizes(shape: Sequence[int]) -> tuple[int, ...]:
 def _known(cond) -> bool:
     """``cond`` for concrete sizes; for symbolic ones, True only when it holds for every size the trace
     allows (no guard is added, so a traced program does not specialise on the branch)."""
-    return statically_known_true(cond) if isinstance(cond, torch.SymBool) else bool(cond)
+    if not isinstance(cond, torch.SymBool):
+        return bool(cond)
+    from torch.fx.experimental.symbolic_shapes import statically_known_true  # sympy: ~0.3 s, export only
+
+    return statically_known_true(cond)
 
 
 def _copy_spectrum_symbolic(spec: torch.Tensor, src: tuple, shape: tuple) -> torch.Tensor:
