@@ -37,6 +37,7 @@ from .rollout import STABILITY_RULE, rollout_errors, stability_verdict
 from .sweep_data import (
     MATCHED_GENERATORS,
     _data_meta,
+    _metrics_file,
     generate_sets,
     reference_statistics,
     run_source,
@@ -53,11 +54,7 @@ INVARIANCE_TOLERANCE = 1.5
 
 def train_resolution_of(state: dict[str, Any], run_dir: Path) -> list[int] | None:
     """Grid shape of the training data, from the checkpoint's metrics, ``metrics.json`` or config."""
-    sources = [json.loads(state.get("metrics") or "{}")]
-    metrics_file = (run_dir if run_dir.is_dir() else run_dir.parent) / "metrics.json"
-    if metrics_file.is_file():
-        sources.append(json.loads(metrics_file.read_text()))
-    sources.append(_data_meta(state, run_dir))
+    sources = [json.loads(state.get("metrics") or "{}"), _metrics_file(run_dir), _data_meta(state, run_dir)]
     for src in sources:
         if src.get("train_resolution"):
             return [int(v) for v in src["train_resolution"]]
