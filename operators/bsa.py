@@ -51,6 +51,8 @@ class BSATransformer(nn.Module):
         backend: backend of the local ball attention (None: automatic).
     """
 
+    input_kind = "points"
+
     def __init__(
         self,
         *,

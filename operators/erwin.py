@@ -195,6 +195,8 @@ class Erwin(nn.Module):
         backend: ball-attention backend (None: automatic).
     """
 
+    input_kind = "points"
+
     def __init__(
         self,
         *,

@@ -15,7 +15,11 @@ from collections.abc import Callable
 
 from torch import nn
 
-__all__ = ["register_operator", "create_operator", "list_operators", "operator_class"]
+__all__ = ["register_operator", "create_operator", "list_operators", "operator_class", "operator_kind", "INPUT_KINDS"]
+
+# What an operator takes: fields on a regular grid ``(B, C, *n)``, point sets ``(B, N, C)`` with positions
+# ``(B, N, d)``, or fields on a latitude-longitude grid ``(B, C, nlat, nlon)``. A class states it as ``input_kind``.
+INPUT_KINDS = ("grid", "points", "sphere")
 
 _OPERATORS: dict[str, type[nn.Module]] = {}
 
@@ -41,6 +45,15 @@ def operator_class(name: str) -> type[nn.Module]:
     if name not in _OPERATORS:
         raise ValueError(f"name: expected a registered operator, one of {list_operators()}, got {name!r}")
     return _OPERATORS[name]
+
+
+def operator_kind(name: str) -> str:
+    """``"grid"``, ``"points"`` or ``"sphere"``: the class attribute ``input_kind`` (``"grid"`` if unset), which
+    registry-wide tests use to feed every operator the input it takes."""
+    kind = getattr(operator_class(name), "input_kind", "grid")
+    if kind not in INPUT_KINDS:
+        raise ValueError(f"input_kind: expected one of {INPUT_KINDS} on operator {name!r}, got {kind!r}")
+    return kind
 
 
 def operator_parameters(name: str) -> dict[str, inspect.Parameter]:

@@ -226,6 +226,8 @@ def _check_common(in_channels, out_channels, nlat, nlon, scale_factor, embed_dim
 class _GridTransformer(nn.Module):
     """Shared skeleton; subclasses build ``encoder``, ``blocks``, ``decoder`` and the ``pos`` buffer."""
 
+    input_kind = "sphere"
+
     def _build_head(self, in_channels, out_channels, embed_dim, mlp_ratio, residual_prediction):
         if residual_prediction and in_channels != out_channels:
             raise ValueError(f"residual_prediction: expected in_channels == out_channels, got {in_channels} and "
