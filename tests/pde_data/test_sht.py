@@ -180,3 +180,28 @@ def test_float32_transform_and_bad_inputs():
         SphericalHarmonicTransform(8, 16, "healpix")
     with pytest.raises(ValueError, match="u, v: expected equal shapes"):
         sht64.div_curl(torch.zeros(2, 8, 16), torch.zeros(8, 16))
+
+
+@pytest.mark.parametrize("grid, nlat, nlon", [("equiangular", 17, 32), ("legendre-gauss", 16, 32), ("lobatto", 17, 32)])
+def test_matches_torch_harmonics_real_sht_up_to_condon_shortley_sign(grid, nlat, nlon):
+    """Oracle: torch-harmonics' ``RealSHT`` / ``InverseRealSHT`` (``norm="ortho"``, ``csphase=True``) on the same grid.
+
+    Sign convention: our basis has no Condon–Shortley phase, torch-harmonics' ``csphase=True`` basis is
+    ``(-1)^m P̄_l^m e^{imλ}``; both are orthonormal, so their coefficients of one field differ by exactly
+    ``(-1)^m``: ``theirs_lm = (-1)^m ours_lm``. Both transforms use ``rfft(norm="forward")``, longitudes
+    ``2π j / nlon`` and the same nodes and weights, so after that sign they agree to round-off.
+    """
+    th = pytest.importorskip("torch_harmonics")
+    ours = SphericalHarmonicTransform(nlat, nlon, grid)
+    lmax, mmax = ours.lmax, ours.mmax
+    kw = {"lmax": lmax, "mmax": mmax, "grid": grid, "norm": "ortho", "csphase": True}
+    fwd = th.RealSHT(nlat, nlon, **kw).double()
+    inv = th.InverseRealSHT(nlat, nlon, **kw).double()
+    cs = (-1.0) ** torch.arange(mmax, dtype=torch.float64)  # Condon–Shortley: theirs = cs * ours
+    f = torch.randn(3, nlat, nlon, dtype=torch.float64, generator=torch.Generator().manual_seed(11))
+    ours_c, theirs_c = ours.forward(f), fwd(f)
+    assert theirs_c.shape == ours_c.shape == (3, lmax, mmax)
+    torch.testing.assert_close(theirs_c, cs * ours_c, rtol=0, atol=1e-12)
+    assert (theirs_c - ours_c)[..., 1::2].abs().max() > 0.1  # the sign is real: odd m differ without it
+    c = _random_coeffs(ours)
+    torch.testing.assert_close(inv(cs * c), ours.inverse(c), rtol=0, atol=1e-12)
