@@ -1,5 +1,5 @@
 """Spherical transformer and its planar baseline: equivariance, global/neighbourhood consistency,
-matching sizes, fixed-grid contract and errors."""
+matching sizes, runs on other grids with the same weights and errors."""
 
 from __future__ import annotations
 
@@ -119,9 +119,10 @@ def test_positional_embeddings_are_the_named_functions():
 
 def test_fixed_grid_and_argument_errors_are_named():
     model = SphericalTransformer(**SMALL)
-    with pytest.raises(ValueError, match=r"x: expected shape \(B, 3, 9, 16\): this model runs only on the grid it was "
-                                         r"built for, got \(1, 3, 17, 32\)"):
-        model(torch.randn(1, 3, 17, 32))
+    with pytest.raises(ValueError, match=r"x: expected a grid this model can run on \(nlat valid for its latitude rule, "
+                                         r"nlon a multiple or a divisor of its internal grid's nlon = 8; internal grid "
+                                         r"5x8\), got 17x20: nlon: expected a multiple or a divisor"):
+        model(torch.randn(1, 3, 17, 20))
     with pytest.raises(ValueError, match=r"x: expected size 3 along axis 1 \(input channels\), got 2"):
         model(torch.randn(1, 2, 9, 16))
     with pytest.raises(ValueError, match="x: expected finite values"):
@@ -138,3 +139,71 @@ def test_fixed_grid_and_argument_errors_are_named():
         SphericalTransformer(**SMALL, theta_cutoff=float("nan"))
     with pytest.raises(ValueError, match=r"window_radius: expected a finite positive number of pixels or None, got -1"):
         PlanarTransformer(**SMALL, window_radius=-1)
+
+
+@pytest.mark.parametrize("name", ["spherical_transformer", "planar_transformer"])
+def test_runs_on_other_grids_with_the_same_weights(name):
+    """Another grid: the same weights through that grid's geometry; ``on_grid`` copies agree, gradients reach
+    the model's own parameters, and the global random stream is not consumed by building the geometry."""
+    torch.manual_seed(0)
+    model = create_operator(name, **SMALL)
+    for shape in [(17, 32), (5, 8), (33, 64)]:
+        x = torch.randn(2, 3, *shape, dtype=torch.float32)
+        state = torch.random.get_rng_state()
+        y = model(x)
+        assert torch.equal(state, torch.random.get_rng_state())
+        assert y.shape == (2, 2, *shape) and torch.isfinite(y).all()
+        copy = model.on_grid(*shape)
+        assert copy.shape == shape and copy.inner_shape == model.inner_shape == (5, 8)
+        torch.testing.assert_close(copy(x), y, atol=1e-6, rtol=0)
+        model.zero_grad()
+        y.square().sum().backward()
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters() if p.dim() > 1)
+    x = torch.randn(1, 3, 9, 16)
+    torch.testing.assert_close(model.on_grid(9, 16)(x), model(x), atol=0, rtol=0)  # own grid: same model
+    with torch.no_grad():  # the weights are this model's: a change shows at other grids at once
+        model.proj[2].bias += 1.0
+    torch.testing.assert_close(model(torch.zeros(1, 3, 17, 32)), model.on_grid(17, 32)(torch.zeros(1, 3, 17, 32)))
+
+
+def test_radii_are_physical_angles_fixed_at_construction():
+    """Built at 17x32: the internal disc radius, the internal grid and the encoder radius stay those of the
+    construction grid on every finer grid (a model built at 65x128 has other defaults: another operator)."""
+    model = SphericalTransformer(**{**SMALL, "nlat": 17, "nlon": 32})
+    inner_radius = model.blocks[0].attn.theta_cutoff
+    assert inner_radius == pytest.approx(model.theta_cutoff)
+    enc = model.encoder.attn.theta_cutoff
+    for shape in [(33, 64), (65, 128)]:
+        other = model.on_grid(*shape)
+        assert other.inner_shape == model.inner_shape
+        assert [b.attn.theta_cutoff for b in other.blocks] == [inner_radius] * SMALL["n_layers"]
+        assert other.encoder.attn.theta_cutoff == enc and other.decoder.attn.theta_cutoff == enc
+    rebuilt = SphericalTransformer(**{**SMALL, "nlat": 65, "nlon": 128})
+    assert rebuilt.theta_cutoff < 0.3 * model.theta_cutoff  # the default follows the construction grid only
+    coarse = model.on_grid(5, 8)  # an input grid coarser than the internal grid widens the encoder's discs
+    assert coarse.encoder.attn.theta_cutoff == pytest.approx(math.pi / 4) and math.pi / 4 > enc  # 5 latitudes
+
+
+@pytest.mark.parametrize("name", ["spherical_transformer", "planar_transformer"])
+def test_checkpoint_without_internal_shape_loads_and_gives_the_same_output(name, tmp_path):
+    """A checkpoint written before ``internal_shape`` existed (its config lacks the key) rebuilds the same
+    model: the same output on its own grid, and it runs on other grids."""
+    from sciattn.pde_data.normalizers import UnitGaussianNormalizer
+    from sciattn.train.checkpoint import load_model, save_checkpoint
+
+    torch.manual_seed(1)
+    model = create_operator(name, **SMALL).eval()
+    xn = UnitGaussianNormalizer().fit(torch.randn(4, 3, 9, 16))
+    path = save_checkpoint(tmp_path / "checkpoint.pt", model=model, x_normalizer=xn, y_normalizer=xn)
+    state = torch.load(path, weights_only=True)
+    config = json.loads(state["operator_config"])
+    del config["internal_shape"]
+    state["operator_config"] = json.dumps(config)
+    torch.save(state, path)
+    loaded = load_model(path)[0]
+    assert "internal_shape" not in json.loads(torch.load(path, weights_only=True)["operator_config"])
+    x = torch.randn(2, 3, 9, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), model(x), atol=0, rtol=0)
+        x2 = torch.randn(1, 3, 17, 32)
+        torch.testing.assert_close(loaded(x2), model(x2), atol=0, rtol=0)
