@@ -1,0 +1,240 @@
+"""GNOT, the General Neural Operator Transformer (Hao et al., ICML 2023, arXiv 2302.14376), quadrature-weighted.
+
+We follow the authors' code (thu-ml/GNOT ``models/mmgpt.py``), not the Neural-Solver-Library port: the query
+stream ``h`` is the residual stream of every block and the input-function embedding ``z`` is fixed (NSL instead
+restarts every block's queries from the coordinate embedding and feeds the previous block's output in as the
+keys and values, a different network). One input function: the field ``a`` itself, given with its coordinates.
+
+Architecture, for an input ``a`` sampled at points ``x_j`` with quadrature weights ``w_j`` (``Σ_j w_j = 1``)::
+
+    h = MLP_q(x)                       query embedding from the coordinates
+    z = MLP_z([x, a])                  input-function embedding, fixed through the blocks
+    per block (n_layers):
+      g = softmax_E(Gate(x))                              geometric gating over E experts (only if E > 1)
+      h <- h + HNA(LN1(h), LN2(z))                        cross-attention to the input function
+      h <- h + LN3(Σ_e g_e FFN1_e(h))                     the FFN input is not normalised (as published)
+      h <- h + NA(LN4(h))                                 self-attention
+      h <- h + LN5(Σ_e g_e FFN2_e(h))
+    u = MLP_out(h)
+
+    MLP(in -> out): act(Lin(in -> C)), then mlp_layers × [act(Lin(C -> C)) + skip], then Lin(C -> out).
+
+The normalised linear attention, per head of width ``d`` (``q, k, v`` Linear with bias; heads concatenated and
+mixed by a Linear), is the Pattern-B quadrature of
+
+    (A h)(x) = q~(x) + ∫ (q~(x)·k~(y)) v(y) dμ(y) / ∫ q~(x)·k~(y) dμ(y),   q~ = softmax_d(q), k~ = softmax_d(k),
+
+    out_i = q~_i + (q~_i S) / (q~_i · n),   S = Σ_j w_j k~_j v_jᵀ  (d × d),   n = Σ_j w_j k~_j  (d).
+
+The published code uses ``w_j = 1`` (the ratio is invariant to a constant, so this equals uniform weights); it is
+consistent under uniform refinement of one sampling law, but on a non-uniform mesh it converges to the
+sampling-density-weighted integral, and its zero-padded batches leak padding rows into ``S`` and ``n``
+(thu-ml/GNOT issue 12). Here ``w`` are the grid's cell volumes or the given point weights, zero on padding.
+Everything else is pointwise (LayerNorms act on each point's features), so the layer converges under
+refinement at the order of the quadrature.
+
+Defaults follow ``args.py`` (one head, ``n_inner`` 4, ``mlp_layers`` 3, GELU, one expert: the README's CGPT
+run) at a smaller width; PyTorch default initialisation (the custom init is commented out upstream). Dropout
+is not implemented (0 upstream in the README recipe).
+
+Shapes:
+    grid input: ``x`` ``(B, C_in, *spatial)`` with ``spatial_dims`` axes -> ``(B, C_out, *spatial)``;
+    point input: ``x`` ``(B, N, C_in)`` with ``pos`` ``(B, N, d)``, optional ``weights`` ``(B, N)`` and
+    ``mask`` ``(B, N)`` (True at real points) -> ``(B, N, C_out)``, zeros on padding.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from sciattn._checks import (
+    check_dim,
+    check_finite,
+    check_input_dtype,
+    check_min_grid,
+    check_positive_int,
+    check_quadrature_weights,
+    check_rank,
+)
+from sciattn.domain import Grid, PointCloud
+
+from .registry import register_operator
+
+__all__ = ["GNOT"]
+
+
+class _ResMLP(nn.Module):
+    """``act(Lin(in->C))``, ``n_res`` residual ``act(Lin(C->C)) + skip`` layers, then ``Lin(C->out)``."""
+
+    def __init__(self, n_in: int, width: int, n_out: int, n_res: int):
+        super().__init__()
+        self.inp = nn.Linear(n_in, width)
+        self.hidden = nn.ModuleList(nn.Linear(width, width) for _ in range(n_res))
+        self.out = nn.Linear(width, n_out)
+        self.act = nn.GELU()
+
+    def forward(self, x):
+        h = self.act(self.inp(x))
+        for lin in self.hidden:
+            h = self.act(lin(h)) + h
+        return self.out(h)
+
+
+class _NormalizedLinearAttention(nn.Module):
+    """GNOT's normalised linear attention with quadrature weights ``w`` ``(B, N_k)`` summing to one."""
+
+    def __init__(self, width: int, n_heads: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.q, self.k, self.v = nn.Linear(width, width), nn.Linear(width, width), nn.Linear(width, width)
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, h, z, w):
+        b, n, c = h.shape
+        heads = self.n_heads
+        q = self.q(h).reshape(b, n, heads, c // heads).softmax(dim=-1)
+        k = self.k(z).reshape(b, z.shape[1], heads, c // heads).softmax(dim=-1)
+        v = self.v(z).reshape(b, z.shape[1], heads, c // heads)
+        s = torch.einsum("bj,bjhd,bjhe->bhde", w, k, v)
+        norm = torch.einsum("bj,bjhd->bhd", w, k)
+        num = torch.einsum("bihd,bhde->bihe", q, s)
+        den = torch.einsum("bihd,bhd->bih", q, norm)
+        return self.proj((q + num / den[..., None]).reshape(b, n, c))
+
+
+class _MoEFFN(nn.Module):
+    """``Σ_e g_e FFN_e(h)``, ``FFN_e = Lin(C -> inner) - GELU - Lin(inner -> C)``; one expert: no gate."""
+
+    def __init__(self, width: int, inner: int, n_experts: int):
+        super().__init__()
+        self.experts = nn.ModuleList(
+            nn.Sequential(nn.Linear(width, inner), nn.GELU(), nn.Linear(inner, width)) for _ in range(n_experts)
+        )
+
+    def forward(self, h, gate):
+        if gate is None:
+            return self.experts[0](h)
+        return torch.stack([e(h) for e in self.experts], dim=-1).mul(gate[:, :, None, :]).sum(dim=-1)
+
+
+class _Block(nn.Module):
+    def __init__(self, width, n_heads, inner, n_experts):
+        super().__init__()
+        self.ln1, self.ln2, self.ln3, self.ln4, self.ln5 = (nn.LayerNorm(width) for _ in range(5))
+        self.cross = _NormalizedLinearAttention(width, n_heads)
+        self.self_attn = _NormalizedLinearAttention(width, n_heads)
+        self.ffn1, self.ffn2 = _MoEFFN(width, inner, n_experts), _MoEFFN(width, inner, n_experts)
+
+    def forward(self, h, z, w, gate):
+        h = h + self.cross(self.ln1(h), self.ln2(z), w)
+        h = h + self.ln3(self.ffn1(h, gate))
+        q = self.ln4(h)
+        h = h + self.self_attn(q, q, w)
+        return h + self.ln5(self.ffn2(h, gate))
+
+
+@register_operator("gnot")
+class GNOT(nn.Module):
+    """GNOT neural operator (grids and point sets).
+
+    Args:
+        in_channels: input channels ``C_in``.
+        out_channels: output channels ``C_out``.
+        spatial_dims: dimension ``d`` of the domain (1, 2 or 3).
+        width: token width ``C`` (upstream ``n_hidden``).
+        n_layers: number of blocks.
+        n_heads: attention heads (``width`` must be divisible by it).
+        n_inner: FFN hidden width as a multiple of ``width``.
+        mlp_layers: residual hidden layers of the input, query and output MLPs.
+        n_experts: experts of the gated FFNs; 1 builds no gate.
+    """
+
+    input_kind = "grid"
+
+    def __init__(
+        self,
+        *,
+        in_channels: int,
+        out_channels: int,
+        spatial_dims: int = 2,
+        width: int = 64,
+        n_layers: int = 3,
+        n_heads: int = 1,
+        n_inner: int = 4,
+        mlp_layers: int = 3,
+        n_experts: int = 1,
+    ) -> None:
+        super().__init__()
+        for name, value in [("in_channels", in_channels), ("out_channels", out_channels), ("width", width),
+                            ("n_layers", n_layers), ("n_heads", n_heads), ("n_inner", n_inner),
+                            ("n_experts", n_experts)]:
+            check_positive_int(name, value)
+        if isinstance(mlp_layers, bool) or not isinstance(mlp_layers, int) or mlp_layers < 0:
+            raise ValueError(f"mlp_layers: expected a non-negative int, got {mlp_layers!r}")
+        if spatial_dims not in (1, 2, 3):
+            raise ValueError(f"spatial_dims: expected 1, 2 or 3, got {spatial_dims!r}")
+        if width % n_heads:
+            raise ValueError(f"n_heads: expected a divisor of width={width}, got {n_heads}")
+        self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
+        self.query_mlp = _ResMLP(spatial_dims, width, width, mlp_layers)
+        self.input_mlp = _ResMLP(spatial_dims + in_channels, width, width, mlp_layers)
+        self.gate = None
+        if n_experts > 1:
+            self.gate = nn.Sequential(nn.Linear(spatial_dims, 4 * width), nn.GELU(), nn.Linear(4 * width, 4 * width),
+                                      nn.GELU(), nn.Linear(4 * width, n_experts))
+        self.blocks = nn.ModuleList(_Block(width, n_heads, n_inner * width, n_experts) for _ in range(n_layers))
+        self.output_mlp = _ResMLP(width, width, out_channels, mlp_layers)
+
+    def encode(self, a: torch.Tensor, pos: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """Tokens ``(B, N, C_in)``, positions ``(B, N, d)``, weights ``(B, N)`` summing to one -> ``(B, N, C_out)``."""
+        h = self.query_mlp(pos)
+        z = self.input_mlp(torch.cat([pos, a], dim=-1))
+        gate = None if self.gate is None else self.gate(pos).softmax(dim=-1)
+        for block in self.blocks:
+            h = block(h, z, w, gate)
+        return self.output_mlp(h)
+
+    def forward(self, x, pos=None, weights=None, mask=None, *, y=None):
+        """``y`` is accepted and ignored (neuraloperator's ``Trainer`` calls ``model(**sample)``)."""
+        del y
+        if pos is None:
+            return self._forward_grid(x)
+        return self._forward_points(x, pos, weights, mask)
+
+    def _forward_grid(self, x):
+        d = self.spatial_dims
+        check_rank("x", x, 2 + d, f"(B, C_in={self.in_channels}, {d} spatial axes)")
+        check_dim("x", x, 1, self.in_channels, "input channels")
+        check_input_dtype("x", x, self, "operator")
+        check_min_grid("x", x, "GNOT", "one node per axis has no spacing: its quadrature weights are undefined")
+        check_finite("x", x)
+        grid = Grid.from_field(x, d)
+        nodes, w = grid.nodes_and_weights(x.dtype, x.device)
+        b = x.shape[0]
+        w = (w / w.sum()).expand(b, -1)
+        out = self.encode(x.flatten(2).transpose(1, 2), nodes.expand(b, *nodes.shape), w)
+        return out.transpose(1, 2).reshape(b, self.out_channels, *grid.shape)
+
+    def _forward_points(self, x, pos, weights, mask):
+        check_rank("x", x, 3, f"(B, N, C_in={self.in_channels})")
+        check_dim("x", x, -1, self.in_channels, "input channels")
+        cloud = PointCloud(pos, weights, mask)
+        if cloud.ndim != self.spatial_dims:
+            raise ValueError(f"pos: expected {self.spatial_dims} coordinates per point, got {cloud.ndim}")
+        if x.shape[:2] != pos.shape[:2]:
+            raise ValueError(f"x: expected (B, N) = {tuple(pos.shape[:2])} to match pos, got {tuple(x.shape[:2])}")
+        check_input_dtype("x", x, self, "operator")
+        check_quadrature_weights("weights", weights, mask, need_mass=True)
+        keep = None if mask is None else mask[..., None]
+        check_finite("x", x, keep)
+        if mask is not None:
+            zero = torch.zeros((), dtype=x.dtype, device=x.device)
+            x, pos = torch.where(keep, x, zero), torch.where(keep, pos.to(x.dtype), zero)
+            if weights is not None:
+                weights = torch.where(mask, weights, torch.zeros((), dtype=weights.dtype, device=weights.device))
+        w = PointCloud(pos, weights, mask).quadrature_weights().to(x.dtype)
+        out = self.encode(x, pos.to(x.dtype), w)
+        if mask is not None:
+            out = torch.where(keep, out, torch.zeros((), dtype=out.dtype, device=out.device))
+        return out

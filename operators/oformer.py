@@ -1,0 +1,274 @@
+"""OFormer, the Operator Transformer (Li, Meidani & Barati Farimani, TMLR 2023, arXiv 2205.13671), quadrature-weighted.
+
+We follow the authors' code (BaratiLab/OFormer, ``uniform_grids/nn_module``: ``SpatialEncoder2D`` and
+``PointWiseDecoder2DSimple``, the steady Darcy model); OFormer is not in the Neural-Solver-Library.
+
+Architecture, for an input ``a`` at points ``x_j`` with quadrature weights ``w_j`` (``Σ_j w_j = 1``)::
+
+    encoder  h = Lin([a, x])
+             per layer l:  h <- LN1(h);  h <- h + GA_l(h, x);  h <- LN2(h);  h <- h + FFN(h)
+                           (as published, the skip carries the normalised stream)
+             z = Lin(h)                                              (C_e -> C_z)
+    decoder  e = Lin(GELU(Lin(RFF(x_q))))                            query embedding, coordinates only
+             e <- e + CA(e, z; x_q, x)
+             e <- e + GeGLU-FFN(e)
+             u(x_q) = MLP([e, x_q])
+
+Galerkin-type attention, per head of width ``d`` (``q, k, v`` Linear without bias, heads mixed by a Linear)::
+
+    k <- IN(k), v <- IN(v)      "instance norm" over the d features of EACH point (non-affine, eps 1e-5), as in
+                                the authors' code (InstanceNorm1d on a (B·H, N, d) tensor): a pointwise map,
+                                not a domain statistic, so it needs no weights
+    q, k <- RoPE(q, x), RoPE(k, x)
+    (GA h)(x_i) = ∫ q(x_i) k(y)ᵀ v(y) dμ(y)  ≈  q_i Σ_j w_j k_jᵀ v_j        (d × d, no softmax)
+
+The published code divides ``kᵀv`` by the point count (``w_j = 1/N``, Pattern A); here ``w`` are the grid's cell
+volumes or the given point weights, zero on padding, so the layer is the same quadrature on any mesh. The
+cross-attention weights the *source* (key/value) points; the queries need none. neuraloperator's port instead
+multiplies the weights onto the output rows along the query axis after the contraction (correct only for a
+scalar ``1/N``); we do not follow it.
+
+Rotary embedding (``RoPE``): the head width is split into ``spatial_dims`` blocks of ``m`` channels (even;
+leftover channels unrotated); block ``a`` rotates channel pairs ``(c, c + m/2)`` by ``θ_k = s · x_a · ω_k`` with
+``ω_k = 10000^{-2k/m}``. The published encoder uses ``s_l = res·[res, res/4, 1, …]`` (``min_freq = 1/res``), up
+to ``res²`` radians per unit length: a kernel that oscillates on the grid scale, which a quadrature cannot
+resolve below that resolution (the output then changes under refinement until the grid resolves the
+frequency). Our default ``rope_scales`` ``[16, 4, 1, …]`` keeps every frequency resolved on a 32² grid, so the
+default model converges at the order of the rule; set ``rope_scales`` for the published frequencies.
+
+Initialisation of the query projections as published: per head orthogonal with gain ``1/d``, plus ``I/d`` when
+``d = C`` (the diagonal needs a square block); keys, values and the rest keep PyTorch defaults. Dropout
+(0.05 upstream) is not implemented.
+
+Shapes:
+    grid input: ``x`` ``(B, C_in, *spatial)`` with ``spatial_dims`` axes -> ``(B, C_out, *spatial)``;
+    point input: ``x`` ``(B, N, C_in)`` with ``pos`` ``(B, N, d)``, optional ``weights`` ``(B, N)`` and
+    ``mask`` ``(B, N)`` (True at real points) -> ``(B, N, C_out)``, zeros on padding. The decoder's queries
+    are the input points.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from sciattn._checks import (
+    check_dim,
+    check_finite,
+    check_input_dtype,
+    check_min_grid,
+    check_positive_int,
+    check_quadrature_weights,
+    check_rank,
+)
+from sciattn.domain import Grid, PointCloud
+
+from .registry import register_operator
+
+__all__ = ["OFormer"]
+
+
+def rotary(t: torch.Tensor, pos: torch.Tensor, scale: float) -> torch.Tensor:
+    """RoPE on ``t`` ``(B, N, H, d)`` at positions ``pos`` ``(B, N, D)``: block ``a`` of ``m = 2⌊d/(2D)⌋``
+    channels rotates pairs ``(c, c + m/2)`` by ``scale · pos_a · 10000^{-2k/m}``."""
+    n_axes = pos.shape[-1]
+    m = 2 * (t.shape[-1] // (2 * n_axes))
+    if m == 0:
+        return t
+    half = m // 2
+    freq = 10000.0 ** (-torch.arange(half, dtype=t.dtype, device=t.device) / half)
+    parts = []
+    for a in range(n_axes):
+        blk = t[..., a * m:(a + 1) * m]
+        theta = (scale * pos[..., a])[:, :, None, None] * freq
+        x1, x2 = blk[..., :half], blk[..., half:]
+        cos, sin = torch.cos(theta), torch.sin(theta)
+        parts += [x1 * cos - x2 * sin, x2 * cos + x1 * sin]
+    parts.append(t[..., n_axes * m:])
+    return torch.cat(parts, dim=-1)
+
+
+def _point_norm(t: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """OFormer's "instance norm": zero mean, unit variance over the last axis (each point's head features)."""
+    mu = t.mean(dim=-1, keepdim=True)
+    return (t - mu) / torch.sqrt((t - mu).square().mean(dim=-1, keepdim=True) + eps)
+
+
+class _GalerkinAttention(nn.Module):
+    """``q_i Σ_j w_j IN(k_j)ᵀ IN(v_j)`` per head, with RoPE on ``q`` and ``k``; ``w`` ``(B, N_k)`` sums to one."""
+
+    def __init__(self, q_width: int, kv_width: int, n_heads: int, dim_head: int, rope_scale: float):
+        super().__init__()
+        self.n_heads, self.dim_head, self.rope_scale = n_heads, dim_head, rope_scale
+        inner = n_heads * dim_head
+        self.q = nn.Linear(q_width, inner, bias=False)
+        self.k = nn.Linear(kv_width, inner, bias=False)
+        self.v = nn.Linear(kv_width, inner, bias=False)
+        self.out = nn.Linear(inner, q_width)
+        with torch.no_grad():
+            for h in range(n_heads):
+                blk = self.q.weight[h * dim_head:(h + 1) * dim_head]
+                nn.init.orthogonal_(blk, gain=1 / dim_head)
+                if dim_head == q_width:
+                    blk += torch.eye(dim_head) / dim_head
+
+    def forward(self, h, pos_q, z, pos_k, w):
+        b, nq, _ = h.shape
+        nk = z.shape[1]
+        q = self.q(h).reshape(b, nq, self.n_heads, self.dim_head)
+        k = _point_norm(self.k(z).reshape(b, nk, self.n_heads, self.dim_head))
+        v = _point_norm(self.v(z).reshape(b, nk, self.n_heads, self.dim_head))
+        q, k = rotary(q, pos_q, self.rope_scale), rotary(k, pos_k, self.rope_scale)
+        kv = torch.einsum("bj,bjhc,bjhe->bhce", w, k, v)
+        return self.out(torch.einsum("bihc,bhce->bihe", q, kv).reshape(b, nq, -1))
+
+
+class _EncoderLayer(nn.Module):
+    def __init__(self, width, n_heads, dim_head, dim_ff, rope_scale):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.attn = _GalerkinAttention(width, width, n_heads, dim_head, rope_scale)
+        self.ffn = nn.Sequential(nn.Linear(width, dim_ff), nn.GELU(), nn.Linear(dim_ff, width))
+
+    def forward(self, h, pos, w):
+        h = self.ln1(h)
+        h = h + self.attn(h, pos, h, pos, w)
+        h = self.ln2(h)
+        return h + self.ffn(h)
+
+
+class _GeGLU(nn.Module):
+    """``Lin(F -> C)(a ⊙ GELU(g))`` with ``[a, g] = Lin(C -> 2F)(e)``."""
+
+    def __init__(self, width, hidden):
+        super().__init__()
+        self.inp, self.out = nn.Linear(width, 2 * hidden), nn.Linear(hidden, width)
+
+    def forward(self, e):
+        a, g = self.inp(e).chunk(2, dim=-1)
+        return self.out(a * nn.functional.gelu(g))
+
+
+@register_operator("oformer")
+class OFormer(nn.Module):
+    """OFormer neural operator (encoder-decoder; grids and point sets).
+
+    Args:
+        in_channels: input channels ``C_in``.
+        out_channels: output channels ``C_out``.
+        spatial_dims: dimension ``d`` of the domain (1, 2 or 3).
+        width: encoder width ``C_e``.
+        n_layers: encoder layers.
+        n_heads: attention heads (encoder and decoder).
+        dim_head: width of each head.
+        dim_ff: hidden width of the FFNs (default ``2·width`` in the encoder, ``2·latent_width`` in the decoder).
+        latent_width: width ``C_z`` of the encoding and of the decoder.
+        rope_scales: per-layer coordinate scale ``s_l`` of the encoder's RoPE (a list with one entry per layer,
+            or ``None`` for ``[16, 4, 1, 1, …]``).
+        decoder_rope_scale: coordinate scale of the decoder's RoPE.
+        rff_features: random Fourier features of the query embedding (even).
+        rff_sigma: standard deviation of their frequencies (cycles per unit length).
+    """
+
+    input_kind = "grid"
+
+    def __init__(
+        self,
+        *,
+        in_channels: int,
+        out_channels: int,
+        spatial_dims: int = 2,
+        width: int = 64,
+        n_layers: int = 4,
+        n_heads: int = 4,
+        dim_head: int = 32,
+        dim_ff: int | None = None,
+        latent_width: int = 64,
+        rope_scales: list[float] | None = None,
+        decoder_rope_scale: float = 16.0,
+        rff_features: int = 32,
+        rff_sigma: float = 0.5,
+    ) -> None:
+        super().__init__()
+        for name, value in [("in_channels", in_channels), ("out_channels", out_channels), ("width", width),
+                            ("n_layers", n_layers), ("n_heads", n_heads), ("dim_head", dim_head),
+                            ("latent_width", latent_width), ("rff_features", rff_features)]:
+            check_positive_int(name, value)
+        if spatial_dims not in (1, 2, 3):
+            raise ValueError(f"spatial_dims: expected 1, 2 or 3, got {spatial_dims!r}")
+        if rff_features % 2:
+            raise ValueError(f"rff_features: expected an even number (cosines and sines), got {rff_features}")
+        if rope_scales is None:
+            rope_scales = ([16.0, 4.0] + [1.0] * n_layers)[:n_layers]
+        if not isinstance(rope_scales, (list, tuple)) or len(rope_scales) != n_layers or not all(
+                isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) for s in rope_scales):
+            raise ValueError(f"rope_scales: expected {n_layers} finite numbers (one per layer) or None, got {rope_scales!r}")
+        self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
+        ff = dim_ff or 2 * width
+        self.lift = nn.Linear(in_channels + spatial_dims, width)
+        self.layers = nn.ModuleList(_EncoderLayer(width, n_heads, dim_head, ff, float(s)) for s in rope_scales)
+        self.to_latent = nn.Linear(width, latent_width)
+        g = torch.Generator().manual_seed(0)
+        self.register_buffer("rff_freqs", torch.randn(spatial_dims, rff_features // 2, generator=g) * rff_sigma)
+        self.query_embed = nn.Sequential(nn.Linear(rff_features, latent_width), nn.GELU(),
+                                         nn.Linear(latent_width, latent_width))
+        self.cross = _GalerkinAttention(latent_width, latent_width, n_heads, dim_head, float(decoder_rope_scale))
+        self.decoder_ffn = _GeGLU(latent_width, dim_ff or 2 * latent_width)
+        self.head = nn.Sequential(nn.Linear(latent_width + spatial_dims, latent_width), nn.GELU(),
+                                  nn.Linear(latent_width, out_channels))
+
+    def encode(self, a: torch.Tensor, pos: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """Tokens ``(B, N, C_in)``, positions ``(B, N, d)``, weights ``(B, N)`` summing to one -> ``(B, N, C_out)``."""
+        h = self.lift(torch.cat([a, pos], dim=-1))
+        for layer in self.layers:
+            h = layer(h, pos, w)
+        z = self.to_latent(h)
+        phase = 2 * math.pi * pos @ self.rff_freqs.to(pos.dtype)
+        e = self.query_embed(torch.cat([torch.cos(phase), torch.sin(phase)], dim=-1))
+        e = e + self.cross(e, pos, z, pos, w)
+        e = e + self.decoder_ffn(e)
+        return self.head(torch.cat([e, pos], dim=-1))
+
+    def forward(self, x, pos=None, weights=None, mask=None, *, y=None):
+        """``y`` is accepted and ignored (neuraloperator's ``Trainer`` calls ``model(**sample)``)."""
+        del y
+        if pos is None:
+            return self._forward_grid(x)
+        return self._forward_points(x, pos, weights, mask)
+
+    def _forward_grid(self, x):
+        d = self.spatial_dims
+        check_rank("x", x, 2 + d, f"(B, C_in={self.in_channels}, {d} spatial axes)")
+        check_dim("x", x, 1, self.in_channels, "input channels")
+        check_input_dtype("x", x, self, "operator")
+        check_min_grid("x", x, "OFormer", "one node per axis has no spacing: its quadrature weights are undefined")
+        check_finite("x", x)
+        grid = Grid.from_field(x, d)
+        nodes, w = grid.nodes_and_weights(x.dtype, x.device)
+        b = x.shape[0]
+        w = (w / w.sum()).expand(b, -1)
+        out = self.encode(x.flatten(2).transpose(1, 2), nodes.expand(b, *nodes.shape), w)
+        return out.transpose(1, 2).reshape(b, self.out_channels, *grid.shape)
+
+    def _forward_points(self, x, pos, weights, mask):
+        check_rank("x", x, 3, f"(B, N, C_in={self.in_channels})")
+        check_dim("x", x, -1, self.in_channels, "input channels")
+        cloud = PointCloud(pos, weights, mask)
+        if cloud.ndim != self.spatial_dims:
+            raise ValueError(f"pos: expected {self.spatial_dims} coordinates per point, got {cloud.ndim}")
+        if x.shape[:2] != pos.shape[:2]:
+            raise ValueError(f"x: expected (B, N) = {tuple(pos.shape[:2])} to match pos, got {tuple(x.shape[:2])}")
+        check_input_dtype("x", x, self, "operator")
+        check_quadrature_weights("weights", weights, mask, need_mass=True)
+        keep = None if mask is None else mask[..., None]
+        check_finite("x", x, keep)
+        if mask is not None:
+            zero = torch.zeros((), dtype=x.dtype, device=x.device)
+            x, pos = torch.where(keep, x, zero), torch.where(keep, pos.to(x.dtype), zero)
+        w = PointCloud(pos, weights, mask).quadrature_weights().to(x.dtype)
+        out = self.encode(x, pos.to(x.dtype), w)
+        if mask is not None:
+            out = torch.where(keep, out, torch.zeros((), dtype=out.dtype, device=out.device))
+        return out
