@@ -5,6 +5,7 @@ from .codano import CoDANO
 from .erwin import Erwin
 from .galerkin_transformer import GalerkinTransformer
 from .mano import MANO
+from .mano_extended import MANOExtended
 from .registry import create_operator, list_operators, register_operator
 from .spherical_transformer import PlanarTransformer, SphericalTransformer
 
@@ -14,6 +15,7 @@ __all__ = [
     "Erwin",
     "GalerkinTransformer",
     "MANO",
+    "MANOExtended",
     "PlanarTransformer",
     "SphericalTransformer",
     "create_operator",

@@ -190,10 +190,26 @@ def _load_weights(path: str | os.PathLike, model: nn.Module, weights: Any) -> No
         raise ValueError(f"checkpoint: {str(p)!r} does not match its config: {detail}") from None
 
 
+def migrate_mano_split(name: str, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(name, config)`` of a stored operator, with a ``"mano"`` config written before ``mano`` became the
+    published architecture (configs store every constructor key, so an old one holds ``head``, ``gate``, ...)
+    rebuilt as ``mano_extended``, the same modules and weights. Such a config stored ``window`` (8 by default)
+    beside ``window_fraction``, and the fraction took precedence: ``window`` is cleared when a fraction is set."""
+    from sciattn.operators.mano_extended import EXTENDED_KEYS
+
+    if name != "mano" or not any(k in config for k in EXTENDED_KEYS):
+        return name, config
+    config = dict(config)
+    if config.get("window_fraction") is not None:
+        config["window"] = None
+    return "mano_extended", config
+
+
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu"):
     """Rebuild ``(model, x_normalizer, y_normalizer, state)`` from a checkpoint or run directory."""
     state = load_checkpoint(path)
-    model = create_operator(state["operator"], **json.loads(state["operator_config"]))
+    name, config = migrate_mano_split(state["operator"], json.loads(state["operator_config"]))
+    model = create_operator(name, **config)
     _load_weights(path, model, state["model"])
     model.to(device).eval()
     xn = normalizer_from_state(state["x_normalizer"]).to(device)

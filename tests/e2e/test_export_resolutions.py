@@ -27,6 +27,8 @@ GRID = {
     "codano": dict(variables=["a", "b"], in_channels=2, out_channels=2, width=8, n_layers=1, n_heads=2, n_modes=4,
                    pos_modes=2),
     "mano": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, window=4),
+    "mano_extended": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, window=4, head_width=4,
+                          head_modes=4, head_layers=1, head_grid=None, lift_spacing=None, rel_pos_bias=2),
 }
 SPHERE = {
     "spherical_transformer": dict(in_channels=2, out_channels=1, nlat=9, nlon=16, embed_dim=8, n_layers=1, n_heads=2),
@@ -84,11 +86,11 @@ def test_grid_operators_at_three_resolutions(name, tmp_path):
     program = torch.export.load(tmp_path / f"{name}.pt2").module()
     c_in = GRID[name]["in_channels"]
     diffs = {}
-    if name == "mano":
+    if name in ("mano", "mano_extended"):
         # Honest: with a window in cells the level count of MANO's pyramid grows with the grid, so the program holds
         # one grid (window_fraction gives dynamic sizes: the test below).
         assert info["fixed_resolution"] == list(info["input_shape"][2:]) and 0 in info["dynamic_dims"]
-        assert "'mano'" in info["note"] and "levels" in info["note"] and "window_fraction" in info["note"]
+        assert f"'{name}'" in info["note"] and "levels" in info["note"] and "window_fraction" in info["note"]
         r = info["input_shape"][2]
         for b in (1, 3):
             x = torch.randn(b, c_in, r, r)
@@ -207,7 +209,9 @@ def test_shipped_darcy64_mano_exports_every_multiple_of_64(tmp_path):
     cfg = {k: v for k, v in tomllib.loads(SHIPPED_MANO.read_text())["model"].items() if k != "name"}
     assert cfg["coarse_cells"] == 8 and cfg["head_grid"] == 64 and cfg["lift_stencil"] == 3
     cfg.update(in_channels=1, out_channels=1, width=8, n_heads=2, n_layers=1, head_width=8, head_layers=1)
-    run, model, xn, yn = _run(tmp_path, "mano", cfg, sample_shape=(64, 64),
+    name = tomllib.loads(SHIPPED_MANO.read_text())["model"]["name"]
+    assert name == "mano_extended"
+    run, model, xn, yn = _run(tmp_path, name, cfg, sample_shape=(64, 64),
                               domain={"kind": "grid", "shape": [64, 64]}, train_resolution=(64, 64))
     assert model.export_fixed_reason is None
     assert model.export_size_multiple == (64, 64) and model.export_size_range == [(64, None), (64, None)]

@@ -1,25 +1,24 @@
-"""MANO operator: any resolution, global receptive field, physical windows, the accuracy options
-(relative-position bias, gating, query/key normalisation, GLU, spectral head), errors."""
+"""MANO as published (``mano``): architecture, any resolution, global receptive field, physical default
+against cell-counted windows, old checkpoints of the pre-split ``mano``, errors."""
 
 from __future__ import annotations
 
-import itertools
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
-from sciattn.multipole import MultipoleAttention
 from sciattn.operators import create_operator
+from sciattn.train.checkpoint import load_model, migrate_mano_split, save_checkpoint
 
 F64 = torch.float64
-# The Darcy benchmark configuration (examples/configs/darcy64_mano.toml), scaled down.
-IMPROVED = dict(window=None, window_fraction=0.125, lift_stencil=3, lift_spacing=1 / 32, rel_pos_bias=4, gate=True,
-                qk_norm=True, ffn="glu", head="spectral", head_width=8, head_modes=6, head_layers=2)
+LEGACY = Path(__file__).resolve().parent / "data" / "legacy_mano_configs.pt"
 
 
 def _model(**kw):
-    cfg = dict(in_channels=1, out_channels=1, width=16, n_layers=2, n_heads=2, window=8)
+    cfg = dict(in_channels=1, out_channels=1, width=16, n_layers=2, n_heads=2)
     cfg.update(kw)
     return create_operator("mano", **cfg).eval()
 
@@ -31,36 +30,45 @@ def _smooth_input(n):
     return x[None, None].float()
 
 
-@pytest.mark.parametrize("shape", [(48, 48), (100, 100), (128, 128), (50, 37)])
-@pytest.mark.parametrize("options", ["plain", "improved"])
-def test_a_model_built_for_64_runs_unchanged_at_other_sizes(shape, options):
-    model = _model(width=8, **(IMPROVED if options == "improved" else dict(window_fraction=0.125, window=None)))
+@pytest.mark.parametrize("shape", [(48, 48), (100, 100), (50, 37)])
+@pytest.mark.parametrize("options", ["default", "cells"])
+def test_a_model_runs_unchanged_at_other_sizes(shape, options):
+    model = _model(width=8, **({} if options == "default" else dict(window=4)))
     with torch.no_grad():
         out = model(torch.randn(1, 1, *shape))
     assert out.shape == (1, 1, *shape) and torch.isfinite(out).all()
 
 
-def test_improved_model_converges_under_refinement_up_to_256():
-    """Trained at one resolution, evaluated at others: with physical windows, a bias that depends
-    on the displacement in window units and a Fourier head, the outputs for a smooth input sampled
-    at 32, 64, 128 and 256 nodes per axis converge (max difference on the common nodes halves per
-    refinement: first order, from the cell averages of the pooled levels). Cell-centred linear
-    unpooling fails this: it smears the jumps of the coarse attention at window edges over one
-    coarse cell, a width that shrinks with refinement, so the max difference stays O(1)."""
+def test_architecture_is_the_published_one():
+    """Pointwise linear lift of [a, x], Norm -> attention and Norm -> MLP residual blocks, final Norm, and the
+    projection Q_2 tanh(Q_1 h): with the blocks' residual branches zeroed the operator is that composition."""
     torch.manual_seed(0)
-    model = _model(width=8, **IMPROVED)
+    model = _model(n_layers=1).double()
     with torch.no_grad():
-        for block in model.blocks:
-            block.attn.rel_bias_table.normal_()  # a bias far from its zero initialisation
-        outs = {n: model(_smooth_input(n))[0, 0] for n in (32, 64, 128, 256)}
-    errs = [(outs[2 * n][::2, ::2] - outs[n]).abs().max().item() for n in (32, 64, 128)]
-    assert errs[0] > errs[1] > errs[2]
-    assert errs[1] / errs[2] > 1.5 and errs[0] / errs[2] > 2.4
-    assert errs[2] < 0.03 * outs[256].abs().max().item()
+        model.blocks[0].attn.out_proj.weight.zero_()
+        model.blocks[0].attn.out_proj.bias.zero_()
+        model.blocks[0].ffn.fc2.weight.zero_()
+        model.blocks[0].ffn.fc2.bias.zero_()
+        x = torch.randn(2, 1, 12, 10, dtype=F64)
+        s, t = torch.meshgrid(torch.arange(12, dtype=F64) / 12, torch.arange(10, dtype=F64) / 10, indexing="ij")
+        u = torch.cat([x, s.expand(2, 1, 12, 10), t.expand(2, 1, 12, 10)], dim=1).movedim(1, -1)
+        h = torch.nn.functional.layer_norm(u @ model.lift.fc.weight.T + model.lift.fc.bias, (16,),
+                                           model.norm.norm.weight, model.norm.norm.bias)
+        want = torch.tanh(h @ model.proj.fc1.weight.T + model.proj.fc1.bias) @ model.proj.fc2.weight.T
+        want = (want + model.proj.fc2.bias).movedim(-1, 1)
+        torch.testing.assert_close(model(x), want)
+    names = {n.split(".")[0] for n, _ in model.named_parameters()}
+    assert names == {"lift", "blocks", "norm", "proj"}
+    assert sum(p.numel() for p in model.lift.parameters()) == 3 * 16 + 16  # one linear map of (a, x, y)
+
+
+def test_extended_options_are_not_mano_keys():
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['gate', 'head'\] for operator 'mano'"):
+        create_operator("mano", in_channels=1, out_channels=1, gate=True, head="spectral")
 
 
 def test_receptive_field_is_global():
-    for options in (dict(window=4), IMPROVED):
+    for options in (dict(window=4), {}):
         model = _model(**options)
         x = torch.randn(1, 1, 32, 32)
         bumped = x.clone()
@@ -70,254 +78,82 @@ def test_receptive_field_is_global():
         assert delta[-1, -1].abs() > 1e-6  # the opposite corner feels the perturbation
 
 
-def test_physical_window_is_fixed_across_resolutions():
-    attn = _model(window_fraction=0.125, window=None).blocks[0].attn
-    assert attn.window_cells((64, 64)) == (8, 8) and attn.window_cells((256, 256)) == (32, 32)
-    assert len(attn.plan((64, 64))) == len(attn.plan((256, 256)))  # same physical hierarchy
-    cells = _model().blocks[0].attn  # a window counted in cells instead adds levels
+def test_default_converges_under_refinement_and_cells_do_not():
+    """At initialisation, one smooth input at 32..256 nodes per axis: the default's output at the nodes shared
+    with the coarse grid converges to the 256² output (at 128² within 5% and at most 0.6x the 64² gap), the
+    MANO code's cell-counted windows (window=8) stay O(1) apart (a level is added per refinement)."""
+    gaps = {}
+    for name, options in (("default", {}), ("cells", dict(window=8))):
+        torch.manual_seed(0)
+        model = _model(width=8, **options)
+        with torch.no_grad():
+            outs = {n: model(_smooth_input(n))[0, 0] for n in (64, 128, 256)}
+        scale = outs[256].abs().max().item()
+        gaps[name] = [(outs[256][:: 256 // n, :: 256 // n] - outs[n]).abs().max().item() / scale for n in (64, 128)]
+    assert gaps["default"][1] < 0.05 and gaps["default"][1] < 0.6 * gaps["default"][0], gaps
+    assert gaps["cells"][1] > 2 * gaps["default"][1], gaps
+
+
+def test_cells_add_levels_and_the_default_does_not():
+    default = _model().blocks[0].attn
+    assert len(default.plan((64, 64))) == len(default.plan((256, 256)))  # the same physical hierarchy
+    cells = _model(window=8).blocks[0].attn  # a window counted in cells adds a level per refinement
     assert len(cells.plan((256, 256))) == len(cells.plan((64, 64))) + 2
 
 
 def test_one_dimensional_and_three_dimensional_grids():
-    for options in ({}, IMPROVED):
-        options = {k: v for k, v in options.items() if k not in ("window", "window_fraction", "lift_spacing")}
-        m1 = create_operator("mano", in_channels=2, out_channels=3, spatial_dims=1, width=8, n_layers=1, n_heads=2,
-                             window=4, **options)
-        assert m1(torch.randn(2, 2, 30)).shape == (2, 3, 30)
-        m3 = create_operator("mano", in_channels=1, out_channels=1, spatial_dims=3, width=8, n_layers=1, n_heads=2,
-                             window=2, **options)
-        assert m3(torch.randn(1, 1, 6, 5, 4)).shape == (1, 1, 6, 5, 4)
+    m1 = create_operator("mano", in_channels=2, out_channels=3, spatial_dims=1, width=8, n_layers=1, n_heads=2)
+    assert m1(torch.randn(2, 2, 30)).shape == (2, 3, 30)
+    m3 = create_operator("mano", in_channels=1, out_channels=1, spatial_dims=3, width=8, n_layers=1, n_heads=2,
+                         window=2)
+    assert m3(torch.randn(1, 1, 6, 5, 4)).shape == (1, 1, 6, 5, 4)
 
 
-# ------------------------------------------------------------------ stencil lift
-def _lift_input(model, x):
-    from sciattn.domain import Grid
+# ------------------------------------------------------------------ checkpoints of the pre-split "mano"
+# tests/operators/data/legacy_mano_configs.pt: two models built by operators/mano.py at commit 82a8d3d (when
+# "mano" held every extended option), weights perturbed away from initialisation, with their outputs on a fixed
+# input: "extended" (stencil lift, bias, gate, QK-norm, GLU, spectral head on a 16-node grid, window_fraction
+# 0.25 with coarse_cells 4) and "plain" (that code's defaults with window=4 cells). Each config holds every
+# constructor key, as create_operator stored it.
+@pytest.mark.parametrize("case", ["extended", "plain"])
+def test_a_checkpoint_saved_as_the_old_mano_loads_as_mano_extended(case, tmp_path):
+    legacy = torch.load(LEGACY, weights_only=True)
+    config, state = legacy[case]["config"], legacy[case]["state"]
+    name, migrated = migrate_mano_split("mano", config)
+    assert name == "mano_extended"
+    model = create_operator(name, **migrated)
+    model.load_state_dict(state)
+    model.operator_name, model.config = "mano", config  # written the old way: name "mano", the old keys
+    from sciattn.pde_data.normalizers import UnitGaussianNormalizer
 
-    return torch.cat([x, Grid.from_field(x, model.spatial_dims).coordinate_channels(x.shape[0], x.dtype)], dim=1)
-
-
-def test_stencil_lift_of_one_cell_is_a_zero_padded_convolution():
-    torch.manual_seed(5)
-    model = _model(lift_stencil=3, window=4)
-    x = torch.randn(2, 1, 12, 10)
-    u = _lift_input(model, x)
-    lift = model.lift
-    weight = lift.fc1.weight.reshape(16, 3, 3, 3).permute(0, 3, 1, 2)  # taps (o1, o2) outer, channels inner
-    hidden = torch.nn.functional.conv2d(u, weight, lift.fc1.bias, padding=1)
-    want = torch.einsum("oc,bc...->bo...", lift.fc2.weight, torch.nn.functional.gelu(hidden))
-    want = want + lift.fc2.bias.reshape(1, -1, 1, 1)
+    norm = UnitGaussianNormalizer(torch.zeros(1, 1, 1, 1), torch.ones(1, 1, 1, 1))
+    path = save_checkpoint(tmp_path / "checkpoint.pt", model=model, x_normalizer=norm, y_normalizer=norm)
+    stored = torch.load(path, weights_only=True)
+    assert stored["operator"] == "mano" and json.loads(stored["operator_config"]) == config
+    loaded, *_ = load_model(path)
+    assert loaded.operator_name == "mano_extended"
     with torch.no_grad():
-        torch.testing.assert_close(lift(u), want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(loaded(legacy["x"]), legacy[case]["y"], rtol=1e-5, atol=1e-6)
 
 
-def test_physical_stencil_sees_the_same_points_at_every_resolution():
-    """With lift_spacing = 1/16 the lift at 32 and 64 nodes per axis, on the nodes shared with the
-    16-node grid, equals the lift at 16 nodes: the stencil reaches the same physical points."""
-    torch.manual_seed(6)
-    model = _model(lift_stencil=3, lift_spacing=1 / 16, window=4)
-    fine = _smooth_input(64)
-    with torch.no_grad():
-        lifted = {n: model.lift(_lift_input(model, fine[..., :: 64 // n, :: 64 // n])) for n in (16, 32, 64)}
-    torch.testing.assert_close(lifted[32][..., ::2, ::2], lifted[16])
-    torch.testing.assert_close(lifted[64][..., ::4, ::4], lifted[16])
-    cells = _model(lift_stencil=3, window=4)  # a stencil of one cell reaches other points
-    with torch.no_grad():
-        one_cell = {n: cells.lift(_lift_input(cells, fine[..., :: 64 // n, :: 64 // n])) for n in (16, 32)}
-    assert not torch.allclose(one_cell[32][..., ::2, ::2], one_cell[16], atol=1e-3)
-
-
-def test_fractional_stencil_spacing_interpolates_linearly():
-    """A tap ``cells`` cells away (e.g. a spacing of 1/16 at 24 nodes: 1.5 cells) of a field linear
-    in x is that field at x + cells exactly where both interpolation nodes are inside, and zero
-    where both are outside (zero padding)."""
-    from sciattn.operators.mano import _shift
-
-    t = torch.arange(24, dtype=F64)
-    u = (0.3 * t - 2.0).reshape(1, 1, 24)
-    for cells in (1.5, -1.5, 2.25, 0.0, -3.0):
-        got = _shift(u, 2, cells)[0, 0]
-        inside = (t + cells >= 0) & (t + cells <= 23)
-        want = torch.where(inside, 0.3 * (t + cells) - 2.0, torch.zeros((), dtype=F64))
-        interior = (t + cells >= 1) & (t + cells <= 22)  # both interpolation nodes inside
-        torch.testing.assert_close(got[interior], want[interior])
-        assert torch.all(got[t + cells >= 24] == 0) and torch.all(got[t + cells <= -1] == 0)  # zero padding
-
-
-# ------------------------------------------------------------------ relative-position bias
-def _bias_oracle(table, window, r):
-    """Scalar loops: b_h(δ) at δ = (x_i - x_j) / w by multilinear interpolation on nodes δ_a = m / R."""
-    h, d = table.shape[0], len(window)
-    cells = list(itertools.product(*[range(w) for w in window]))
-    out = torch.zeros(h, len(cells), len(cells), dtype=table.dtype)
-    for i, ci in enumerate(cells):
-        for j, cj in enumerate(cells):
-            pos = [((a - b) / w + 1) * r for a, b, w in zip(ci, cj, window)]  # in [0, 2R]
-            low = [min(int(math.floor(p)), 2 * r - 1) for p in pos]
-            for corner in itertools.product((0, 1), repeat=d):
-                weight = math.prod(p - lo if c else 1 - (p - lo) for p, lo, c in zip(pos, low, corner))
-                out[:, i, j] += weight * table[(slice(None),) + tuple(lo + c for lo, c in zip(low, corner))]
-    return out
-
-
-@pytest.mark.parametrize("d,window,r", [(1, (5,), 3), (2, (3, 2), 2), (2, (4, 4), 4), (3, (2, 3, 2), 2)])
-def test_relative_bias_matches_scalar_interpolation(d, window, r):
-    layer = MultipoleAttention(4, 2, d, window=window, rel_pos_bias=r).double()
-    with torch.no_grad():
-        layer.rel_bias_table.normal_()
-    torch.testing.assert_close(layer.relative_bias(window), _bias_oracle(layer.rel_bias_table.detach(), window, r))
-
-
-def test_relative_bias_depends_on_the_displacement_in_window_units_only():
-    """Training displacements fall on the table's nodes; at twice the resolution (window 2w) the
-    bias of a displacement 2Δ equals that of Δ at window w: the same physical kernel."""
-    layer = MultipoleAttention(4, 2, 2, window_fraction=0.125, rel_pos_bias=8).double()
-    with torch.no_grad():
-        layer.rel_bias_table.normal_()
-    table = layer.rel_bias_table.detach()
-    coarse, fine = layer.relative_bias((8, 8)), layer.relative_bias((16, 16))
-    for (a, b), (c, e) in [((0, 0), (7, 7)), ((3, 5), (1, 2)), ((6, 1), (2, 4))]:
-        i, j = a * 8 + b, c * 8 + e
-        assert coarse[:, i, j].allclose(table[:, a - c + 8, b - e + 8])  # exact node
-        fi, fj = (2 * a) * 16 + 2 * b, (2 * c) * 16 + 2 * e
-        torch.testing.assert_close(fine[:, fi, fj], coarse[:, i, j])
-
-
-def test_zero_bias_table_and_the_dense_formula():
-    """At initialisation (zero table) the layer equals the unbiased one; with a random table one
-    level equals an O(N²) softmax over same-window pairs with the oracle's bias added."""
-    torch.manual_seed(3)
-    plain = MultipoleAttention(6, 2, 2, window=(3, 2), max_levels=1).double()
-    biased = MultipoleAttention(6, 2, 2, window=(3, 2), max_levels=1, rel_pos_bias=2).double()
-    biased.load_state_dict(plain.state_dict(), strict=False)
-    x = torch.randn(2, 6, 6, 4, dtype=F64)
-    torch.testing.assert_close(biased(x), plain(x))
-    with torch.no_grad():
-        biased.rel_bias_table.normal_()
-        got = biased(x)
-    bias = _bias_oracle(biased.rel_bias_table.detach(), (3, 2), 2)
-    cells = list(itertools.product(range(6), range(4)))
-    tokens = x.flatten(2).transpose(1, 2)  # (B, N, C)
-    q, k, v = (t.unflatten(-1, (2, 3)).transpose(1, 2) for t in biased.qkv(tokens).chunk(3, -1))
-    s = q @ k.transpose(-1, -2) / math.sqrt(3)
-    for i, (a, b) in enumerate(cells):
-        for j, (c, e) in enumerate(cells):
-            if (a // 3, b // 2) != (c // 3, e // 2):
-                s[..., i, j] = -math.inf
-            else:
-                s[..., i, j] += bias[:, (a % 3) * 2 + b % 2, (c % 3) * 2 + e % 2]
-    want = biased.out_proj((torch.softmax(s, -1) @ v).transpose(1, 2).flatten(2)).transpose(1, 2).reshape(x.shape)
-    torch.testing.assert_close(got, want)
-
-
-# ------------------------------------------------------------------ gate, qk-norm, GLU, head
-def test_gate_with_a_constant_gate_scales_the_attention_field():
-    """With W_g = 0 and bias β the gate is the constant SiLU(β): y - b_o = SiLU(β) (y_plain - b_o)."""
-    torch.manual_seed(1)
-    plain = MultipoleAttention(6, 3, 2, window=3).double()
-    gated = MultipoleAttention(6, 3, 2, window=3, gate=True).double()
-    gated.load_state_dict(plain.state_dict(), strict=False)
-    with torch.no_grad():
-        gated.gate_proj.weight.zero_()
-        gated.gate_proj.bias.fill_(0.7)
-    x = torch.randn(1, 6, 9, 7, dtype=F64)
-    bo = plain.out_proj.bias.detach().reshape(1, -1, 1, 1)
-    scale = torch.nn.functional.silu(torch.tensor(0.7, dtype=F64))
-    torch.testing.assert_close(gated(x) - bo, scale * (plain(x) - bo))
-
-
-def test_qk_norm_scores_are_invariant_to_the_scale_of_queries_and_keys():
-    """LayerNorm over the head dimension makes the scores independent of a positive rescaling of
-    W_q and W_k, unlike plain attention."""
-    torch.manual_seed(2)
-    layer = MultipoleAttention(6, 2, 1, window=4, qk_norm=True).double()
-    plain = MultipoleAttention(6, 2, 1, window=4).double()
-    plain.load_state_dict({k: v for k, v in layer.state_dict().items() if "_norm" not in k})
-    layer.q_norm.eps = layer.k_norm.eps = 0.0  # exact invariance (the default eps only bounds 1/std)
-    x = torch.randn(2, 6, 16, dtype=F64)
-    before, before_plain = layer(x), plain(x)
-    with torch.no_grad():
-        for m in (layer, plain):
-            m.qkv.weight[:12] *= 5.0
-            m.qkv.bias[:12] *= 5.0
-    torch.testing.assert_close(layer(x), before)
-    assert not torch.allclose(plain(x), before_plain, atol=1e-3)
-
-
-def test_glu_and_mlp_feed_forward_have_about_the_same_parameters():
-    count = {f: sum(p.numel() for p in _model(width=24, mlp_ratio=3, ffn=f).blocks[0].ffn.parameters())
-             for f in ("mlp", "glu")}
-    assert abs(count["glu"] / count["mlp"] - 1) < 0.02
-
-
-def test_spectral_head_is_resolution_consistent_on_band_limited_fields():
-    """One spectral block on a band-limited latent field: the 64-point output sampled every other
-    point equals the 32-point output (the Fourier series and the pointwise maps commute with
-    sampling)."""
-    torch.manual_seed(4)
-    head = _model(head="spectral", head_width=6, head_modes=6, head_layers=1, spatial_dims=1, window=4).proj
-
-    def field(n):
-        t = torch.arange(n, dtype=torch.float32) / n
-        modes = [torch.sin(2 * math.pi * t), torch.cos(4 * math.pi * t), torch.sin(2 * math.pi * t) + 0.3]
-        return torch.stack([m * (c + 1) for c in range(16) for m in modes][:16])[None]
-
-    with torch.no_grad():
-        coarse, fine = head(field(32)), head(field(64))
-    torch.testing.assert_close(fine[..., ::2], coarse, rtol=1e-4, atol=1e-5)
-    assert coarse.std() > 1e-3  # a non-trivial output
-
-
-def test_spectral_head_on_a_fixed_grid_is_exactly_consistent_on_rough_fields():
-    """A rough latent field (white noise at 256²) and its 64² restriction: with head_grid=64 the
-    256² output at the 64² nodes is the 64² output (the coefficients come from the same 64² samples,
-    every other map is pointwise); with the input grid's DFT the two differ (aliasing)."""
-    torch.manual_seed(5)
-    fixed = _model(head="spectral", head_width=6, head_modes=6, head_layers=2, head_grid=64).proj
-    plain = _model(head="spectral", head_width=6, head_modes=6, head_layers=2).proj
-    plain.load_state_dict(fixed.state_dict())
-    h256 = torch.randn(2, 16, 256, 256)  # float32: neuraloperator's spectral weights are complex64
-    h64 = h256[..., ::4, ::4]
-    with torch.no_grad():
-        want = fixed(h64)
-        torch.testing.assert_close(want, plain(h64), rtol=0, atol=0)  # on its own grid: the default head
-        torch.testing.assert_close(fixed(h256)[..., ::4, ::4], want, rtol=1e-5, atol=1e-6)
-        assert (plain(h256)[..., ::4, ::4] - want).abs().max() > 1e-2
-        assert fixed(torch.randn(1, 16, 100, 100)).shape == (1, 1, 100, 100)  # not nested: interpolated
-        # off the shared nodes too: on a band-limited field (no aliasing) both heads give the same output
-        t = torch.arange(256) / 256
-        smooth = torch.stack([torch.sin(2 * math.pi * (c % 3 + 1) * t)[:, None] * torch.cos(2 * math.pi * t)[None]
-                              for c in range(16)])[None]
-        torch.testing.assert_close(fixed(smooth), plain(smooth), rtol=1e-4, atol=1e-5)
+def test_a_new_mano_config_is_left_as_it_is():
+    config = _model().config
+    assert migrate_mano_split("mano", config) == ("mano", config)
+    assert migrate_mano_split("galerkin_transformer", {"head": 1}) == ("galerkin_transformer", {"head": 1})
 
 
 def test_bad_inputs_name_the_problem():
-    model = _model()
+    model = _model(window=8)
     with pytest.raises(ValueError, match=r"expected a grid of at least window=\(8, 8\) cells per axis"):
         model(torch.randn(1, 1, 4, 4))
+    model = _model()
     with pytest.raises(ValueError, match=r"x: expected size 1 along axis 1 \(input channels\), got 3"):
         model(torch.randn(1, 3, 16, 16))
     with pytest.raises(ValueError, match="x: expected finite values"):
         model(torch.full((1, 1, 16, 16), float("nan")))
     with pytest.raises(ValueError, match="weights: expected non-negative"):  # checked by the first block
         model(torch.randn(1, 1, 16, 16), weights=-torch.ones(16, 16))
-    with pytest.raises(ValueError, match="head"):
-        _model(head="fourier")
-    with pytest.raises(ValueError, match=r"lift_stencil: expected an odd int"):
-        _model(lift_stencil=2)
-    with pytest.raises(ValueError, match=r"lift_spacing: expected None or a float in \(0, 1\]"):
-        _model(lift_stencil=3, lift_spacing=0.0)
-    with pytest.raises(ValueError, match="ffn"):
-        _model(ffn="swiglu")
-    with pytest.raises(ValueError, match=r"head_grid: expected None with head='pointwise'"):
-        _model(head_grid=64)
-    with pytest.raises(ValueError, match=r"head_grid: expected a positive int"):
-        _model(head="spectral", head_grid=0)
-    with pytest.raises(ValueError, match=r"head_grid: expected an int or 2 ints \(one per spatial axis\), got \(64, 64, 64\)"):
-        _model(head="spectral", head_grid=(64, 64, 64))
-    with pytest.raises(ValueError, match=r"rel_pos_bias: expected an int >= 0"):
-        MultipoleAttention(4, 2, 2, window=2, rel_pos_bias=-1)
-    with pytest.raises(TypeError, match="gate: expected a bool"):
-        MultipoleAttention(4, 2, 2, window=2, gate="yes")
-    with pytest.raises(TypeError, match="qk_norm: expected a bool"):
-        MultipoleAttention(4, 2, 2, window=2, qk_norm=1)
-
+    with pytest.raises(ValueError, match=r"spatial_dims: expected 1, 2 or 3, got 4"):
+        _model(spatial_dims=4)
+    with pytest.raises(ValueError, match=r"width: expected a positive int"):
+        _model(width=0)

@@ -15,6 +15,8 @@ SMALL = {
     "galerkin_transformer": dict(in_channels=2, out_channels=1, d_model=16, n_layers=2, n_heads=2,
                                  regressor_width=8, n_modes=4),
     "mano": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, window=4),
+    "mano_extended": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, head_width=8, head_modes=4,
+                          head_layers=1),
     "codano": dict(variables=["a", "b"], in_channels=2, out_channels=2, width=8, n_layers=2, n_heads=2, n_modes=4,
                    pos_modes=2),
     "erwin": dict(in_channels=2, out_channels=1, spatial_dims=2, c_hidden=[8, 16], ball_sizes=[8, 8], enc_depths=[1, 1],
@@ -76,7 +78,7 @@ def test_config_is_plain_json_and_records_every_default(name):
 
 
 def test_unknown_operator_name_lists_the_registered_ones():
-    with pytest.raises(ValueError, match=r"name: expected a registered operator, one of \['bsa_transformer', 'codano', 'erwin', 'galerkin_transformer', 'mano', 'planar_transformer'"):
+    with pytest.raises(ValueError, match=r"name: expected a registered operator, one of \['bsa_transformer', 'codano', 'erwin', 'galerkin_transformer', 'mano', 'mano_extended', 'planar_transformer'"):
         create_operator("galerkin_transfomer", in_channels=1, out_channels=1)
 
 

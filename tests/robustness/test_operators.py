@@ -19,6 +19,8 @@ VALID = {
     "galerkin_transformer": dict(in_channels=1, out_channels=1, d_model=8, n_layers=1, n_heads=2, n_modes=2,
                                  regressor_width=4),
     "mano": dict(in_channels=1, out_channels=1, width=8, n_layers=1, n_heads=2, window=2),
+    "mano_extended": dict(in_channels=1, out_channels=1, width=8, n_layers=1, n_heads=2, window=2, head_width=4,
+                          head_modes=2, head_layers=1, head_grid=None, lift_spacing=None, rel_pos_bias=1),
     "codano": dict(variables=["a", "u"], width=4, n_layers=1, n_heads=1, n_modes=2),
     "erwin": dict(in_channels=1, out_channels=1, c_hidden=(8, 8), ball_sizes=(4, 4), enc_depths=(1, 1),
                   dec_depths=(1,), strides=(2,), n_heads=2),
@@ -28,11 +30,11 @@ VALID = {
 }
 REQUIRED = {"codano": "variables", "spherical_transformer": "nlat", "planar_transformer": "nlon"}
 # one integer hyperparameter of each operator, for non-positive / bool / float values
-SIZE = {"galerkin_transformer": "n_layers", "mano": "width", "codano": "width", "erwin": "n_heads",
+SIZE = {"galerkin_transformer": "n_layers", "mano": "width", "mano_extended": "head_width", "codano": "width", "erwin": "n_heads",
         "bsa_transformer": "depth", "spherical_transformer": "embed_dim", "planar_transformer": "n_layers"}
 # erwin's n_heads is an int or one entry per level
 STRING = {"erwin": (TypeError, ("n_heads: expected a positive int or 2 ints (one per level), got '4' (str)",))}
-HEADS = {"galerkin_transformer": "n_heads", "mano": "n_heads", "codano": "n_heads", "bsa_transformer": "n_heads",
+HEADS = {"galerkin_transformer": "n_heads", "mano": "n_heads", "mano_extended": "n_heads", "codano": "n_heads", "bsa_transformer": "n_heads",
          "spherical_transformer": "n_heads", "planar_transformer": "n_heads", "erwin": "n_heads"}
 
 
@@ -80,8 +82,8 @@ CASES += [
     case("galerkin_transformer-heads-not-divisor", make("galerkin_transformer", n_heads=3), ValueError,
          ("n_heads", "3")),
     case("mano-pool", make("mano", pool="max"), ValueError, ("pool: expected one of", "'max'")),
-    case("mano-ffn", make("mano", ffn="moe"), ValueError, ("ffn", "'moe'")),
-    case("mano-head", make("mano", head="giant"), ValueError, ("head", "'giant'")),
+    case("mano-ffn", make("mano_extended", ffn="moe"), ValueError, ("ffn", "'moe'")),
+    case("mano-head", make("mano_extended", head="giant"), ValueError, ("head", "'giant'")),
     case("codano-variables-not-list", make("codano", variables="au"), ValueError,
          ("variables: expected a non-empty list of variable names, got 'au'",)),
     case("codano-variables-duplicate", make("codano", variables=["a", "a"]), ValueError, ("variables", "'a'")),
