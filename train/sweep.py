@@ -11,6 +11,12 @@ and the wall time per sample of the forward pass (after one warm-up call). Time-
 (inputs and outputs are consecutive steps; Navier–Stokes) report the error of one application of
 the operator in the table and the rollout over the whole horizon (:mod:`.rollout`).
 
+Sphere runs (operators of kind ``"sphere"``): the resolution ``r`` is ``nlat`` and the grid is
+``r x 2r`` (the shallow-water generator's grid). The model keeps its trained weights, internal grid and
+radii and runs on each grid (:mod:`sciattn.operators.spherical_transformer`); a resolution whose ``2r``
+is neither a multiple nor a divisor of the internal ``nlon`` is refused before any data is built. The
+errors are plain grid norms (not area-weighted), as for every grid run.
+
 Writes ``RUN_DIR/eval/<label>.json``, ``<label>.md``, ``<label>_resolution.png`` and, for time
 series, ``<label>_rollout.png``.
 """
@@ -68,17 +74,35 @@ def _regime(r: int, train_res: int | None) -> str:
     return "training" if r == train_res else ("zero-shot finer" if r > train_res else "zero-shot coarser")
 
 
-def _check_runs_at(operator: str, resolutions: list[int], train_shape: list[int] | None) -> None:
-    """A one-line error when the operator is built for one grid and the sweep asks for another."""
-    from .export import FIXED_GRID
+def _is_sphere(operator: str) -> bool:
+    from sciattn.operators.registry import operator_kind
 
-    if operator not in FIXED_GRID or not train_shape:
+    try:
+        return operator_kind(operator) == "sphere"
+    except ValueError:  # an operator this version does not register
+        return False
+
+
+def _check_runs_at(model, operator: str, resolutions: list[int], train_shape: list[int] | None) -> None:
+    """A one-line error, before any data is built, when a sphere operator cannot run at a swept resolution.
+
+    For a sphere run the resolution ``r`` is ``nlat`` and the grid is ``r x 2r`` (the shallow-water
+    generator's ``nlon = 2 nlat``); the model runs there with its training weights, its internal grid and
+    radii fixed at construction (:mod:`sciattn.operators.spherical_transformer`), when ``2r`` is a multiple
+    or a divisor of the internal ``nlon`` and ``r`` suits the latitude rule."""
+    if not _is_sphere(operator) or not hasattr(model, "on_grid"):
         return
-    res = sorted({int(r) for r in resolutions})
-    if res != [train_shape[0]]:
-        raise ValueError(f"resolutions: operator {operator!r} runs only on its training grid "
-                         f"{'x'.join(map(str, train_shape))} ({FIXED_GRID[operator]}); expected [{train_shape[0]}], "
-                         f"got {res}")
+    for r in sorted({int(r) for r in resolutions}):
+        if train_shape and [r, 2 * r] == list(train_shape):
+            continue
+        try:
+            model.on_grid(r, 2 * r)
+        except ValueError as err:
+            trained = "x".join(map(str, train_shape)) if train_shape else "?"
+            inner = "x".join(map(str, model.inner_shape))
+            raise ValueError(f"resolutions: operator {operator!r} (trained at {trained}, internal grid {inner}) "
+                             f"cannot run at nlat = {r} (grid {r}x{2 * r}): expected nlat with 2·nlat a multiple or a "
+                             f"divisor of {model.inner_shape[1]}, got {r} ({err})") from None
 
 
 def _model_channels(model) -> tuple[int, int]:
@@ -171,7 +195,7 @@ def resolution_sweep(
     model, xn, yn, state = load_model(run_dir, device=device)
     train_shape = train_resolution_of(state, run_dir)
     train_res = train_shape[0] if train_shape else None
-    _check_runs_at(state["operator"], resolutions, train_shape)
+    _check_runs_at(model, state["operator"], resolutions, train_shape)
     model_in, model_out = _model_channels(model)
     trained_points = (_data_meta(state, run_dir).get("domain") or {}).get("kind") == "point_cloud"
     run_data = json.loads(state.get("run_config") or "{}").get("data", {})
@@ -282,6 +306,7 @@ def resolution_sweep(
         "run_dir": str(run_dir), "operator": state["operator"], "data": key, "split": "generated" if generated else split,
         "seed": seed if generated else None, "params": params, "train_resolution": train_res,
         "layout": "points" if trained_points else "grid",
+        "sphere": _is_sphere(state["operator"]),  # then each resolution r is the grid r x 2r
         "data_built": built, "one_step": bool(rollouts), "rows": rows,
         "distribution": {"reference": reference_from, "shift": shift, "rule": SHIFT_RULE,
                          "observed": observed, "allowed": bool(allow_distribution_shift)},
@@ -338,9 +363,11 @@ def sweep_markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# Resolution sweep: {report['operator']} on {report['data']}",
         "",
-        f"Run `{report['run_dir']}`, trained at {report['train_resolution']} points per "
-        f"{'sample' if report.get('layout') == 'points' else 'axis'}; errors of {what}, "
-        f"mean over samples.",
+        (f"Run `{report['run_dir']}`, trained at nlat = {report['train_resolution']} (a sphere run's resolution is "
+         f"nlat, on the grid nlat x 2 nlat); errors of {what}, mean over samples." if report.get("sphere") else
+         f"Run `{report['run_dir']}`, trained at {report['train_resolution']} points per "
+         f"{'sample' if report.get('layout') == 'points' else 'axis'}; errors of {what}, "
+         f"mean over samples."),
         "",
         f"**Verdict: {report.get('verdict', '—')}**",
         "",

@@ -20,7 +20,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs"
 TINY = ["--set", "data.n_train=4", "--set", "data.n_test=2", "--set", "train.epochs=1"]
 
 CASES = [  # config, generator, resolutions written (nlat / points per axis / points per sample), evaluated
-    ("shallow_water_spherical", "shallow_water", [16, 24], [16]),  # the spherical model runs on its own grid only
+    ("shallow_water_spherical", "shallow_water", [16, 32], [16, 32]),  # the spherical model runs on both grids
     ("coupled_ns_codano", "coupled_navier_stokes", [16, 32], [16, 32]),
     ("darcy_points_erwin", "darcy_irregular", [256, 512], [256, 512]),
 ]
