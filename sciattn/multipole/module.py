@@ -1,4 +1,74 @@
-"""Multipole attention on grids (after MANO, Colagrande et al., arXiv 2507.02748), resolution-agnostic.
+"""Multipole attention on grids (after MANO, Colagrande et al., arXiv 2507.02748), discretisation-convergent.
+
+The layer approximates the kernel integral of softmax attention over the domain ``Ω = [0, 1]^d``,
+
+    u(x) = ∫_Ω softmax_y(q(x)·k(y)) v(y) dy ,
+
+by a near field plus far fields at several physical scales (multipole), each a softmax attention
+over a bounded set of keys, so the cost per query is a fixed number of keys.
+
+Default: the physical pyramid (``pyramid="physical"``)
+-----------------------------------------------------
+Key grids of fixed physical size, queries at full resolution. With ``f = window_fraction`` (a
+window's extent as a fraction of the domain per axis) and ``c = coarse_cells`` (cells per window)
+the finest key grid has ``m_0 = c / f`` cells per axis, level ``ℓ`` has ``m_ℓ = m_0 / s^ℓ``
+(``s = pool_factor``), until one window holds the level: 64, 32, 16, 8 cells per axis by default
+(``f = 1/8``, ``c = 8``, ``s = 2``), whatever the input resolution ``n``.
+
+* Keys and values of level ``ℓ`` are projections of quadrature-weighted cell means of the input
+  features, ``x̄_c = Σ_{j: x_j ∈ c} ω_j x_j / ω_c`` with ``ω_c = Σ_{j: x_j ∈ c} ω_j`` (each input cell
+  in the key cell containing its centre; a reshape-mean when ``n`` is a multiple of ``m_ℓ``,
+  ``index_add`` otherwise). On an input coarser than a key grid (``n < m_ℓ``) a key cell takes the
+  input cell containing its centre and an equal share of its weight, so ``Σ_c ω_c = Σ_j ω_j``.
+  The mean is taken before the (shared, affine) K/V projections: ``W x̄ + b`` is exactly the mean
+  of ``W x_j + b`` because the weights of a mean sum to one (bias included); only ``qk_norm``'s
+  LayerNorm, which is not affine, is applied after pooling, to the pooled keys.
+* Queries stay at the input cells ``x_i``. For level ``ℓ`` the query in key cell ``j`` attends to the
+  ``Π c_a`` cells of the sliding window starting at ``clamp(j - c//2, 0, m_ℓ - c)`` per axis, with
+  scores ``q_i·k̄_c / sqrt(D) + log ω_c (+ b_h(δ))``: a query crossing a key-cell boundary trades one
+  row of key cells, not a whole block, and the coarsest level (one window) is global,
+
+      A_ℓ(x_i) = Σ_{c ∈ W_ℓ(i)} ω_c e^{s_ic} v̄_c / Σ_{c ∈ W_ℓ(i)} ω_c e^{s_ic} .
+
+* The local term covers what lies below the finest key scale ``1/m_0``: softmax attention of each
+  query over the clamped sliding window of ``local_window`` input cells per axis (3 by default,
+  ``0`` disables it; quadrature-weighted keys). Its extent is ``local_window / n``, shrinking under
+  refinement, so on a continuous field it converges to the pointwise value ``v(x_i)`` at first order
+  in ``1/n``: the one resolution-dependent piece, and a vanishing one.
+* ``out = local + Σ_ℓ γ_{ℓ,h} A_ℓ`` (all at the full-resolution queries; nothing is upsampled),
+  learned per-head level weights ``γ`` initialised to 1, then ``y = W_o out`` (gated by
+  ``SiLU(W_g x)`` with ``gate=True``).
+* Relative-position bias (``rel_pos_bias=R``): ``b_h(δ)`` with ``δ = (x_i - x̄_c) / (c / m_ℓ)`` the
+  physical displacement from the query to the key cell's centre in units of the level's window,
+  read from the same learned table at every level (below).
+
+Discretisation: for a smooth field the key cell means converge at second order and the far
+fields with them; the key sets depend on the query position only, so at fixed weights the
+output converges under refinement (``benchmarks/multipole_scaling.py`` measures it).
+
+Cost: per query ``Σ_ℓ Π c_ℓ + Π local_window`` keys (4·64 + 9 = 265 in 2-D by default), a fixed
+number: time and memory linear in the cell count. The levels run as fused
+``F.scaled_dot_product_attention`` calls over groups of the queries of one key cell (they share a
+key set; ``n`` a multiple of ``m_ℓ``: a reshape, otherwise padded groups), in chunks of about
+``2^20`` scores on the CPU, keys gathered per chunk; the local term is an online softmax over its
+window offsets (:mod:`sciattn.multipole.physical`). Under ``torch.export`` the sizes ``n = K·m_0``
+(``K >= 2``) make every level a reshape, so one traced program takes all of them
+(:meth:`MultipoleAttention.export_unit`).
+
+Differences from the MANO paper's method (and code): queries at full resolution against every
+level (MANO pools queries too and upsamples each level's output); windows that slide, clamped to
+the domain (MANO: Unfold/Fold blocks that never shift, whose edges show as jumps); levels of fixed
+physical size (MANO: ``log_s(image size)`` levels fixed at construction, windows in cells); a local
+near-field term; quadrature-weighted keys; learned level weights ``γ`` (MANO: ``1/(j+1)``).
+
+The input pyramid (``pyramid="input"``, resolution-dependent)
+-------------------------------------------------------------
+The earlier behaviour, kept for explicit cell windows and stored configurations: ``window=w``
+(cells) selects it (``pyramid`` defaults to ``"input"`` then), and ``pyramid="input"`` with
+``window_fraction`` (with or without ``coarse_cells``) gives the earlier fraction modes exactly.
+With windows in cells the number of levels grows with the grid, so the layer depends on the
+resolution; the fraction modes keep level 0 at the input resolution, where a window holds ``f·n``
+cells per axis, so the cost per query grows with ``n`` (time exponent about 1.46 in 2-D).
 
 Level 0 is the input grid ``n``. Level ``ℓ+1`` pools level ``ℓ`` by the factor ``s`` per axis,
 ``n_{ℓ+1} = ceil(n_ℓ / s)``: a coarse cell holds the quadrature-weighted mean of its real
@@ -39,7 +109,7 @@ Design choices:
   covers ``f·s^ℓ`` of the domain whatever the resolution, and the number of levels is then
   resolution-invariant. ``window`` (cells) instead keeps the cell count fixed and adds one level
   per refinement by ``s``.
-* **Physical pyramid** (``coarse_cells=c``, with ``window_fraction``). By default the coarse
+* **Fixed coarse levels** (``coarse_cells=c``, with ``window_fraction``). By default the coarse
   levels keep the input's cell count per window, so their cells shrink as the input is refined:
   a pooled key at level 1 averages ``s^d`` input cells, i.e. a smaller area on a finer grid, and
   since softmax is non-linear in the keys (``e^{q·k̄} ≠ mean e^{q·k}``) the far field a model
@@ -82,10 +152,12 @@ from .._checks import (
     check_tensor,
 )
 from .functional import _pad_spatial, normalize_window, window_attention
+from .physical import level_attention, local_attention, physical_levels, pool_to_grid
 
 __all__ = ["MultipoleAttention"]
 
 POOLS = ("avg", "conv")
+PYRAMIDS = ("physical", "input")
 UNPOOLS = ("nearest", "linear", "transposed")
 _LINEAR_MODES = {1: "linear", 2: "bilinear", 3: "trilinear"}
 _DEFAULT_LEVEL_CAPACITY = 16
@@ -94,12 +166,14 @@ _DEFAULT_LEVEL_CAPACITY = 16
 class MultipoleAttention(nn.Module):
     """Multi-head multipole (multiscale windowed) softmax attention on a 1-, 2- or 3-D grid.
 
+    The default is the physical pyramid (module docstring): discretisation-convergent, linear cost.
+
     Args:
         dim: channels ``C`` (divisible by ``n_heads``).
         n_heads: heads ``H``.
         spatial_dims: ``d`` in 1..3.
-        window: window size in cells (int or ``d`` ints); default 8 if neither it nor
-            ``window_fraction`` is given.
+        window: window size in cells (int or ``d`` ints): selects the input pyramid (resolution-dependent);
+            with ``pyramid="input"`` default 8 if neither it nor ``window_fraction`` is given.
         window_fraction: window as a fraction of the domain per axis (float or ``d`` floats
             in (0, 1]), converted to ``max(1, round(f·n))`` cells of the input grid.
         pool_factor: ``s >= 2``, pooling factor per axis between levels.
@@ -114,7 +188,14 @@ class MultipoleAttention(nn.Module):
             per axis and head); ``0`` (default) leaves the scores unbiased.
         gate: multiply the combined attention field by ``SiLU(W_g x)`` before the output projection.
         qk_norm: layer-normalise queries and keys over the head dimension.
-        backend: force a windowed-attention backend.
+        backend: force a windowed-attention backend (input pyramid; the physical pyramid always runs
+            fused SDPA).
+        local_window: physical pyramid only: cells per axis (int or ``d`` ints) of the local near-field
+            window on the input grid; ``None``: 3; ``0``: no local term.
+        pyramid: ``"physical"`` (the default unless ``window`` is given: key grids of fixed physical
+            size, ``window_fraction`` default ``1/8`` and ``coarse_cells`` default 8, see the module
+            docstring) or ``"input"`` (the earlier levels pooled from the input grid: ``window`` in
+            cells, default 8, or ``window_fraction`` with optional ``coarse_cells``).
 
     Shapes:
         x: ``(B, C, *n)``; weights: ``(*n)`` or ``(B, *n)`` quadrature weights (uniform if None);
@@ -138,6 +219,8 @@ class MultipoleAttention(nn.Module):
         gate: bool = False,
         qk_norm: bool = False,
         backend: str | None = None,
+        local_window: int | Sequence[int] | None = None,
+        pyramid: str | None = None,
     ) -> None:
         super().__init__()
         check_positive_int("dim", dim)
@@ -159,6 +242,21 @@ class MultipoleAttention(nn.Module):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
         d = spatial_dims
+        if pyramid is None:
+            pyramid = "input" if window is not None else "physical"
+        check_choice("pyramid", pyramid, PYRAMIDS)
+        if pyramid == "physical":
+            if window is not None:
+                raise ValueError(f"window: expected None with pyramid='physical' (windows are window_fraction of the "
+                                 f"domain there; window in cells needs pyramid='input'), got window={window!r}")
+            if pool != "avg" or unpool != "nearest":
+                raise ValueError(f"pool: expected pool='avg' and unpool='nearest' with pyramid='physical' (keys are "
+                                 f"cell means, queries stay at full resolution: nothing is upsampled), got "
+                                 f"pool={pool!r}, unpool={unpool!r}")
+        elif local_window not in (None, 0):
+            raise ValueError(f"local_window: expected None or 0 with pyramid='input' (the local term belongs to the "
+                             f"physical pyramid), got {local_window!r}")
+        self.pyramid = pyramid
         if window is not None and window_fraction is not None:
             raise ValueError(
                 f"window_fraction: expected None when window is given, got window={window!r}, "
@@ -174,7 +272,20 @@ class MultipoleAttention(nn.Module):
             self.window = normalize_window(8 if window is None else window, d)
             self.window_fraction = None
         self.coarse_cells: tuple[int, ...] | None = None
-        if coarse_cells is not None:
+        self.local_window: tuple[int, ...] | None = None
+        if pyramid == "physical":
+            fr = 0.125 if window_fraction is None else window_fraction
+            fr = (fr,) * d if isinstance(fr, (int, float)) else tuple(fr)
+            if len(fr) != d or not all(isinstance(f, (int, float)) and 0 < f <= 1 for f in fr):
+                raise ValueError(f"window_fraction: expected a float or {d} floats in (0, 1], got {window_fraction!r}")
+            self.window_fraction, self.window = tuple(float(f) for f in fr), None
+            self.coarse_cells = normalize_window(8 if coarse_cells is None else coarse_cells, d, "coarse_cells")
+            lw = 3 if local_window is None else local_window
+            if not (isinstance(lw, int) and not isinstance(lw, bool) and lw == 0):
+                self.local_window = normalize_window(lw, d, "local_window")
+            self.levels = physical_levels(self.window_fraction, self.coarse_cells, pool_factor, max_levels)
+            coarse_cells = None  # handled
+        elif coarse_cells is not None:
             if self.window_fraction is None:
                 raise ValueError(f"coarse_cells: expected None unless window_fraction is given (a physical pyramid "
                                  f"needs physical windows), got coarse_cells={coarse_cells!r} with window={self.window}")
@@ -189,6 +300,8 @@ class MultipoleAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out_proj = nn.Linear(dim, dim)
         rows = (max_levels if max_levels is not None else _DEFAULT_LEVEL_CAPACITY) - 1
+        if pyramid == "physical":  # one weight per key level (the level count does not depend on the input)
+            rows = len(self.levels)
         self.level_weight = nn.Parameter(torch.ones(rows, n_heads))
         self.rel_pos_bias, self.gate = rel_pos_bias, gate
         # (H, 2R+1, ..., 2R+1): bias on the displacement nodes δ_a = r / R, r = -R..R.
@@ -224,6 +337,8 @@ class MultipoleAttention(nn.Module):
 
         Raises if the grid is smaller than one window along some axis.
         """
+        if self.pyramid == "physical":  # key grids of fixed physical size, the same for every input
+            return list(self.levels)
         shape = tuple(int(n) for n in shape)
         win = self.window_cells(shape)
         if any(n < w for n, w in zip(shape, win)):
@@ -278,6 +393,9 @@ class MultipoleAttention(nn.Module):
         return self._export_unit()[1]
 
     def _export_unit(self) -> tuple[tuple[int, ...] | None, str | None, tuple[int, ...] | None]:
+        if self.pyramid == "physical":  # the key grids are fixed: on multiples of their lcm every level is a reshape
+            unit = tuple(math.lcm(*(m[a] for m, _ in self.levels)) for a in range(self.spatial_dims))
+            return unit, None, tuple(2 * u for u in unit)
         unit, why = self._export_unit_pair()
         if unit is None or self.coarse_cells is None:
             return unit, why, None if unit is None else tuple(2 * m for m in unit)
@@ -469,6 +587,8 @@ class MultipoleAttention(nn.Module):
             if validate:
                 check_finite("weights", weights)  # "NaN"/"Inf" counts, then the package's weight policy
                 check_quadrature_weights("weights", weights)
+        if self.pyramid == "physical":
+            return self._forward_physical(x, weights)
         unit = None if all(isinstance(n, int) for n in grid) else self.export_unit()
         if unit is None:
             levels, tiles = self.plan(grid), None
@@ -515,9 +635,74 @@ class MultipoleAttention(nn.Module):
             r = F.silu(self.gate_proj(x.movedim(1, -1))) * r
         return self.out_proj(r).movedim(-1, 1)
 
+    def _table_bias(self, deltas: list[torch.Tensor]) -> torch.Tensor:
+        """``b_h(δ)`` from the relative-position table, multilinear in ``δ`` (per-axis displacements in window
+        units, broadcasting to ``(Mc, G_1..G_d, P_1..P_d)``); returns ``(H, Mc, G, P)``."""
+        table, r, d = self.rel_bias_table, self.rel_pos_bias, self.spatial_dims
+        flat = table.flatten(1)
+        nodes = [((dl + 1) * r).clamp(0, 2 * r) for dl in deltas]
+        lows = [nd.floor().clamp(0, 2 * r - 1) for nd in nodes]
+        fracs = [nd - lo for nd, lo in zip(nodes, lows)]
+        lows = [lo.long() for lo in lows]
+        out = None
+        for corner in itertools.product((0, 1), repeat=d):
+            weight, idx = None, None
+            for a, c in enumerate(corner):
+                wa = fracs[a] if c else 1 - fracs[a]
+                ia = (lows[a] + c) * (2 * r + 1) ** (d - 1 - a)
+                weight = wa if weight is None else weight * wa
+                idx = ia if idx is None else idx + ia
+            term = weight * flat[:, idx]  # (H, Mc, G.., P..)
+            out = term if out is None else out + term
+        mc = out.shape[1]
+        return out.reshape(out.shape[0], mc, -1, math.prod(out.shape[2 + d:]))
+
+    def _forward_physical(self, x: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+        """``pyramid="physical"`` (class docstring): ``y = W_o (local + Σ_ℓ γ_ℓ A_ℓ)``."""
+        b, grid, d = x.shape[0], tuple(x.shape[2:]), self.spatial_dims
+        h, dh = self.n_heads, self.head_dim
+        w = (torch.ones((), dtype=x.dtype, device=x.device) if weights is None else weights.to(x.dtype))
+        w = w.expand(b, *grid)
+        xl = x.movedim(1, -1)
+        qw, kw, vw = self.qkv.weight.split(self.dim)
+        qb, kb, vb = self.qkv.bias.split(self.dim)
+
+        def heads(t):  # (B, *n, C) -> (B, H, *n, Dh)
+            return t.unflatten(-1, (h, dh)).movedim(-2, 1)
+
+        q = heads(F.linear(xl, qw, qb))
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        scale = 1.0 / math.sqrt(dh)
+        neg = torch.full((), -math.inf, dtype=x.dtype, device=x.device)
+        out = torch.zeros((), dtype=x.dtype, device=x.device)
+        if self.local_window is not None:
+            k, v = heads(F.linear(xl, kw, kb)), heads(F.linear(xl, vw, vb))
+            if self.k_norm is not None:
+                k = self.k_norm(k)
+            logw = torch.where(w > 0, torch.log(torch.where(w > 0, w, 1.0)), neg)
+            out = local_attention(q, k, v, logw, self.local_window, scale)
+        bias = self._table_bias if self.rel_bias_table is not None else None
+        for i, (m, c) in enumerate(self.levels):
+            xm, wm = pool_to_grid(x, w, m)  # means then projection: exact (the weighted mean is affine)
+            xm = xm.movedim(1, -1)
+            k, v = heads(F.linear(xm, kw, kb)), heads(F.linear(xm, vw, vb))
+            if self.k_norm is not None:
+                k = self.k_norm(k)
+            logw = torch.where(wm > 0, torch.log(torch.where(wm > 0, wm, 1.0)), neg)
+            a = level_attention(q, k, v, logw, c, scale, bias)
+            out = out + a * self.level_weight[i].to(a.dtype).view(1, h, *(1,) * d, 1)
+        r = out.movedim(1, -2).flatten(-2)  # (B, *n, C) head-major
+        if self.gate_proj is not None:
+            r = F.silu(self.gate_proj(xl)) * r
+        return self.out_proj(r).movedim(-1, 1)
+
     def extra_repr(self) -> str:
         win = f"window={self.window}" if self.window is not None else f"window_fraction={self.window_fraction}"
-        return (f"dim={self.dim}, n_heads={self.n_heads}, spatial_dims={self.spatial_dims}, {win}, "
+        if self.pyramid == "physical":
+            win += f", local_window={self.local_window}"
+        return (f"dim={self.dim}, n_heads={self.n_heads}, spatial_dims={self.spatial_dims}, pyramid={self.pyramid!r}, "
+                f"{win}, "
                 f"pool_factor={self.pool_factor}, pool={self.pool!r}, unpool={self.unpool!r}, "
                 f"max_levels={self.max_levels}, coarse_cells={self.coarse_cells}, "
                 f"rel_pos_bias={self.rel_pos_bias}, gate={self.gate}, "

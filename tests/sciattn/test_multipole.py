@@ -198,14 +198,14 @@ def test_receptive_field_is_global_with_levels_and_local_with_one():
 
 
 def test_physical_window_scales_with_resolution():
-    phys = MultipoleAttention(4, 1, 2, window_fraction=0.125)
+    phys = MultipoleAttention(4, 1, 2, pyramid="input", window_fraction=0.125)
     coarse, fine = phys.plan((64, 64)), phys.plan((128, 128))
     assert coarse[0][1] == (8, 8) and fine[0][1] == (16, 16)
     assert len(coarse) == len(fine) == 4  # the same physical hierarchy at both resolutions
     assert coarse[-1][0] == (8, 8) and fine[-1][0] == (16, 16)
     cells = MultipoleAttention(4, 1, 2, window=8)
     assert [len(cells.plan((n, n))) for n in (64, 128, 256)] == [4, 5, 6]
-    aniso = MultipoleAttention(4, 1, 2, window_fraction=(0.25, 0.01))
+    aniso = MultipoleAttention(4, 1, 2, pyramid="input", window_fraction=(0.25, 0.01))
     assert aniso.window_cells((50, 37)) == (13, 1)
 
 
@@ -213,7 +213,7 @@ def test_physical_window_converges_under_refinement():
     """With window_fraction the hierarchy is the same at every resolution, so refining a smooth
     input makes the output converge (cell averages of the 2n-grid output against the n-grid one)."""
     torch.manual_seed(7)
-    layer = MultipoleAttention(4, 2, 1, window_fraction=1 / 8).double()
+    layer = MultipoleAttention(4, 2, 1, pyramid="input", window_fraction=1 / 8).double()
 
     def run(n):
         t = (torch.arange(n, dtype=F64) + 0.5) / n
@@ -227,13 +227,13 @@ def test_physical_window_converges_under_refinement():
 
 
 def test_physical_pyramid_plan_fixes_the_coarse_grids_and_matches_the_default_at_training_resolution():
-    phys = MultipoleAttention(4, 1, 2, window_fraction=0.125, coarse_cells=8)
-    default = MultipoleAttention(4, 1, 2, window_fraction=0.125)
+    phys = MultipoleAttention(4, 1, 2, pyramid="input", window_fraction=0.125, coarse_cells=8)
+    default = MultipoleAttention(4, 1, 2, pyramid="input", window_fraction=0.125)
     for n in (64, 48):  # at or below the training resolution c / f = 64 the pyramids coincide
         assert phys.plan((n, n)) == default.plan((n, n))
     assert phys.plan((256, 256)) == [((256, 256), (32, 32)), ((32, 32), (8, 8)), ((16, 16), (8, 8)), ((8, 8), (8, 8))]
     assert phys.plan((100, 100))[1:] == phys.plan((64, 64))[1:]
-    aniso = MultipoleAttention(4, 1, 2, window_fraction=(0.25, 0.125), coarse_cells=(4, 8))
+    aniso = MultipoleAttention(4, 1, 2, pyramid="input", window_fraction=(0.25, 0.125), coarse_cells=(4, 8))
     assert aniso.plan((64, 128)) == [((64, 128), (16, 16)), ((8, 32), (4, 8)), ((4, 16), (4, 8)), ((2, 8), (2, 8))]
     torch.manual_seed(11)
     default.load_state_dict(phys.state_dict())
@@ -248,10 +248,10 @@ def test_physical_pyramid_sees_a_refined_field_as_at_the_training_resolution():
     output at the 64² nodes is the 64² output; the default pyramid pools 2×2 copies at 256² and
     its far field changes."""
     torch.manual_seed(12)
-    phys = MultipoleAttention(6, 2, 2, window_fraction=0.125, coarse_cells=8, gate=True, qk_norm=True).double()
+    phys = MultipoleAttention(6, 2, 2, pyramid="input", window_fraction=0.125, coarse_cells=8, gate=True, qk_norm=True).double()
     with torch.no_grad():
         phys.level_weight.uniform_(0.5, 1.5)
-    default = MultipoleAttention(6, 2, 2, window_fraction=0.125, gate=True, qk_norm=True).double()
+    default = MultipoleAttention(6, 2, 2, pyramid="input", window_fraction=0.125, gate=True, qk_norm=True).double()
     default.load_state_dict(phys.state_dict())
     x64 = torch.randn(1, 6, 64, 64, dtype=F64)
     x256 = x64.repeat_interleave(4, dim=2).repeat_interleave(4, dim=3)
@@ -264,7 +264,7 @@ def test_physical_pyramid_sees_a_refined_field_as_at_the_training_resolution():
 @pytest.mark.parametrize("unpool", ["nearest", "linear"])
 @pytest.mark.parametrize("shape", [(100, 100), (50, 37), (200, 24)])
 def test_physical_pyramid_runs_at_any_size_with_weights(shape, unpool):
-    layer = MultipoleAttention(4, 2, 2, window_fraction=0.125, coarse_cells=8, unpool=unpool).double()
+    layer = MultipoleAttention(4, 2, 2, pyramid="input", window_fraction=0.125, coarse_cells=8, unpool=unpool).double()
     x = torch.randn(2, 4, *shape, dtype=F64, requires_grad=True)
     w = torch.rand(*shape, dtype=F64) + 0.1
     y = layer(x, weights=w)
@@ -308,8 +308,8 @@ def test_1d_and_3d_forward_backward(shape, window, pool, unpool):
         (dict(window=8), (1, 4, 6, 20), r"x: expected a grid of at least window=\(8, 8\)"),
         (dict(window=2), (1, 5, 6, 6), "x: expected size 4 along axis 1 \\(channels\\)"),
         (dict(window=2), (1, 4, 6), "x: expected a 4-D tensor"),
-        (dict(window=2, window_fraction=0.5), None, "window_fraction: expected None when window"),
-        (dict(window_fraction=1.5), None, "window_fraction: expected a float"),
+        (dict(window=2, pyramid="input", window_fraction=0.5), None, "window_fraction: expected None when window"),
+        (dict(pyramid="input", window_fraction=1.5), None, "window_fraction: expected a float"),
         (dict(window=(2, 0)), None, "window: expected a positive int"),
         (dict(pool="max"), None, "pool: expected one of"),
         (dict(unpool="cubic"), None, "unpool: expected one of"),
@@ -317,9 +317,9 @@ def test_1d_and_3d_forward_backward(shape, window, pool, unpool):
         (dict(spatial_dims=4), None, "spatial_dims: expected 1, 2 or 3"),
         (dict(n_heads=3), None, "n_heads: expected a divisor"),
         (dict(window=4, coarse_cells=8), None, "coarse_cells: expected None unless window_fraction"),
-        (dict(window_fraction=0.25, coarse_cells=4, pool="conv"), None, "coarse_cells: expected pool='avg'"),
-        (dict(window_fraction=0.25, coarse_cells=4, unpool="transposed"), None, "coarse_cells: expected pool='avg'"),
-        (dict(window_fraction=0.25, coarse_cells=0), None, "coarse_cells: expected a positive int"),
+        (dict(pyramid="input", window_fraction=0.25, coarse_cells=4, pool="conv"), None, "coarse_cells: expected pool='avg'"),
+        (dict(pyramid="input", window_fraction=0.25, coarse_cells=4, unpool="transposed"), None, "coarse_cells: expected pool='avg'"),
+        (dict(pyramid="input", window_fraction=0.25, coarse_cells=0), None, "coarse_cells: expected a positive int"),
     ],
 )
 def test_layer_errors_name_the_argument(kwargs, x_shape, match):
