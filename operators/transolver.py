@@ -1,0 +1,274 @@
+"""Transolver: Physics-Attention (Wu et al., ICML 2024, arXiv 2402.02366), quadrature-weighted, on grids and point sets.
+
+Physics-Attention, per head of width ``d`` on tokens ``h_i`` at points ``x_i`` with quadrature weights ``w_i``
+(``Σ_i w_i = 1``, zero on padding), is the discretisation of
+
+    s_g(x)  = softmax_g(W_s W_x h(x) / τ)                          slice weights, G = ``slice_num``
+    z_g     = ∫ s_g(y) W_f h(y) dμ(y) / ∫ s_g(y) dμ(y)             slice tokens (a weighted mean per slice)
+    z'      = softmax(z W_q (z W_k)ᵀ / √d) z W_v                   attention among the G tokens
+    (A h)(x) = W_o Σ_g s_g(x) z'_g                                 deslice
+
+    z_g ≈ Σ_i w_i s_ig f_i / (Σ_i w_i s_ig + ε).
+
+The published code (thuml/Transolver ``Physics_Attention.py``, the same in the Neural-Solver-Library) has
+``w_i = 1`` and ``ε = 1e-5``: a uniform average over the points. On a uniform grid that is the quadrature of the
+integral above (our ``w_i`` are the cell volumes, normalised: equal), so there the two agree up to the ``ε`` scale
+(ours is relative to a unit mass, the published one to a mass of ``N``: ``slice_eps = 1e-5 / N`` reproduces it).
+On a non-uniform point set the uniform average converges to the sampling-density-weighted integral, not the one
+above, and changes when the sampling changes. Measured (``benchmarks/transolver_refinement.py``, nested graded
+samples of a smooth field): with quadrature weights the output at shared points converges under refinement; with
+the published uniform average it tends to a different limit (see ``docs/operators/transolver.md``).
+
+Which variant we follow: the irregular-mesh one (``Physics_Attention_1D``: Linear ``W_x``, ``W_f``) for every input.
+The structured-mesh variants replace ``W_x``, ``W_f`` by 3×3 convolutions whose stencil is fixed in grid cells, so
+the same weights compute a different operator at another resolution; they are not offered. We keep their clamp of
+``τ`` to ``[0.1, 5]`` (the maintainers' advice against the temperature instability, thuml/Transolver#13); ``τ`` is
+per head, initialised to 0.5.
+
+Model (``Transolver_1D.Model``): ``h = MLP([x, a]) + p`` (``Lin(d + C_in -> 2C) - GELU - Lin(2C -> C)``, learnable
+vector ``p``), blocks ``h <- h + A(LN(h))``, ``h <- h + MLP(LN(h))`` (``Lin(C -> rC) - GELU - Lin(rC -> C)``), and
+after the last block ``u = Lin(LN(h))``. Initialisation as published: every Linear ``trunc_normal(0.02)`` with zero
+bias (the model-level init runs after the layer's orthogonal init of ``W_s`` and overwrites it), ``p ~ U(0, 1/C)``.
+Not implemented: dropout (0 in the recipes), time input, ``unified_pos`` (distances to a fixed reference grid).
+
+Everything except the slice tokens is pointwise, and the tokens are quadrature sums, so the operator converges under
+refinement at the order of the quadrature rule.
+
+Shapes:
+    grid input: ``x`` ``(B, C_in, *spatial)`` with ``spatial_dims`` (1, 2 or 3) axes -> ``(B, C_out, *spatial)``;
+    point input: ``x`` ``(B, N, C_in)`` with ``pos`` ``(B, N, d)``, optional ``weights`` ``(B, N)`` (uniform when
+    omitted) and ``mask`` ``(B, N)`` (True at real points) -> ``(B, N, C_out)``, zeros on padding.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from sciattn._checks import (
+    check_dim,
+    check_finite,
+    check_input_dtype,
+    check_min_grid,
+    check_positive_int,
+    check_quadrature_weights,
+    check_rank,
+)
+from sciattn.domain import Grid, PointCloud
+
+from .registry import register_operator
+
+__all__ = ["PhysicsAttention", "Transolver"]
+
+
+def check_nonnegative_float(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"{name}: expected a non-negative number, got {value!r}")
+    return float(value)
+
+
+def check_sizes(**sizes: object) -> None:
+    for name, value in sizes.items():
+        check_positive_int(name, value)
+
+
+def check_heads(width: int, n_heads: int) -> None:
+    if width % n_heads:
+        raise ValueError(f"n_heads: expected a divisor of width={width}, got {n_heads}")
+
+
+def check_spatial_dims(spatial_dims: object) -> None:
+    if spatial_dims not in (1, 2, 3) or isinstance(spatial_dims, bool):
+        raise ValueError(f"spatial_dims: expected 1, 2 or 3, got {spatial_dims!r}")
+
+
+def weighted_softmax_over_points(s: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``w_i exp(s_i) / Σ_j w_j exp(s_j)`` along the point axis ``-2`` of ``s`` ``(B, H, N, G)``; ``w`` ``(B, N)``.
+
+    The quadrature form of ``softmax`` over points (equal to it for uniform ``w``); ``w = 0`` removes a point."""
+    logw = torch.where(w > 0, w.clamp_min(torch.finfo(w.dtype).tiny).log(),
+                       torch.full((), float("-inf"), dtype=w.dtype, device=w.device))
+    return torch.softmax(s + logw[:, None, :, None].to(s.dtype), dim=-2)
+
+
+def init_published(module: nn.Module) -> None:
+    """The Transolver / LinearNO / ONO model-level init: Linear ``trunc_normal(0.02)``, zero bias; LayerNorm 1, 0."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.trunc_normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+
+class TokenOperator(nn.Module):
+    """Input plumbing shared by the pointwise-token operators (Transolver, LinearNO, ONO).
+
+    A subclass sets ``in_channels``, ``out_channels``, ``spatial_dims`` and implements
+    ``encode(a (B, N, C_in), pos (B, N, d), w (B, N)) -> (B, N, C_out)``, ``w`` summing to one per sample and zero on
+    padding. On a grid the tokens are the nodes in C order, ``pos`` the nodes of :class:`sciattn.domain.Grid` and
+    ``w`` its cell volumes, normalised.
+    """
+
+    input_kind = "grid"
+    display_name = "the operator"
+
+    def encode(self, a: torch.Tensor, pos: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+    def forward(self, x, pos=None, weights=None, mask=None, *, y=None):
+        """``y`` is accepted and ignored (neuraloperator's ``Trainer`` calls ``model(**sample)``)."""
+        del y
+        if pos is None:
+            if weights is not None or mask is not None:
+                raise ValueError("pos: weights and mask are for point sets and need pos (B, N, d); a grid input "
+                                 "(B, C, *spatial) takes its weights from the grid, got pos=None")
+            return self._forward_grid(x)
+        return self._forward_points(x, pos, weights, mask)
+
+    def _forward_grid(self, x):
+        d = self.spatial_dims
+        check_rank("x", x, 2 + d, f"(B, C_in={self.in_channels}, {d} spatial axes)")
+        check_dim("x", x, 1, self.in_channels, "input channels")
+        check_input_dtype("x", x, self, "operator")
+        check_min_grid("x", x, self.display_name, "one node per axis has no spacing: its quadrature weights are undefined")
+        check_finite("x", x)
+        grid = Grid.from_field(x, d)
+        nodes, w = grid.nodes_and_weights(x.dtype, x.device)
+        b = x.shape[0]
+        w = (w / w.sum()).expand(b, -1)
+        out = self.encode(x.flatten(2).transpose(1, 2), nodes.expand(b, *nodes.shape), w)
+        return out.transpose(1, 2).reshape(b, self.out_channels, *grid.shape)
+
+    def _forward_points(self, x, pos, weights, mask):
+        check_rank("x", x, 3, f"(B, N, C_in={self.in_channels})")
+        check_dim("x", x, -1, self.in_channels, "input channels")
+        cloud = PointCloud(pos, weights, mask)
+        if cloud.ndim != self.spatial_dims:
+            raise ValueError(f"pos: expected {self.spatial_dims} coordinates per point, got {cloud.ndim}")
+        if x.shape[:2] != pos.shape[:2]:
+            raise ValueError(f"x: expected (B, N) = {tuple(pos.shape[:2])} to match pos, got {tuple(x.shape[:2])}")
+        check_input_dtype("x", x, self, "operator")
+        check_quadrature_weights("weights", weights, mask, need_mass=True)
+        keep = None if mask is None else mask[..., None]
+        check_finite("x", x, keep)
+        pos = pos.to(x.dtype)
+        if mask is not None:
+            zero = torch.zeros((), dtype=x.dtype, device=x.device)
+            x, pos = torch.where(keep, x, zero), torch.where(keep, pos, zero)
+            if weights is not None:
+                weights = torch.where(mask, weights, torch.zeros((), dtype=weights.dtype, device=weights.device))
+        w = PointCloud(pos, weights, mask).quadrature_weights().to(x.dtype)
+        out = self.encode(x, pos, w)
+        if mask is not None:
+            out = torch.where(keep, out, torch.zeros((), dtype=out.dtype, device=out.device))
+        return out
+
+
+class PhysicsAttention(nn.Module):
+    """Quadrature-weighted Physics-Attention on tokens ``h`` ``(B, N, C)`` with weights ``w`` ``(B, N)`` (sum 1)."""
+
+    def __init__(self, width: int, n_heads: int, slice_num: int, slice_eps: float):
+        super().__init__()
+        self.n_heads, self.head_dim, self.slice_eps = n_heads, width // n_heads, slice_eps
+        self.in_x, self.in_f = nn.Linear(width, width), nn.Linear(width, width)
+        self.slice = nn.Linear(self.head_dim, slice_num)
+        self.temperature = nn.Parameter(torch.full((1, n_heads, 1, 1), 0.5))
+        self.q = nn.Linear(self.head_dim, self.head_dim, bias=False)
+        self.k = nn.Linear(self.head_dim, self.head_dim, bias=False)
+        self.v = nn.Linear(self.head_dim, self.head_dim, bias=False)
+        self.out = nn.Linear(width, width)
+
+    def slice_weights(self, h: torch.Tensor) -> torch.Tensor:
+        """``s`` ``(B, H, N, G)``: each point's softmax over the G slices."""
+        b, n, _ = h.shape
+        x_mid = self.in_x(h).reshape(b, n, self.n_heads, self.head_dim).transpose(1, 2)
+        return torch.softmax(self.slice(x_mid) / self.temperature.clamp(0.1, 5.0), dim=-1)
+
+    def forward(self, h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        b, n, c = h.shape
+        s = self.slice_weights(h)
+        f = self.in_f(h).reshape(b, n, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, N, d)
+        ws = s * w[:, None, :, None].to(s.dtype)
+        mass = ws.sum(dim=2)                                                          # (B, H, G)
+        z = torch.einsum("bhng,bhnd->bhgd", ws, f) / (mass + self.slice_eps)[..., None]
+        q, k, v = self.q(z), self.k(z), self.v(z)
+        att = torch.softmax(q @ k.transpose(-1, -2) * self.head_dim ** -0.5, dim=-1)
+        z = att @ v                                                                   # (B, H, G, d)
+        out = torch.einsum("bhgd,bhng->bhnd", z, s)
+        return self.out(out.transpose(1, 2).reshape(b, n, c))
+
+
+class SliceBlock(nn.Module):
+    """Pre-LN block ``h <- h + A(LN(h), w)``, ``h <- h + MLP(LN(h))``; the last one ends with ``Lin(LN(h))``."""
+
+    def __init__(self, width: int, attention: nn.Module, mlp_ratio: int, out_channels: int | None):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.attn = attention
+        self.mlp = nn.Sequential(nn.Linear(width, width * mlp_ratio), nn.GELU(), nn.Linear(width * mlp_ratio, width))
+        self.head = None
+        if out_channels is not None:
+            self.ln3, self.head = nn.LayerNorm(width), nn.Linear(width, out_channels)
+
+    def forward(self, h, w):
+        h = h + self.attn(self.ln1(h), w)
+        h = h + self.mlp(self.ln2(h))
+        return h if self.head is None else self.head(self.ln3(h))
+
+
+@register_operator("transolver")
+class Transolver(TokenOperator):
+    """Transolver neural operator (Physics-Attention), quadrature-weighted; grids and point sets.
+
+    Args:
+        in_channels: input channels ``C_in`` (upstream ``fun_dim``).
+        out_channels: output channels ``C_out``.
+        spatial_dims: dimension ``d`` of the domain (1, 2 or 3).
+        width: token width ``C`` (upstream ``n_hidden``).
+        n_layers: number of blocks.
+        n_heads: heads (``width`` must be divisible by it).
+        slice_num: slices ``G`` per head.
+        mlp_ratio: hidden width of the block MLPs as a multiple of ``width``.
+        slice_eps: ``ε`` added to each slice's mass (a unit total mass; upstream ``1e-5`` on a mass of ``N``).
+    """
+
+    display_name = "Transolver"
+
+    def __init__(
+        self,
+        *,
+        in_channels: int,
+        out_channels: int,
+        spatial_dims: int = 2,
+        width: int = 64,
+        n_layers: int = 4,
+        n_heads: int = 4,
+        slice_num: int = 32,
+        mlp_ratio: int = 1,
+        slice_eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        check_sizes(in_channels=in_channels, out_channels=out_channels, width=width, n_layers=n_layers,
+                    n_heads=n_heads, slice_num=slice_num, mlp_ratio=mlp_ratio)
+        check_spatial_dims(spatial_dims)
+        check_heads(width, n_heads)
+        slice_eps = check_nonnegative_float("slice_eps", slice_eps)
+        self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
+        self.lift = nn.Sequential(nn.Linear(spatial_dims + in_channels, 2 * width), nn.GELU(),
+                                  nn.Linear(2 * width, width))
+        self.blocks = nn.ModuleList(
+            SliceBlock(width, PhysicsAttention(width, n_heads, slice_num, slice_eps), mlp_ratio,
+                       out_channels if i == n_layers - 1 else None)
+            for i in range(n_layers)
+        )
+        init_published(self)
+        self.placeholder = nn.Parameter(torch.rand(width) / width)
+
+    def encode(self, a, pos, w):
+        h = self.lift(torch.cat([pos, a], dim=-1)) + self.placeholder
+        for block in self.blocks:
+            h = block(h, w)
+        return h
