@@ -250,6 +250,10 @@ class _GridTransformer(nn.Module):
     """Shared skeleton; subclasses build ``encoder``, ``blocks``, ``decoder`` and the ``pos`` buffer."""
 
     input_kind = "sphere"
+    #: why an exported program runs on one grid (``sciattn.train.export`` reports it in the export's note)
+    export_fixed_reason = ("a program holds the neighbourhoods and quadrature of one nlat x nlon grid, built in Python "
+                           "for that grid; the operator runs on any grid whose nlon is a multiple or a divisor of its "
+                           "internal grid's: export once per grid (example_shape=(nlat, nlon), CLI --shape NLATxNLON)")
 
     def _build_head(self, in_channels, out_channels, embed_dim, mlp_ratio, residual_prediction):
         if residual_prediction and in_channels != out_channels:
@@ -413,8 +417,7 @@ class PlanarTransformer(_GridTransformer):
     and the positional embedding a 2-D sine–cosine of pixel indices.
 
     Args:
-        in_channels, out_channels, nlat, nlon, scale_factor, embed_dim, n_layers, n_heads, mlp_ratio,
-        attention, residual_prediction: as in :class:`SphericalTransformer`.
+        in_channels, out_channels, nlat, nlon, scale_factor, embed_dim, n_layers, n_heads, mlp_ratio, attention, residual_prediction: as in :class:`SphericalTransformer`.
         window_radius: internal neighbourhood radius in pixels (``None``: ``7/√π``).
         pos_embed: ``"sincos"`` or ``"none"``.
         internal_shape: the internal image ``[h, w]`` (``None``: as :class:`SphericalTransformer`).

@@ -42,10 +42,12 @@ Shapes. Batch and spatial sizes are dynamic wherever the operator's code allows 
   (``window`` in cells; a fraction whose windows do not tile the levels) are exported at one resolution
   (batch dynamic), with the reason in the note; a declared multiple whose program fails the probe falls
   back to that too.
-* Sphere operators (``spherical_transformer``, ``planar_transformer``): built for one ``nlat x nlon``
-  grid (the neighbourhood CSR and quadrature come from that grid at construction), so the program
-  runs on that grid only; the batch is dynamic. The quadrature itself could be computed in the graph,
-  but the model's precomputed neighbourhoods could not.
+* Sphere operators (``spherical_transformer``, ``planar_transformer``): the operator runs on any grid
+  whose ``nlon`` is a multiple or a divisor of its internal grid's, with the same weights, but a program
+  holds the neighbourhood CSR and quadrature of one ``nlat x nlon`` grid (built in Python), so it runs on
+  that grid only; the batch is dynamic. ``example_shape=(nlat, nlon)`` (CLI ``--shape NLATxNLON``)
+  exports on another grid (the model's :meth:`on_grid` copy: same weights, internal grid and radii);
+  the default is the training grid. Export once per grid.
 * Point sets: ``N`` is dynamic. Erwin and BSA build ball trees whose depth depends on ``N`` (and
   ``sciattn.balltree`` uses ``torch.gather(out=)``, which torch.export cannot trace with symbolic
   sizes), so their program pads the cloud in the graph to a capacity of ``max_points + 1`` points
@@ -109,10 +111,15 @@ INPUT_DTYPES = {"bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "i
 POINT_OPERATORS = ("erwin", "bsa_transformer")
 # Why an operator's program is exported at a fixed grid (reported in the returned info).
 FIXED_GRID = {
-    "spherical_transformer": "the operator is built for one nlat x nlon sphere grid: its neighbourhood CSR and "
-                             "quadrature are fixed at construction, so the program runs on that grid only",
-    "planar_transformer": "the operator is built for one nlat x nlon grid (its neighbourhood CSR is fixed at "
-                          "construction), so the program runs on that grid only",
+    "spherical_transformer": "a program holds the geodesic-disc neighbourhoods and quadrature of one nlat x nlon "
+                             "sphere grid, built in Python for that grid, so it runs on that grid only; the operator "
+                             "itself runs on any grid whose nlon is a multiple or a divisor of its internal grid's "
+                             "(same weights): export once per grid with example_shape=(nlat, nlon) (CLI: --shape "
+                             "NLATxNLON)",
+    "planar_transformer": "a program holds the disc neighbourhoods of one nlat x nlon image, built in Python for "
+                          "that grid, so it runs on that grid only; the operator itself runs on any grid whose nlon "
+                          "is a multiple or a divisor of its internal grid's (same weights): export once per grid "
+                          "with example_shape=(nlat, nlon) (CLI: --shape NLATxNLON)",
 }
 WHY_SPECIALISED = {
     "mano": "MANO's pyramid (level count, sizes, windows) is computed in Python from the grid size",
@@ -493,6 +500,12 @@ def export_run(
         else:
             batch, spatial = _example_shape(example_shape, meta, c_in, d)
             fixed_why = FIXED_GRID.get(name)
+            if hasattr(model, "on_grid") and tuple(spatial) != tuple(model.shape):  # a sphere operator, another grid
+                built_at = model.shape
+                model = model.on_grid(*spatial)  # the same weights on that grid's geometry
+                notes.append(f"exported on the grid {spatial[0]}x{spatial[1]} with the weights of the model built "
+                             f"at {built_at[0]}x{built_at[1]} (internal grid {model.inner_shape[0]}x"
+                             f"{model.inner_shape[1]})")
             fixed_reason = getattr(model, "export_fixed_reason", None)  # the operator knows it holds one grid
             dyn_spatial = dynamic_spatial and fixed_why is None and fixed_reason is None
             module = ExportedOperator(model, xn, yn, compute).eval()

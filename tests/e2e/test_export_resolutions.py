@@ -121,7 +121,7 @@ def test_sphere_operators_export_at_their_grid_with_a_dynamic_batch(name, tmp_pa
                               train_resolution=grid)
     info = export_run(run, tmp_path / f"{name}.pt2", input_dtype="float64")
     assert info["kind"] == "sphere" and info["fixed_resolution"] == list(grid) and info["dynamic_dims"] == [0]
-    assert "built for one nlat x nlon" in info["note"] and info["input_dtype"] == "float64"
+    assert "holds the" in info["note"] and "export once per grid" in info["note"] and info["input_dtype"] == "float64"
     program = torch.export.load(tmp_path / f"{name}.pt2").module()
     diffs = {}
     for b in (1, 2, 5):
@@ -129,6 +129,12 @@ def test_sphere_operators_export_at_their_grid_with_a_dynamic_batch(name, tmp_pa
         diffs[f"B={b}"] = float((program(x) - _eager_grid(model, xn, yn, x.float())).abs().max())
     with pytest.raises(Exception, match="Guard failed|size"):
         program(torch.randn(1, cfg["in_channels"], grid[0] * 2, grid[1] * 2, dtype=torch.float64))
+    fine = (2 * grid[0] - 1, 2 * grid[1])  # another grid: exported there with the same weights
+    info = export_run(run, tmp_path / f"{name}_fine.pt2", example_shape=fine, input_dtype="float64")
+    assert info["fixed_resolution"] == list(fine) and "exported on the grid 17x32 with the weights" in info["note"]
+    program = torch.export.load(tmp_path / f"{name}_fine.pt2").module()
+    x = torch.randn(2, cfg["in_channels"], *fine, dtype=torch.float64)
+    diffs["fine"] = float((program(x) - _eager_grid(model, xn, yn, x.float())).abs().max())
     DIFFS[name] = diffs
     print(f"\n{name}: max |exported - eager| {diffs}")
     assert max(diffs.values()) <= ATOL, diffs
