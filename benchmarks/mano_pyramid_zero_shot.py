@@ -1,16 +1,22 @@
-"""Zero-shot resolution transfer of one trained MANO under its discretisation options (same weights).
+"""Zero-shot resolution transfer of one trained extended MANO under its discretisation options (same weights).
 
+The model is the operator ``examples/configs/darcy64_mano.toml`` names (``mano_extended``, the extended
+variant; the published architecture is ``mano``). Result files dated before 2026-12-02 (their header names no
+operator) were produced by the earlier variant: operator ``mano`` with the extended options, on the multipole
+layer of that date. The three variants are the multipole layer's input pyramid (``pyramid="input"``, its
+earlier, resolution-dependent levels), whose two fraction modes this script compares; the layer's default
+physical pyramid is measured by ``benchmarks/multipole_scaling.py`` and ``benchmarks/mano_fidelity.py``.
 MANO is trained once at 64² on the built-in Darcy data of ``benchmarks/darcy_mano.py`` (Part B:
 400 training samples, its config ``examples/configs/darcy64_mano.toml``, the darcy_mano recipe),
 then evaluated on the 50 test samples at 64², 128² and 256² three times, with the same weights:
 
-* ``cells`` (the default): every coarse level keeps the input level's cells per window, so at
+* ``cells`` (the input pyramid's fraction default): every coarse level keeps the input level's cells per window, so at
   256² level 1 is a 128² grid of 2×2 means (at 64²: a 32² grid);
 * ``physical`` (``coarse_cells`` = the window in cells at 64², i.e. 8): the coarse levels keep
   the grids they had at 64² (level 1 is a 32² grid of 8×8 means at 256²), so only the finest
   level depends on the input resolution (see ``sciattn.multipole.MultipoleAttention``);
 * ``physical + head grid``: also ``head_grid=64``, the spectral head computes its Fourier
-  coefficients from the latent field sampled on the 64² nodes (see ``operators/mano.py``).
+  coefficients from the latent field sampled on the 64² nodes (see ``operators/mano_extended.py``).
 
 At 64² all three are the same computation (checked here: equal test errors), so any difference
 at 128² and 256² is the discretisation alone. For each variant the script also measures where the
@@ -44,10 +50,10 @@ from darcy_mano import (  # noqa: E402
     RECIPE,
     generated_config,
     load_lrs,
+    mano_operator,
     mano_params,
     rel_l2,
     train_model,
-    window_cells,
 )
 
 from sciattn.operators import create_operator  # noqa: E402
@@ -57,6 +63,11 @@ from sciattn.train.run import count_parameters  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_RESOLUTION = 64
+
+
+def window_cells(params: dict, resolution: int) -> int:
+    """Cells per axis of the physical window (``window_fraction``) on a ``resolution`` grid."""
+    return max(1, round(params["window_fraction"] * resolution))
 
 
 def parse_params(items: list[str]) -> dict:
@@ -81,13 +92,13 @@ def build(variant: str, overrides: dict | None = None) -> torch.nn.Module:
     if variant not in VARIANTS:
         raise ValueError(f"variant: expected one of {VARIANTS}, got {variant!r}")
     params = {**mano_params(TRAIN_RESOLUTION), **(overrides or {})}
-    params.pop("coarse_cells", None)
-    params.pop("head_grid", None)
+    params["coarse_cells"] = params["head_grid"] = None  # not the operator's defaults (8 and 64): set per variant
+    params["pyramid"] = "input"  # the layer's levels pooled from the input grid, whose two modes are compared here
     if variant != "cells":
         params["coarse_cells"] = window_cells(params, TRAIN_RESOLUTION)
     if variant == "physical + head grid":
         params["head_grid"] = TRAIN_RESOLUTION
-    return create_operator("mano", in_channels=1, out_channels=1, **params)
+    return create_operator(mano_operator(), in_channels=1, out_channels=1, **params)
 
 
 def stage_drift(model: torch.nn.Module, tests: dict, xn, resolutions: list[int], n: int) -> dict:
@@ -118,7 +129,7 @@ def stage_drift(model: torch.nn.Module, tests: dict, xn, resolutions: list[int],
 
 def markdown(summary: dict) -> str:
     res = summary["resolutions"]
-    lines = [f"MANO zero-shot under its discretisation options, one seed ({summary['seed']}), {summary['date']}, "
+    lines = [f"MANO (operator `{summary.get('operator', mano_operator())}`) zero-shot under its discretisation options, one seed ({summary['seed']}), {summary['date']}, "
              f"{summary['machine']}, torch {summary['torch']}. Command: `{summary['command']}`.", "",
              f"One model ({summary['parameters']:,} parameters, `examples/configs/darcy64_mano.toml`"
              + (f" with {json.dumps(summary['overrides'])}" if summary.get("overrides") else "")
@@ -141,7 +152,7 @@ def markdown(summary: dict) -> str:
         stages = list(next(iter(drift.values())))
         for st in stages:
             lines.append(f"| {st} | " + " | ".join(f"{drift[v][st][r]:.4f}" for v in drift for r in fine) + " |")
-    legend = {"cells": "coarse levels keep the input level's cells per window (the default)",
+    legend = {"cells": "coarse levels keep the input level's cells per window (the input pyramid's default)",
               "physical": "`coarse_cells=8`, the coarse levels keep their 64² grids at every input resolution",
               "physical + head grid": "also `head_grid=64`, the spectral head's Fourier coefficients from the latent "
                                       "field at the 64² nodes"}
@@ -194,7 +205,7 @@ def main() -> None:
         print(name, json.dumps(errors[name]), flush=True)
     summary = {"benchmark": "mano_pyramid_zero_shot", "date": datetime.date.today().isoformat(),
                "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads, CPU",
-               "torch": torch.__version__,
+               "torch": torch.__version__, "operator": mano_operator(),
                "command": shlex.join(["python", "benchmarks/mano_pyramid_zero_shot.py", *sys.argv[1:]]),
                "seed": args.seed, "epochs": args.epochs, "overrides": overrides, "lr": lr, "recipe": {**RECIPE, "lr": lr},
                "n_train": len(train), "n_test": args.n_test, "parameters": count_parameters(model),

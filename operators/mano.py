@@ -104,19 +104,20 @@ class _Block(nn.Module):
         return h + self.ffn(self.norm2(h))
 
 
-def layer_kwargs(*, window, window_fraction, coarse_cells, local_window, pool_factor, pool, unpool,
+def layer_kwargs(*, pyramid, window, window_fraction, coarse_cells, local_window, pool_factor, pool, unpool,
                  max_levels, **extra) -> dict:
     """The :class:`~sciattn.multipole.MultipoleAttention` arguments of one MANO block. ``window`` (cells) selects
-    the layer's cell-counted windows, so ``window_fraction`` and ``coarse_cells`` (physical sizes) are not passed
-    with it; ``extra`` (bias, gate, QK-norm of the extended variant) passes through."""
+    the layer's input pyramid with cell-counted windows, so the physical sizes (``window_fraction``,
+    ``coarse_cells``, ``local_window``) are not passed with it; ``pyramid="input"`` with ``window_fraction`` is
+    the layer's earlier fraction modes (no local term); ``extra`` (bias, gate, QK-norm) passes through."""
+    common = dict(pool_factor=pool_factor, pool=pool, unpool=unpool, max_levels=max_levels, **extra)
     if window is not None:
-        return dict(window=window, window_fraction=None, coarse_cells=None, pool_factor=pool_factor, pool=pool,
-                    unpool=unpool, max_levels=max_levels, **extra)
-    kw = dict(window=None, window_fraction=window_fraction, coarse_cells=coarse_cells, pool_factor=pool_factor,
-              pool=pool, unpool=unpool, max_levels=max_levels, **extra)
-    if local_window is not None:
-        kw["local_window"] = local_window
-    return kw
+        return dict(pyramid="input", window=window, window_fraction=None, coarse_cells=None, **common)
+    if pyramid == "input":
+        return dict(pyramid="input", window=None, window_fraction=window_fraction, coarse_cells=coarse_cells,
+                    **common)
+    return dict(pyramid=pyramid, window=None, window_fraction=window_fraction, coarse_cells=coarse_cells,
+                local_window=local_window, **common)
 
 
 class MultipoleOperatorBase(nn.Module):
@@ -198,14 +199,19 @@ class MANO(MultipoleOperatorBase):
         n_heads: attention heads.
         mlp_ratio: hidden width of the feed-forward networks, as a multiple of ``width``.
         window_fraction, coarse_cells, local_window: the layer's physical sizes (window as a fraction of
-            the domain, cells per window on every key level, local near-field window in cells); see
-            :class:`~sciattn.multipole.MultipoleAttention`. The defaults are the layer's.
+            the domain, cells per window on every key level, local near-field window in input cells, ``0``:
+            none); see :class:`~sciattn.multipole.MultipoleAttention`. The defaults are the layer's.
         window: window size in cells (int or one per axis), the MANO code's resolution-dependent
-            windows; when given, ``window_fraction``, ``coarse_cells`` and ``local_window`` are not used.
+            windows (the layer's input pyramid); when given, ``window_fraction``, ``coarse_cells``,
+            ``local_window`` and ``pyramid`` are not used.
         pool_factor: coarsening factor per axis between levels.
         pool: ``"avg"`` or ``"conv"``; unpool: ``"nearest"``, ``"linear"`` or ``"transposed"``
             (see the layer for which mode takes which).
         max_levels: cap on the number of levels (``None``: until one window covers the domain).
+        pyramid: the layer's mode, ``None`` (physical pyramid, or the input pyramid when ``window`` is given),
+            ``"physical"`` or ``"input"`` (the earlier levels pooled from the input grid; a checkpoint stored
+            before this key existed loads with ``"input"``, see ``train/checkpoint.py``); with ``"input"`` and
+            ``window_fraction`` the layer's earlier fraction modes (``local_window`` is not used).
     """
 
     def __init__(
@@ -220,19 +226,20 @@ class MANO(MultipoleOperatorBase):
         mlp_ratio: int = 2,
         window_fraction: float | list[float] | None = 0.125,
         coarse_cells: int | list[int] | None = 8,
-        local_window: int | list[int] | None = None,
+        local_window: int | list[int] | None = 3,
         window: int | list[int] | None = None,
         pool_factor: int = 2,
         pool: str = "avg",
         unpool: str = "nearest",
         max_levels: int | None = None,
+        pyramid: str | None = None,
     ) -> None:
         super().__init__()
         check_common(in_channels, out_channels, spatial_dims, width, n_layers, mlp_ratio)
         self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
         attn = layer_kwargs(window=window, window_fraction=window_fraction, coarse_cells=coarse_cells,
                             local_window=local_window, pool_factor=pool_factor, pool=pool, unpool=unpool,
-                            max_levels=max_levels)
+                            max_levels=max_levels, pyramid=pyramid)
         self.lift = _PointwiseLinear(in_channels + spatial_dims, width)
         self.blocks = nn.ModuleList(
             _Block(width, n_heads, spatial_dims, _PointwiseMLP(width, mlp_ratio * width, width), attn)

@@ -190,7 +190,8 @@ class MANOExtended(MultipoleOperatorBase):
 
     Args:
         in_channels, out_channels, spatial_dims, width, n_layers, n_heads, mlp_ratio, window_fraction,
-        coarse_cells, local_window, window, pool_factor, pool, unpool, max_levels: as :class:`~.mano.MANO`.
+        coarse_cells, local_window, window, pool_factor, pool, unpool, max_levels, pyramid: as
+            :class:`~.mano.MANO`.
         lift_stencil: odd stencil width of the lift per axis (``1``: pointwise MLP).
         lift_spacing: stencil spacing as a fraction of the domain (a length; ``None``: one cell, which
             depends on the resolution).
@@ -218,12 +219,13 @@ class MANOExtended(MultipoleOperatorBase):
         mlp_ratio: int = 3,
         window_fraction: float | list[float] | None = 0.125,
         coarse_cells: int | list[int] | None = 8,
-        local_window: int | list[int] | None = None,
+        local_window: int | list[int] | None = 3,
         window: int | list[int] | None = None,
         pool_factor: int = 2,
         pool: str = "avg",
         unpool: str = "nearest",
         max_levels: int | None = None,
+        pyramid: str | None = None,
         lift_stencil: int = 3,
         lift_spacing: float | None = 0.015625,
         rel_pos_bias: int = 8,
@@ -255,7 +257,8 @@ class MANOExtended(MultipoleOperatorBase):
         self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
         attn = layer_kwargs(window=window, window_fraction=window_fraction, coarse_cells=coarse_cells,
                             local_window=local_window, pool_factor=pool_factor, pool=pool, unpool=unpool,
-                            max_levels=max_levels, rel_pos_bias=rel_pos_bias, gate=gate, qk_norm=qk_norm)
+                            max_levels=max_levels, pyramid=pyramid, rel_pos_bias=rel_pos_bias, gate=gate,
+                            qk_norm=qk_norm)
         if lift_stencil == 1:
             self.lift = _PointwiseMLP(in_channels + spatial_dims, width, width)
         else:

@@ -52,24 +52,35 @@ def test_the_default_runs_unchanged_at_other_sizes(shape):
     assert out.shape == (1, 1, *shape) and torch.isfinite(out).all()
 
 
-def test_one_config_trains_at_32_and_64_without_edits():
-    """The shipped [model] section, unchanged, at two training resolutions: a few Adam steps on one batch lower
-    the loss at both (no setting is stated for a resolution any more)."""
-    cfg = {k: v for k, v in tomllib.loads(CONFIG.read_text())["model"].items() if k != "name"}
+def _trains_at_32_and_64(cfg):
     for n in (32, 64):
         torch.manual_seed(0)
         model = create_operator("mano_extended", in_channels=1, out_channels=1, **cfg)
         x = _smooth_input(n).repeat(2, 1, 1, 1) + 0.1 * torch.randn(2, 1, n, n)
         y = torch.tanh(2 * x) + x.mean()
-        opt = torch.optim.Adam(model.parameters(), lr=2e-3)
+        opt = torch.optim.Adam(model.parameters(), lr=5e-3)
         losses = []
-        for _ in range(4):
+        for _ in range(6):
             opt.zero_grad()
             loss = torch.nn.functional.mse_loss(model(x), y)
             loss.backward()
             opt.step()
             losses.append(loss.item())
         assert all(math.isfinite(v) for v in losses) and losses[-1] < 0.8 * losses[0], (n, losses)
+
+
+def test_one_config_trains_at_32_and_64_without_edits():
+    """The shipped [model] section at two training resolutions, its physical settings (window fraction, coarse
+    cells, stencil spacing, bias, head grid) unchanged, smaller widths for time: a few Adam steps on one batch
+    lower the loss at both (no setting is stated for a resolution any more)."""
+    cfg = {k: v for k, v in tomllib.loads(CONFIG.read_text())["model"].items() if k != "name"}
+    _trains_at_32_and_64({**cfg, "width": 16, "n_layers": 1, "head_width": 8, "head_layers": 1})
+
+
+@pytest.mark.slow
+def test_the_shipped_config_trains_at_32_and_64_without_edits():
+    """The same with the shipped [model] section exactly (about 100 s on one thread)."""
+    _trains_at_32_and_64({k: v for k, v in tomllib.loads(CONFIG.read_text())["model"].items() if k != "name"})
 
 
 def test_head_grid_finer_than_the_input_interpolates():
