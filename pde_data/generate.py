@@ -172,15 +172,24 @@ def generate_at_resolutions(name: str, n: int, resolutions: list[int], out: str 
     write them restricted to each resolution as ``out/<name>_<r>.nc``: the same samples in every file
     (``r``: nlat for ``shallow_water``, points per sample for the ``*_irregular`` point sets).
 
-    ``params`` override the solver's defaults (e.g. ``nu``, ``t_final``, ``dt`` for Navier-Stokes).
+    ``params`` override the solver's defaults (e.g. ``nu``, ``t_final``, ``dt`` for Navier-Stokes). ``name`` may
+    also be a preset of :mod:`.presets` (e.g. ``fno_darcy``): its generator runs with the preset's parameters,
+    ``params`` override them, and the files are ``out/<preset>_<r>.nc`` with a ``preset`` attribute.
     """
-    if name not in GENERATORS:
-        raise ValueError(f"name: expected a generator, one of {sorted(GENERATORS)}, got {name!r}")
+    from .presets import PRESETS, generator_call
+
+    generator, preset_attrs = name, {}
+    if name in PRESETS and name not in GENERATORS:
+        generator, params, preset_attrs = generator_call(name, params)
+    if generator not in GENERATORS:
+        raise ValueError(f"name: expected a generator, one of {sorted(GENERATORS)}, or a preset, one of "
+                         f"{sorted(PRESETS)}, got {name!r}")
     check_positive_int("n", n)
     if isinstance(resolutions, int) or not resolutions:
         raise ValueError(f"resolutions: expected a non-empty list of points per axis, got {resolutions!r}")
     res = sorted({check_positive_int("resolution", r) for r in resolutions})
-    per_res, inputs, outputs, attrs, *more = GENERATORS[name](n, res, seed, progress, **params)
+    per_res, inputs, outputs, attrs, *more = GENERATORS[generator](n, res, seed, progress, **params)
+    attrs = {**attrs, **preset_attrs}
     paths = []
     for r in res:
         variables = per_res[r]
@@ -200,7 +209,5 @@ def generate_to_netcdf(name: str, n: int, resolution: int, out: str | os.PathLik
 
     ``params`` override the solver's defaults (e.g. ``nu``, ``t_final``, ``dt`` for Navier-Stokes).
     """
-    if name not in GENERATORS:
-        raise ValueError(f"name: expected a generator, one of {sorted(GENERATORS)}, got {name!r}")
     check_positive_int("resolution", resolution)
     return generate_at_resolutions(name, n, [resolution], out, seed=seed, progress=progress, **params)[0]
