@@ -4,20 +4,26 @@ from .bsa import BSATransformer
 from .codano import CoDANO
 from .erwin import Erwin
 from .galerkin_transformer import GalerkinTransformer
+from .linear_no import LinearNO
 from .mano import MANO
 from .mano_extended import MANOExtended
+from .ono import ONO
 from .registry import create_operator, list_operators, register_operator
 from .spherical_transformer import PlanarTransformer, SphericalTransformer
+from .transolver import Transolver
 
 __all__ = [
     "BSATransformer",
     "CoDANO",
     "Erwin",
     "GalerkinTransformer",
+    "LinearNO",
     "MANO",
     "MANOExtended",
+    "ONO",
     "PlanarTransformer",
     "SphericalTransformer",
+    "Transolver",
     "create_operator",
     "list_operators",
     "register_operator",

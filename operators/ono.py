@@ -65,7 +65,7 @@ __all__ = ["ONO", "LinearAttention", "orthonormalize"]
 def orthonormalize(psi: torch.Tensor, w: torch.Tensor, jitter: float) -> torch.Tensor:
     """``ψ L^{-T}`` with ``L Lᵀ = Σ_i w_i ψ_i ψ_iᵀ + jitter tr(Σ)/k I`` per sample; ``psi`` ``(B, N, k)``, ``w`` ``(B, N)``."""
     k = psi.shape[-1]
-    cov = torch.einsum("bn,bnc,bnd->bcd", w.to(psi.dtype), psi, psi)
+    cov = (psi * w.to(psi.dtype)[..., None]).transpose(-1, -2) @ psi
     eye = torch.eye(k, dtype=psi.dtype, device=psi.device)
     cov = cov + (jitter * cov.diagonal(dim1=-2, dim2=-1).sum(-1) / k)[:, None, None] * eye
     chol = torch.linalg.cholesky(cov)
@@ -114,7 +114,7 @@ class _ONOBlock(nn.Module):
         x = x + self.attn(self.ln1(x), w)
         x = x + self.mlp(self.ln2(x))
         psi = orthonormalize(self.proj(x), w, self.cov_jitter)
-        coeff = torch.einsum("bn,bnk,bnc->bkc", w.to(f.dtype), psi, f)  # Σ_j w_j ψ^_j f_jᵀ  (B, k, C)
+        coeff = (psi * w.to(f.dtype)[..., None]).transpose(-1, -2) @ f  # Σ_j w_j ψ^_j f_jᵀ  (B, k, C)
         f = (psi * F.softplus(self.mu)) @ coeff + f
         return x, self.mlp2(self.ln3(f))
 

@@ -29,6 +29,9 @@ GRID = {
     "mano": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, window=4),
     "mano_extended": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, window=4, head_width=4,
                           head_modes=4, head_layers=1, head_grid=None, lift_spacing=None, rel_pos_bias=2),
+    "transolver": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, slice_num=4),
+    "linear_no": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, key_ratio=4),
+    "ono": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, psi_dim=4),
 }
 SPHERE = {
     "spherical_transformer": dict(in_channels=2, out_channels=1, nlat=9, nlon=16, embed_dim=8, n_layers=1, n_heads=2),
@@ -42,6 +45,9 @@ POINTS = {
     # the Galerkin Transformer on point clouds (pointwise regressor): no tree, so batch and N are dynamic directly
     "galerkin_transformer": dict(in_channels=2, out_channels=1, d_model=16, n_layers=1, n_heads=2,
                                  regressor="pointwise"),
+    "transolver": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, slice_num=4),
+    "linear_no": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, key_ratio=4),
+    "ono": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, psi_dim=4),
 }
 RESOLUTIONS = (16, 24, 32)
 CLOUD_SIZES = (40, 64, 100)

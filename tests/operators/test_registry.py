@@ -25,6 +25,9 @@ SMALL = {
                             block_size=2, top_k=2, mlp_ratio=2),
     "spherical_transformer": dict(in_channels=2, out_channels=1, nlat=9, nlon=16, embed_dim=8, n_layers=1, n_heads=2),
     "planar_transformer": dict(in_channels=2, out_channels=1, nlat=9, nlon=16, embed_dim=8, n_layers=1, n_heads=2),
+    "transolver": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, slice_num=4),
+    "linear_no": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, key_ratio=4),
+    "ono": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, psi_dim=4),
 }
 # Operators on a sphere grid are built for one (nlat, nlon) grid and run on others whose nlon is a multiple or a
 # divisor of their internal grid's (here 8), with the same weights.

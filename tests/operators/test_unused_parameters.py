@@ -38,6 +38,9 @@ VARIANTS = {
                         dict(depth=3, group_size=4)],
     "spherical_transformer": [dict(n_layers=2)],
     "planar_transformer": [dict(n_layers=2)],
+    "transolver": [dict(spatial_dims=1), dict(spatial_dims=3, mlp_ratio=2)],
+    "linear_no": [dict(learn_temperature=True), dict(spatial_dims=3)],
+    "ono": [dict(spatial_dims=1, n_layers=1), dict(psi_dim=16, mlp_ratio=2)],
 }
 
 

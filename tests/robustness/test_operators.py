@@ -27,6 +27,9 @@ VALID = {
     "bsa_transformer": dict(in_channels=1, out_channels=1, width=8, depth=1, n_heads=2, ball_size=4, block_size=2),
     "spherical_transformer": dict(in_channels=1, out_channels=1, nlat=4, nlon=8, embed_dim=4, n_layers=1),
     "planar_transformer": dict(in_channels=1, out_channels=1, nlat=4, nlon=8, embed_dim=4, n_layers=1),
+    "transolver": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, slice_num=2),
+    "linear_no": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, key_ratio=2),
+    "ono": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, psi_dim=2),
 }
 REQUIRED = {"codano": "variables", "spherical_transformer": "nlat", "planar_transformer": "nlon"}
 # one integer hyperparameter of each operator, for non-positive / bool / float values
@@ -36,6 +39,8 @@ SIZE = {"galerkin_transformer": "n_layers", "mano": "width", "mano_extended": "h
 STRING = {"erwin": (TypeError, ("n_heads: expected a positive int or 2 ints (one per level), got '4' (str)",))}
 HEADS = {"galerkin_transformer": "n_heads", "mano": "n_heads", "mano_extended": "n_heads", "codano": "n_heads", "bsa_transformer": "n_heads",
          "spherical_transformer": "n_heads", "planar_transformer": "n_heads", "erwin": "n_heads"}
+SIZE |= {"transolver": "slice_num", "linear_no": "key_ratio", "ono": "psi_dim"}
+HEADS |= {"transolver": "n_heads", "linear_no": "n_heads", "ono": "n_heads"}
 
 
 def make(name: str, **change):
