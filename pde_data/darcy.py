@@ -24,6 +24,14 @@ Storage convention
     are kept and the right/top boundary is dropped, as in neuraloperator's Darcy ``.pt``
     files. Restriction from the finest stored resolution ``S`` is then exact slicing,
     ``fine[..., ::S // r, ::S // r]``, so every resolution holds the very same sample.
+
+Regime of the defaults (against the papers' protocols; presets in :mod:`sciattn.pde_data.presets`)
+    :data:`DARCY_DEFAULTS` are FNO's coefficient law (``piececonst_r421``: 12 / 3 from a GRF with
+    ``alpha = 2``, ``tau = 3``, ``f = 1``), but without ``fine_resolution`` the solve grid is the finest
+    requested resolution, where FNO solved on 421 x 421 nodes and subsampled by 5 to 85: preset ``fno_darcy``
+    (solve at ``S = 420``, stored at 84, i.e. FNO's 85 nodes without the last Dirichlet row and column;
+    1000 / 200 samples). neuraloperator's bundled ``darcy_*_16.pt`` are another regime (contrast 20, not 4):
+    :mod:`.darcy_neuralop`.
 """
 
 from __future__ import annotations

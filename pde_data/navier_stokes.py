@@ -32,6 +32,13 @@ Reuse
 Storage convention
     FNO layout: ``w0`` ``(n, r, r)``, ``u`` ``(n, r, r, T)`` (time last, ``u[..., k]`` at
     ``t = (k + 1) t_final / T``); restriction from the solve grid is ``[:, ::S // r, ::S // r]``.
+
+Regime of the defaults (against the papers' protocols; presets in :mod:`sciattn.pde_data.presets`)
+    :data:`NS_DEFAULTS` are FNO's first setting, ``nu = 1e-3`` to ``T = 50`` (``ns_V1e-3_N5000_T50``): the
+    most viscous of its three, where the forced flow is smooth. The setting most papers benchmark on (FNO's
+    ``NavierStokes_V1e-5_N1200_T20``, also Transolver's and NSL's) is ``nu = 1e-5``, ``T = 20``, stored at
+    64^2 from a 256^2 solve, 10 snapshots in and 10 out, 1000 / 200 samples: preset ``fno_navier_stokes``.
+    Without ``fine_resolution`` the solve grid is the finest requested resolution, not FNO's 256.
 """
 
 from __future__ import annotations
@@ -150,7 +157,7 @@ def advect_diffuse_step(
     dt: float,
     source_h: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """One step of ``c_t + u . grad c = diffusivity Laplacian c + source`` in Fourier space.
+    """One step of ``c_t + u·grad c = diffusivity Laplacian c + source`` in Fourier space.
 
     Crank–Nicolson on diffusion, explicit (forward Euler) advection and source, as ``ns_2d.py``.
     ``c_h`` is ``rfft2(c)`` ``(..., s, s//2+1)``, ``u``/``v`` physical ``(..., s, s)``.
