@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from sciattn.train.cli import main
 
@@ -85,6 +86,18 @@ def test_sweep_of_a_tiny_run(name, tmp_path, capsys):
         assert [rows[r]["regime"] for r in (8, 32)] == ["zero-shot coarser", "zero-shot finer"]
         # the same band-limited samples on every grid, the same weights: errors close to the training grid's
         assert all(0.5 < rows[r]["ratio_to_training"] < 2 for r in (8, 32)), rows
+        # each row is the trained model on that grid: recomputed with its standalone on_grid copy
+        from sciattn.train.checkpoint import load_checkpoint, load_model
+        from sciattn.train.losses import relative_l2
+        from sciattn.train.sweep_data import run_source, sweep_sets
+
+        model, xn, yn, _ = load_model(run)
+        sets, _ = sweep_sets(run_source(load_checkpoint(run), run), [8, 32], run, n_samples=4, seed=1, root=root)
+        for r in (8, 32):
+            with torch.no_grad():
+                pred = yn.decode(model.on_grid(r, 2 * r)(xn.encode(sets[r].x.float())))
+            want = float(relative_l2(pred, sets[r].y.float()[:, :pred.shape[1]], 2))
+            assert rows[r]["rel_l2"] == pytest.approx(want, rel=1e-4), (r, rows[r]["rel_l2"], want)
         assert main(["evaluate", str(run), "--resolutions", "16", "12", "--root", str(root), "--no-progress"]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1
