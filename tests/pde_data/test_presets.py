@@ -124,5 +124,5 @@ def test_sciattn_data_generate_writes_a_preset(tmp_path):
 
 @pytest.mark.slow
 def test_navier_stokes_preset_full_horizon_at_64():
-    d = load_preset("fno_navier_stokes", 2, fine_resolution=64)  # T = 20: 200,000 steps (~2.5 min on 2 cores)
+    d = load_preset("fno_navier_stokes", 2, fine_resolution=64)  # T = 20: 200,000 steps (206 s on 2 shared cores)
     assert d["y"].shape == (2, 64, 64, 20) and np.isfinite(d["y"]).all()
