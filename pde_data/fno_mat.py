@@ -18,16 +18,16 @@ File formats
     (:func:`read_mat_array`). MATLAB vectors are 2-D (``t`` of 50 steps is ``(1, 50)``).
 
 Datasets (all :class:`~sciattn.pde_data.grid_dataset.GridPairDataset`, channels first)
-    ========================= ================== =============================== ===========================
-    builder                   keys in the file   dataset                         split convention
-    ========================= ================== =============================== ===========================
-    :func:`load_fno_darcy`    ``coeff``, ``sol`` x (n, 1, r, r), y (n, 1, r, r)  head of smooth1 / smooth2
-                              (N, s, s)
-    :func:`load_fno_burgers`  ``a``, ``u``       x (n, 1, r), y (n, 1, r)        train head, test TAIL
-                              (N, 8192)
-    :func:`load_fno_navier_   ``u``              x (n, t_in, r, r),              train head, test TAIL
-    stokes`                   (N, X, Y, T)       y (n, t_out, r, r)
-    ========================= ================== =============================== ===========================
+    =============================== ================== =============================== ===========================
+    builder                         keys in the file   dataset                         split convention
+    =============================== ================== =============================== ===========================
+    :func:`load_fno_darcy`          ``coeff``, ``sol`` x (n, 1, r, r), y (n, 1, r, r)  head of smooth1 / smooth2
+                                    (N, s, s)
+    :func:`load_fno_burgers`        ``a``, ``u``       x (n, 1, r), y (n, 1, r)        train head, test TAIL
+                                    (N, 8192)
+    :func:`load_fno_navier_stokes`  ``u``              x (n, t_in, r, r),              train head, test TAIL
+                                    (N, X, Y, T)       y (n, t_out, r, r)
+    =============================== ================== =============================== ===========================
 
     Subsampling follows FNO: periodic grids (Burgers, Navier-Stokes; endpoint excluded) use
     ``arr[..., ::n // r]`` with ``r`` dividing ``n``; the Darcy node grid (both boundaries

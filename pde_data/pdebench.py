@@ -154,6 +154,8 @@ class PDEBenchWindowDataset(Dataset):
         cfd only: the variables to stack, in this order (default: those present, in the order
         of :data:`CFD_VARIABLES`).
 
+    Notes
+    -----
     Items are ``{"x": (C * t_in, *spatial), "y": (C * t_out, *spatial)}`` float32, channels
     time-major (channel ``k * C + v`` = frame ``k``, variable ``v``); Darcy items are
     ``{"x": nu (1, X, Y), "y": tensor (1, X, Y)}``. ``len`` is (samples in the split) x (window

@@ -12,7 +12,7 @@ rule           nodes                            weights              exact for
 =============  ===============================  ===================  ==============
 ``uniform``    ``a + (b-a) i / n``, i < n       ``(b-a)/n``          periodic trig.
 ``midpoint``   ``a + (b-a) (i + 1/2) / n``      ``(b-a)/n``          linear, O(h²)
-``trapezoid``  ``a + (b-a) i / (n-1)``, i ≤ n-1  ``(b-a)/(n-1)``,     linear, O(h²)
+``trapezoid``  ``a + (b-a) i / (n-1)``, i < n    ``(b-a)/(n-1)``,     linear, O(h²)
                                                  halved at the ends
 =============  ===============================  ===================  ==============
 

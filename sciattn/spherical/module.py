@@ -187,8 +187,9 @@ class SphericalAttention(_SphericalBase):
 class SphericalNeighborhoodAttention(_SphericalBase):
     """Attention over geodesic discs ``{x : d(x, x') ≤ θ_c}``, keys weighted by area.
 
+    Takes the arguments of :class:`SphericalAttention`, plus:
+
     Args:
-        as :class:`SphericalAttention`, plus
         theta_cutoff: disc radius in radians; ``None`` is one latitude spacing of the coarser grid
             (``π/(nlat−1)`` on an equiangular grid); ``≥ π`` makes it global attention.
         backend: force a :func:`sciattn.neighborhood.neighborhood_attention` backend.

@@ -1,0 +1,108 @@
+"""Write the API reference's pages from the packages' ``__all__`` (called by ``conf.py`` on every
+build, so a name added to an ``__all__`` is documented without touching the docs).
+
+One page per module in :data:`GROUPS`: that module's ``__all__`` in an autosummary table, then each
+name's autodoc entry on the same page (one page per module keeps the build fast and reads as a unit). A class or function re-exported by several modules is
+documented once, where it is first listed; the later pages link to it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+
+# (caption, modules); a trailing ".*" adds the public sub-modules that define __all__.
+GROUPS = [
+    ("sciattn: attention layers and functionals", ["sciattn"]),
+    ("Attention families", ["sciattn.galerkin", "sciattn.multipole", "sciattn.codomain", "sciattn.balltree",
+                            "sciattn.spherical", "sciattn.weighted_softmax", "sciattn.neighborhood"]),
+    ("Domains and quadrature", ["sciattn.domain", "sciattn.quadrature"]),
+    ("sciattn.operators: neural operators", ["sciattn.operators"]),
+    ("sciattn.pde_data: readers and generators", ["sciattn.pde_data", "sciattn.pde_data.*"]),
+    ("sciattn.train: training, evaluation, export", ["sciattn.train", "sciattn.train.*"]),
+]
+
+SKIP_SUBMODULES = {"sciattn.train.cli"}  # the command line has its own page (cli.md)
+
+
+def _expand(names: list[str]) -> list[str]:
+    out = []
+    for name in names:
+        if not name.endswith(".*"):
+            out.append(name)
+            continue
+        pkg = importlib.import_module(name[:-2])
+        for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+            full = f"{pkg.__name__}.{info.name}"
+            if info.name.startswith("_") or full in SKIP_SUBMODULES:
+                continue
+            if getattr(importlib.import_module(full), "__all__", None):
+                out.append(full)
+    return out
+
+
+def _public(modname: str) -> list[str]:
+    mod = importlib.import_module(modname)
+    names = getattr(mod, "__all__", None)
+    if names is None:
+        raise RuntimeError(f"{modname} has no __all__; the API reference is generated from it")
+    return [n for n in names if not n.startswith("__")]
+
+
+def _underline(text: str, ch: str = "=") -> str:
+    return f"{text}\n{ch * len(text)}\n"
+
+
+def write_api_pages(out: Path) -> list[str]:
+    """Write ``out/<module>.rst`` for every module of :data:`GROUPS` and ``out/toc.rst.inc`` (the
+    grouped toctrees that ``api/index.rst`` includes). Files are rewritten only when they change, so
+    an incremental build stays incremental. Returns the module names."""
+    out.mkdir(parents=True, exist_ok=True)
+    documented: dict[int, str] = {}  # id(object) -> qualified name where it is documented
+    toc, modules = [], []
+    for caption, names in GROUPS:
+        mods = _expand(names)
+        toc += [".. toctree::", f"   :caption: {caption}", "   :maxdepth: 1", ""]
+        toc += [f"   _auto/{m}" for m in mods] + [""]
+        for modname in mods:
+            modules.append(modname)
+            mod = importlib.import_module(modname)
+            own, elsewhere = [], []
+            for n in _public(modname):
+                obj = getattr(mod, n)
+                key = id(obj) if (inspect.isclass(obj) or inspect.isroutine(obj)) else None
+                if key is not None and key in documented:
+                    elsewhere.append(documented[key])
+                    continue
+                if key is not None:
+                    documented[key] = f"{modname}.{n}"
+                own.append(n)
+            lines = [_underline(modname), f".. automodule:: {modname}", "   :no-members:", "",
+                     f".. currentmodule:: {modname}", ""]
+            if own:
+                lines += [".. autosummary::", "   :nosignatures:", ""]
+                lines += [f"   {n}" for n in own] + [""]
+                for n in own:
+                    lines += [_directive(getattr(mod, n), n), ""]
+            if elsewhere:
+                refs = ", ".join(f":obj:`~{q}`" for q in elsewhere)
+                lines += [f"Also exported here (documented where first listed): {refs}.", ""]
+            _write(out / f"{modname}.rst", "\n".join(lines))
+    _write(out / "toc.rst.inc", "\n".join(toc))
+    return modules
+
+
+def _directive(obj, name: str) -> str:
+    """The autodoc directive documenting ``name`` on its module's page."""
+    if inspect.isclass(obj):
+        return f".. autoclass:: {name}\n   :members:\n   :show-inheritance:"
+    if inspect.isroutine(obj):
+        return f".. autofunction:: {name}"
+    return f".. autodata:: {name}\n   :no-value:" if not isinstance(obj, (int, float, str, tuple)) else f".. autodata:: {name}"
+
+
+def _write(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)

@@ -1,0 +1,153 @@
+"""Sphinx configuration of the sciattn site: furo, MyST (the Markdown pages are the user guide),
+autodoc/autosummary over each package's ``__all__`` and a sphinx-gallery of runnable examples.
+
+    python -m sphinx -W -b html docs docs/_build/html
+
+``SCIATTN_GALLERY_QUICK=1`` makes the gallery scripts read fewer samples and epochs;
+``SCIATTN_GALLERY_RUN=0`` builds the site without executing them (sphinx-gallery's
+``plot_gallery=False``). Nothing here reaches the network: there is no intersphinx mapping.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # for _apigen
+
+import _apigen  # noqa: E402
+from sphinx.util.docstrings import prepare_docstring  # noqa: E402
+
+import sciattn  # noqa: E402
+
+project = "sciattn"
+author = "the sciattn developers"
+copyright = "2026, the sciattn developers"
+release = version = sciattn.__version__
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.mathjax",
+    "sphinx.ext.intersphinx",
+    "sphinx_gallery.gen_gallery",
+]
+
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build", "**/*.ipynb", "gallery/*.py", "gallery/*.md5", "gallery/*.zip",
+                    "gallery/*.json", "gallery/*.codeobj.json", "api/_templates"]
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
+html_theme = "furo"
+html_title = f"sciattn {release}"
+html_theme_options = {"navigation_with_keys": True}
+
+# MyST: ```{toctree}``` fences, $...$ maths, heading anchors for `page.md#section` links.
+myst_enable_extensions = ["colon_fence", "dollarmath", "amsmath", "deflist"]
+myst_heading_anchors = 3
+
+# The API reference is generated from the packages' __all__ (docs/_apigen.py) into docs/api/_auto/.
+autosummary_generate = False
+autosummary_imported_members = True
+autodoc_default_options = {"members": True, "show-inheritance": True}
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_typehints_format = "short"
+autodoc_class_signature = "mixed"
+add_module_names = False
+napoleon_google_docstring = True
+napoleon_numpy_docstring = True
+napoleon_use_rtype = False
+napoleon_preprocess_types = False
+
+# Offline: no intersphinx inventories are fetched (types of torch/numpy render as plain text).
+intersphinx_mapping: dict = {}
+intersphinx_disabled_reftypes = ["*"]
+# Type hints name torch/numpy/xarray objects that have no page here: not a broken link.
+nitpicky = False
+
+_run_gallery = os.environ.get("SCIATTN_GALLERY_RUN", "1") != "0"
+sphinx_gallery_conf = {
+    "examples_dirs": str(HERE.parent / "examples" / "gallery"),
+    "gallery_dirs": str(HERE / "gallery"),
+    "filename_pattern": r"/plot_",
+    "plot_gallery": _run_gallery,
+    "download_all_examples": False,
+    "remove_config_comments": True,
+    "within_subsection_order": "FileNameSortKey",
+    "matplotlib_animations": False,
+    "image_scrapers": ("matplotlib",),
+    "reset_modules": ("matplotlib",),
+    "abort_on_example_error": True,
+    "only_warn_on_example_error": False,
+    "show_memory": False,
+    "min_reported_time": 1,
+}
+
+# Written before autosummary reads them, on every build: new names in any __all__ appear at once.
+_apigen.write_api_pages(HERE / "api" / "_auto")
+
+
+# Docstring markup that is plain text in the source but RST syntax to docutils, fixed once here
+# instead of in every docstring: ``(N, C, *spatial)`` (not emphasis), ``|x|`` (not a substitution),
+# and a data object whose "docstring" is its type's (a dict's constructor help).
+_STARRED = re.compile(r"(?<![\\\w*])(\*{1,2})(?=(spatial|shape|extra|args|kwargs|sizes|batch)\b)")
+
+
+def _escape_plain(text: str) -> str:
+    parts = re.split(r"(``.*?``|`[^`]*`_?|:\w+:`[^`]*`)", text)
+    for i in range(0, len(parts), 2):
+        parts[i] = _STARRED.sub(lambda m: "\\*" * len(m.group(1)), parts[i])
+        parts[i] = re.sub(r"(?<!\\)\|", r"\\|", parts[i])
+    return "".join(parts)
+
+
+def _process_docstring(app, what, name, obj, options, lines):
+    own = getattr(type(obj), "__doc__", None)
+    if what in ("data", "attribute") and isinstance(own, str) and lines[:3] == prepare_docstring(own)[:3]:
+        lines[:] = []
+        return
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith(("|", "+-", "+=")):  # line blocks and grid tables keep their bars
+            continue
+        lines[i] = _escape_plain(line)
+
+
+# Pages other work adds (docs/operators/*.md, docs/fidelity.md) are globbed in index.md; a glob that
+# matches nothing yet is dropped here, since Sphinx warns about it (and -W makes that an error).
+_OPTIONAL_GLOBS = ("operators/*", "fidelity*")
+
+
+def _drop_empty_globs(app, docname, source):
+    if docname != "index":
+        return
+    for pattern in _OPTIONAL_GLOBS:
+        if not any(p.suffix in (".md", ".rst") for p in HERE.glob(pattern)):
+            source[0] = re.sub(rf"^{re.escape(pattern)}\n", "", source[0], flags=re.M)
+
+
+_NAME_LIST = re.compile(r"^(\s+)(\w+, )*\w+,$")
+
+
+def _join_wrapped_names(app, what, name, obj, options, lines):
+    """``Args:`` entries that list several names wrapped over lines (``a, b,`` / ``c: as ...``) are
+    one entry to a reader but a broken field list to napoleon: join them (runs before napoleon)."""
+    i = 0
+    while i < len(lines) - 1:
+        m = _NAME_LIST.match(lines[i])
+        if m and lines[i + 1].startswith(m.group(1)) and not lines[i + 1].startswith(m.group(1) + " "):
+            lines[i:i + 2] = [lines[i] + " " + lines[i + 1].strip()]
+            continue
+        i += 1
+
+
+def setup(app):
+    app.connect("autodoc-process-docstring", _join_wrapped_names, priority=100)
+    app.connect("autodoc-process-docstring", _process_docstring)
+    app.connect("source-read", _drop_empty_globs)
