@@ -659,7 +659,7 @@ class MultipoleAttention(nn.Module):
 
     def _forward_physical(self, x: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
         """``pyramid="physical"`` (class docstring): ``y = W_o (local + Σ_ℓ γ_ℓ A_ℓ)``."""
-        b, grid, d = x.shape[0], tuple(x.shape[2:]), self.spatial_dims
+        b, grid = x.shape[0], tuple(x.shape[2:])
         h, dh = self.n_heads, self.head_dim
         w = (torch.ones((), dtype=x.dtype, device=x.device) if weights is None else weights.to(x.dtype))
         w = w.expand(b, *grid)
@@ -667,8 +667,8 @@ class MultipoleAttention(nn.Module):
         qw, kw, vw = self.qkv.weight.split(self.dim)
         qb, kb, vb = self.qkv.bias.split(self.dim)
 
-        def heads(t):  # (B, *n, C) -> (B, H, *n, Dh)
-            return t.unflatten(-1, (h, dh)).movedim(-2, 1)
+        def heads(t):  # (B, *n, C) -> (B, *n, H, Dh), channels last
+            return t.unflatten(-1, (h, dh))
 
         q = heads(F.linear(xl, qw, qb))
         if self.q_norm is not None:
@@ -683,16 +683,22 @@ class MultipoleAttention(nn.Module):
             logw = torch.where(w > 0, torch.log(torch.where(w > 0, w, 1.0)), neg)
             out = local_attention(q, k, v, logw, self.local_window, scale)
         bias = self._table_bias if self.rel_bias_table is not None else None
+        prev = None  # (grid, means, weights) of the level above, when it nests exactly on the input
         for i, (m, c) in enumerate(self.levels):
-            xm, wm = pool_to_grid(x, w, m)  # means then projection: exact (the weighted mean is affine)
+            if prev is not None and all(a % b == 0 for a, b in zip(prev[0], m)):
+                xm, wm = pool_to_grid(prev[1], prev[2], m)  # a weighted mean of weighted means: the same means
+            else:
+                xm, wm = pool_to_grid(x, w, m)  # means then projection: exact (the weighted mean is affine)
+            nested = all(not isinstance(n, int) or n % a == 0 for n, a in zip(grid, m))
+            prev = (m, xm, wm) if nested else None
             xm = xm.movedim(1, -1)
             k, v = heads(F.linear(xm, kw, kb)), heads(F.linear(xm, vw, vb))
             if self.k_norm is not None:
                 k = self.k_norm(k)
             logw = torch.where(wm > 0, torch.log(torch.where(wm > 0, wm, 1.0)), neg)
             a = level_attention(q, k, v, logw, c, scale, bias)
-            out = out + a * self.level_weight[i].to(a.dtype).view(1, h, *(1,) * d, 1)
-        r = out.movedim(1, -2).flatten(-2)  # (B, *n, C) head-major
+            out = out + a * self.level_weight[i].to(a.dtype).view(h, 1)
+        r = out.flatten(-2)  # (B, *n, C) head-major
         if self.gate_proj is not None:
             r = F.silu(self.gate_proj(xl)) * r
         return self.out_proj(r).movedim(-1, 1)

@@ -23,8 +23,9 @@ grid that does not depend on ``n``.
 * :func:`local_attention`: the near field below the key grids' scale, each query against a clamped
   sliding window of ``l`` input cells per axis (online over the ``Π l_a`` offsets: ``O(N)`` memory).
 
-Shapes: ``q (B, H, *n, D)``; level keys/values ``(B, H, *m, D)``/``(B, H, *m, E)``; log-weights
-``(B, *m)`` (``-inf`` excludes a key); outputs ``(B, H, *n, E)``, zero where no key is admissible.
+Shapes (channels last, heads before the head dimension): ``q (B, *n, H, D)``; level keys/values
+``(B, *m, H, D)``/``(B, *m, H, E)``; log-weights ``(B, *m)`` (``-inf`` excludes a key); outputs
+``(B, *n, H, E)``, zero where no key is admissible.
 """
 
 from __future__ import annotations
@@ -110,18 +111,53 @@ def window_starts(m: int, c: int, device=None) -> torch.Tensor:
     return (torch.arange(m, device=device) - c // 2).clamp(0, m - c)
 
 
-def _query_groups(n, m: int, device):
-    """Per axis: input cells of each key cell, ``(m, g)`` indices and validity (``g = max count``), or
-    ``None`` when ``n`` is a multiple of ``m`` (the groups are a reshape)."""
+def _tile(n, m: int, c: int) -> int:
+    """Key cells per axis grouped into one tile (a divisor of ``m``, at most ``max(c, 8)``, holding at most 8
+    input cells): tiles share a halo of keys,
+    so fewer keys are gathered when a key cell holds few queries (``n / m`` small). Symbolic ``n``: 1."""
+    if not isinstance(n, int):
+        return 1
+    r = n / m
+    best = 1
+    for t in range(1, max(c, 8) + 1):
+        if m % t == 0 and t * r <= 8:
+            best = t
+    return best
+
+
+def _axis_tables(n, m: int, c: int, tile: int, device, dtype):
+    """Per-axis tables of one level: query groups ``(t, g)`` (input cells of each tile of ``tile`` key cells;
+    ``None`` when they are a reshape), their validity, the key halo ``(t, h)`` of each tile, the admissible
+    (query, halo key) pairs ``(t, g, h)`` (the query's clamped sliding window; ``None`` when every pair is) and
+    the displacements ``(t, g, h)`` from query to key centre in window units (``None`` unless ``need_delta``)."""
+    t = m // tile
+    halo = min(m, tile + c - 1)
+    starts = window_starts(m, c, device)  # (m,)
+    hs = starts[torch.arange(t, device=device) * tile].clamp(max=m - halo)  # (t,)
+    keys = hs[:, None] + torch.arange(halo, device=device)  # (t, halo)
     if _divides(n, m):
-        return None
-    owner = _axis_owner(n, m, device)
-    counts = torch.bincount(owner, minlength=m)
-    g = int(counts.max())
-    first = torch.cumsum(counts, 0) - counts  # owner is non-decreasing: cells of j are first[j] .. first[j]+counts[j]-1
-    idx = first[:, None] + torch.arange(g, device=device)
-    valid = torch.arange(g, device=device) < counts[:, None]
-    return torch.where(valid, idx, 0), valid
+        r = n // m
+        g = tile * r
+        qidx = torch.arange(t, device=device)[:, None] * g + torch.arange(g, device=device)
+        valid, reshape = None, True
+    else:
+        owner = _axis_owner(n, m, device) // tile
+        counts = torch.bincount(owner, minlength=t)
+        g = int(counts.max())
+        first = torch.cumsum(counts, 0) - counts  # owner is non-decreasing
+        qidx = first[:, None] + torch.arange(g, device=device)
+        valid = torch.arange(g, device=device) < counts[:, None]
+        qidx = torch.where(valid, qidx, 0)
+        reshape = False
+    xq = (qidx.to(dtype) + 0.5) * m / n  # query positions in key cells, (t, g)
+    cell = xq.floor().clamp(0, m - 1).long()  # the query's key cell
+    st = starts[cell]  # (t, g)
+    allowed = None
+    if tile > 1:
+        allowed = (keys[:, None, :] >= st[..., None]) & (keys[:, None, :] < st[..., None] + c)
+    delta = (xq[..., None] - (keys[:, None, :].to(dtype) + 0.5)) / c
+    return dict(t=t, g=g, halo=halo, qidx=qidx, valid=valid, reshape=reshape, keys=keys, allowed=allowed,
+                delta=delta)
 
 
 def level_attention(
@@ -133,134 +169,111 @@ def level_attention(
     scale: float,
     bias: Callable[[list[torch.Tensor]], torch.Tensor] | None = None,
     scores_per_call: int | None = None,
+    tiles: Sequence[int] | None = None,
 ) -> torch.Tensor:
-    """One level of the physical pyramid (module docstring): ``q (B, H, *n, D)`` against key cells
-    ``k (B, H, *m, D)``, ``v (B, H, *m, E)``, ``logw (B, *m)``, sliding windows of ``window`` cells.
+    """One level of the physical pyramid (module docstring): ``q (B, *n, H, D)`` against key cells
+    ``k (B, *m, H, D)``, ``v (B, *m, H, E)``, ``logw (B, *m)``, sliding windows of ``window`` cells.
 
-    ``bias``: optional score bias, a function of the per-axis displacements ``δ_a`` (query position minus
-    key cell centre, in units of the window; tensors broadcasting to ``(Mc, G_1..G_d, P_1..P_d)``) returning
-    ``(H, Mc, G, P)``. Returns ``(B, H, *n, E)``."""
-    b, h = q.shape[:2]
-    n, m, d = tuple(q.shape[2:-1]), tuple(k.shape[2:-1]), q.dim() - 3
-    dev, e = q.device, v.shape[-1]
-    cells, p = math.prod(m), math.prod(window)
-    # key cells of each window, flat (M, P)
-    wins = [window_starts(ma, ca, dev)[:, None] + torch.arange(ca, device=dev) for ma, ca in zip(m, window)]
-    strides = [math.prod(m[a + 1:]) for a in range(d)]
-    kidx = torch.zeros((), dtype=torch.long, device=dev)
-    for a in range(d):
-        shape = [1] * (2 * d)
-        shape[a], shape[d + a] = m[a], window[a]
-        kidx = kidx + (wins[a] * strides[a]).view(shape)
-    kidx = kidx.reshape(cells, p)
-    kf, vf, lf = k.flatten(2, -2), v.flatten(2, -2), logw.flatten(1)
-    groups = [_query_groups(na, ma, dev) for na, ma in zip(n, m)]
-    reshaped = all(gr is None for gr in groups)
-    if reshaped:  # every axis a multiple: queries of one key cell are a block of r_a = n_a / m_a cells per axis
-        r = [na // ma for na, ma in zip(n, m)]
-        split = [s for ma, ra in zip(m, r) for s in (ma, ra)]
-        order = [0, 1] + [2 + 2 * a for a in range(d)] + [3 + 2 * a for a in range(d)] + [2 + 2 * d]
-        qg = q.reshape(b, h, *split, q.shape[-1]).permute(order).reshape(b, h, cells, -1, q.shape[-1])
-        gsize = r
-        gidx = [torch.arange(ma, device=dev)[:, None] * ra + torch.arange(ra, device=dev) for ma, ra in zip(m, r)]
-    else:
-        groups = [gr if gr is not None else
-                  (torch.arange(ma, device=dev)[:, None] * (na // ma) + torch.arange(na // ma, device=dev),
-                   torch.ones(ma, na // ma, dtype=torch.bool, device=dev)) for gr, na, ma in zip(groups, n, m)]
-        gsize = [gr[0].shape[1] for gr in groups]
-        gidx = [gr[0] for gr in groups]
-        qstr = [math.prod(n[a + 1:]) for a in range(d)]
-        qidx = torch.zeros((), dtype=torch.long, device=dev)
-        qval = torch.ones((), dtype=torch.bool, device=dev)
-        for a in range(d):
+    The queries are grouped by tiles of key cells (``tiles`` per axis, default :func:`_tile`; 1: one key cell,
+    whose queries share exactly its window): a group attends to the halo of its tile's windows, masked to each
+    query's own window, through one fused SDPA batch entry. ``bias``: optional score bias, a function of the
+    per-axis displacements ``δ_a`` (query position minus key cell centre, in units of the window; tensors
+    broadcasting to ``(Mc, G_1..G_d, P_1..P_d)``) returning ``(H, Mc, G, P)``. Returns ``(B, H, *n, E)``."""
+    b, h = q.shape[0], q.shape[-2]
+    n, m, d = tuple(q.shape[1:-2]), tuple(k.shape[1:-2]), q.dim() - 3
+    dev, e, dq = q.device, v.shape[-1], q.shape[-1]
+    if tiles is None:
+        tiles = [_tile(na, ma, ca) for na, ma, ca in zip(n, m, window)]
+    ax = [_axis_tables(na, ma, ca, ta, dev, q.dtype) for na, ma, ca, ta in zip(n, m, window, tiles)]
+    groups, g, p = math.prod(a["t"] for a in ax), math.prod(a["g"] for a in ax), math.prod(a["halo"] for a in ax)
+
+    def combine(tables, strides):  # per-axis (t_a, x_a) index tables -> flat (T, X) over the d axes
+        out = torch.zeros((), dtype=torch.long, device=dev)
+        for a, (tab, st) in enumerate(zip(tables, strides)):
             shape = [1] * (2 * d)
-            shape[a], shape[d + a] = m[a], gsize[a]
-            qidx = qidx + (gidx[a] * qstr[a]).view(shape)
-            qval = qval & groups[a][1].view(shape)
-        qidx, qval = qidx.reshape(cells, -1), qval.reshape(cells, -1)
-        qf = q.flatten(2, -2)
-    g = math.prod(gsize)
-    # per-axis displacement tables (m_a, g_a, c_a): query position minus key centre, in window units
-    deltas = None
-    if bias is not None:
-        deltas = []
-        for a in range(d):
-            xq = (gidx[a].to(q.dtype) + 0.5) / n[a] * m[a]  # in key cells
-            xk = wins[a].to(q.dtype) + 0.5
-            deltas.append((xq[:, :, None] - xk[:, None, :]) / window[a])
-        cell_axes = [torch.arange(cells, device=dev) // strides[a] % m[a] for a in range(d)]
+            shape[a], shape[d + a] = tab.shape
+            out = out + (tab * st).view(shape)
+        return out.reshape(groups, -1)
+
+    kidx = combine([a["keys"] for a in ax], [math.prod(m[i + 1:]) for i in range(d)])  # (T, P)
+    reshaped = all(a["reshape"] for a in ax)
+    if reshaped:  # each group is a block of g_a = tile_a · n_a / m_a input cells per axis
+        split = [s for a in ax for s in (a["t"], a["g"])]
+        order = [0] + [1 + 2 * i for i in range(d)] + [2 + 2 * i for i in range(d)] + [1 + 2 * d, 2 + 2 * d]
+        qg = q.reshape(b, *split, h, dq).permute(order).reshape(b, groups, g, h, dq)
+    else:
+        qidx = combine([a["qidx"] for a in ax], [math.prod(n[i + 1:]) for i in range(d)])  # (T, G)
+        qval = torch.ones((), dtype=torch.bool, device=dev)
+        for i, a in enumerate(ax):
+            if a["valid"] is not None:
+                shape = [1] * (2 * d)
+                shape[i], shape[d + i] = a["valid"].shape
+                qval = qval & a["valid"].view(shape)
+        qval = qval.expand(*[a["t"] for a in ax], *[a["g"] for a in ax]).reshape(groups, g)
+        qf = q.flatten(1, d)
+    kf, vf, lf = k.flatten(1, d), v.flatten(1, d), logw.flatten(1)
+    masked = any(a["allowed"] is not None for a in ax)
+    group_axes = [torch.arange(groups, device=dev) // math.prod(a2["t"] for a2 in ax[i + 1:]) % ax[i]["t"]
+                  for i in range(d)]
+
+    def per_pair(name, start, stop, fill):  # per-axis (t, g, h) tables of the chunk, broadcast shapes
+        sel = []
+        for i, a in enumerate(ax):
+            tab = a[name]
+            shape = [stop - start] + [1] * (2 * d)
+            shape[1 + i], shape[1 + d + i] = a["g"], a["halo"]
+            sel.append(fill if tab is None else tab[group_axes[i][start:stop]].view(shape))
+        return sel
+
     if scores_per_call is None:
-        scores_per_call = CPU_SCORES_PER_CALL if dev.type == "cpu" else b * h * cells * g * p
-    per = cells if torch.compiler.is_compiling() else max(1, scores_per_call // max(1, b * h * g * p))
+        scores_per_call = CPU_SCORES_PER_CALL if dev.type == "cpu" else b * h * groups * g * p
+    per = groups if torch.compiler.is_compiling() else max(1, scores_per_call // max(1, b * h * g * p))
     parts = []
-    for start in range(0, cells, per):
-        stop = min(cells, start + per)
+    for start in range(0, groups, per):
+        stop = min(groups, start + per)
         mc = stop - start
-        ki = kidx[start:stop]
-        kc = kf[:, :, ki].reshape(b, h * mc, p, -1)
-        vc = vf[:, :, ki].reshape(b, h * mc, p, e)
-        lc = lf[:, ki]  # (B, Mc, P)
-        empty = torch.isinf(lc).all(-1)  # (B, Mc)
-        lc = torch.where(empty[..., None], torch.zeros((), dtype=lc.dtype, device=dev), lc).to(q.dtype)
+        kflat = kidx[start:stop].reshape(-1)
+        kc = kf.index_select(1, kflat).view(b * mc, p, h, dq).transpose(1, 2)  # (B·Mc, H, P, D)
+        vc = vf.index_select(1, kflat).view(b * mc, p, h, e).transpose(1, 2)
+        lc = lf.index_select(1, kflat).reshape(b, mc, 1, p).to(q.dtype)  # (B, Mc, 1, P)
         if reshaped:
-            qc = qg[:, :, start:stop]
+            qc = qg[:, start:stop]
         else:
-            qc = qf[:, :, qidx[start:stop]]
-        qc = qc.reshape(b, h * mc, g, -1)
-        if deltas is None:
-            mask = lc[:, None, :, None, :].expand(b, h, mc, 1, p).reshape(b, h * mc, 1, p)
+            qc = qf.index_select(1, qidx[start:stop].reshape(-1))
+        qc = qc.reshape(b * mc, g, h, dq).transpose(1, 2)  # (B·Mc, H, G, D)
+        if masked:
+            ok = None
+            for t in per_pair("allowed", start, stop, None):
+                if t is not None:
+                    ok = t if ok is None else ok & t
+            ok = ok.expand(mc, *[a["g"] for a in ax], *[a["halo"] for a in ax]).reshape(mc, g, p)
+            lc = lc + torch.where(ok, 0.0, -math.inf).to(q.dtype)  # (B, Mc, G, P)
+        empty = torch.isinf(lc).all(-1)  # (B, Mc, G|1): no admissible key
+        lc = torch.where(empty[..., None], torch.zeros((), dtype=lc.dtype, device=dev), lc)
+        if bias is None:
+            mask = lc.reshape(b * mc, 1, lc.shape[-2], p)  # broadcast over the heads
         else:
-            sel = []
-            for a in range(d):
-                dl = deltas[a][cell_axes[a][start:stop]]  # (Mc, g_a, c_a)
-                shape = [mc] + [1] * (2 * d)
-                shape[1 + a], shape[1 + d + a] = gsize[a], window[a]
-                sel.append(dl.view(shape))
-            extra = bias(sel).to(q.dtype)  # (H, Mc, G, P)
-            mask = (lc[:, None, :, None, :] + extra.unsqueeze(0)).reshape(b, h * mc, g, p)
-        out = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask, scale=scale).view(b, h, mc, g, e)
-        parts.append(torch.where(empty[:, None, :, None, None], torch.zeros((), dtype=out.dtype, device=dev), out))
-    out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)  # (B, H, M, G, E)
+            extra = bias(per_pair("delta", start, stop, None)).to(q.dtype)  # (H, Mc, G, P)
+            mask = (lc.unsqueeze(2) + extra.transpose(0, 1).unsqueeze(0)).reshape(b * mc, h, g, p)
+        out = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask, scale=scale)  # (B·Mc, H, G, E)
+        out = out.transpose(1, 2).reshape(b, mc, g, h, e)
+        parts.append(torch.where(empty[..., None, None], torch.zeros((), dtype=out.dtype, device=dev), out))
+    out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)  # (B, T, G, H, E)
     if reshaped:
-        split = [s for ma, ra in zip(m, gsize) for s in (ma, ra)]
-        inv = [0, 1] + [i for a in range(d) for i in (2 + a, 2 + d + a)] + [2 + 2 * d]
-        return out.reshape(b, h, *m, *gsize, e).permute(inv).reshape(b, h, *n, e)
-    res = out.new_zeros(b, h, math.prod(n), e)
-    res = res.index_copy(2, qidx[qval], out[:, :, qval])
-    return res.reshape(b, h, *n, e)
+        inv = [0] + [i for a in range(d) for i in (1 + a, 1 + d + a)] + [1 + 2 * d, 2 + 2 * d]
+        return out.reshape(b, *[a["t"] for a in ax], *[a["g"] for a in ax], h, e).permute(inv).reshape(b, *n, h, e)
+    res = out.new_zeros(b, math.prod(n), h, e)
+    res = res.index_copy(1, qidx[qval], out[:, qval])
+    return res.reshape(b, *n, h, e)
 
 
 def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: torch.Tensor,
                     window: Sequence[int], scale: float) -> torch.Tensor:
     """Softmax attention of every input cell over the clamped sliding window of ``window`` input cells
-    (at most ``n_a``) per axis around it: ``q, k (B, H, *n, D)``, ``v (B, H, *n, E)``, ``logw (B, *n)``.
+    (at most ``n_a``) per axis around it: ``q, k (B, *n, H, D)``, ``v (B, *n, H, E)``, ``logw (B, *n)``.
 
-    Computed as a streaming (online) softmax over the ``Π l_a`` window offsets, each a gather of
-    ``k``/``v`` along the axes, so memory is ``O(N (D + E))`` whatever the window."""
-    d = q.dim() - 3
-    n = q.shape[2:-1]
-    dev = q.device
+    The same computation as :func:`level_attention` with the input grid as key grid (``m = n``): tiles of
+    up to 8 cells per axis attend to their halo, masked to each query's window, in fused SDPA chunks."""
+    n = q.shape[1:-2]
     lw = [min(wa, na) if isinstance(na, int) else wa for wa, na in zip(window, n)]
-    tables = [window_starts(na, la, dev) for na, la in zip(n, lw)]
-    run_max = acc = den = None
-    for offset in torch.cartesian_prod(*[torch.arange(la) for la in lw]).reshape(-1, d).tolist():
-        kk, vv, ll = k, v, logw
-        for a, o in enumerate(offset):
-            idx = tables[a] + o
-            kk, vv = kk.index_select(2 + a, idx), vv.index_select(2 + a, idx)
-            ll = ll.index_select(1 + a, idx)
-        s = (q * kk).sum(-1) * scale + ll.unsqueeze(1).to(q.dtype)  # (B, H, *n)
-        if run_max is None:
-            run_max = s
-            fin = torch.isfinite(s)
-            p_ = torch.where(fin, torch.ones((), dtype=s.dtype, device=dev), 0.0)
-            den, acc = p_, p_.unsqueeze(-1) * vv
-            continue
-        new = torch.maximum(run_max, s)
-        safe = torch.where(torch.isfinite(new), new, 0.0)
-        old_f = torch.exp(run_max - safe)
-        cur_f = torch.exp(s - safe)
-        den = den * old_f + cur_f
-        acc = acc * old_f.unsqueeze(-1) + cur_f.unsqueeze(-1) * vv
-        run_max = new
-    return torch.where(den.unsqueeze(-1) > 0, acc / torch.where(den > 0, den, 1.0).unsqueeze(-1), 0.0)
+    return level_attention(q, k, v, logw, lw, scale)

@@ -191,16 +191,19 @@ def test_gradients_match_finite_differences():
         assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, name
 
 
-def test_chunked_level_attention_equals_one_call():
+def test_chunked_and_tiled_level_attention_equal_one_call_per_key_cell():
+    """Chunks of groups and tiles of key cells (a shared halo, masked per query) change nothing."""
     from sciattn.multipole.physical import level_attention
 
     g = torch.Generator().manual_seed(7)
-    q = torch.randn(2, 3, 12, 10, 4, dtype=F64, generator=g)
-    k, v = (torch.randn(2, 3, 8, 4, 4, dtype=F64, generator=g) for _ in range(2))
-    logw = torch.randn(2, 8, 4, dtype=F64, generator=g)
-    one = level_attention(q, k, v, logw, (3, 2), 0.5, scores_per_call=1 << 30)
-    tiny = level_attention(q, k, v, logw, (3, 2), 0.5, scores_per_call=1)
-    torch.testing.assert_close(one, tiny, rtol=1e-12, atol=1e-12)
+    for n, m, window in (((12, 10), (8, 4), (3, 2)), ((32, 16), (8, 8), (4, 4)), ((16,), (16,), (3,))):
+        q = torch.randn(2, *n, 3, 4, dtype=F64, generator=g)
+        k, v = (torch.randn(2, *m, 3, 4, dtype=F64, generator=g) for _ in range(2))
+        logw = torch.randn(2, *m, dtype=F64, generator=g)
+        one = level_attention(q, k, v, logw, window, 0.5, scores_per_call=1 << 30, tiles=(1,) * len(n))
+        for tiles in (None, (2,) * len(n), (4,) * len(n)):
+            out = level_attention(q, k, v, logw, window, 0.5, scores_per_call=1, tiles=tiles)
+            torch.testing.assert_close(out, one, rtol=1e-12, atol=1e-12)
 
 
 def test_one_layer_converges_under_refinement_of_a_smooth_field():
