@@ -198,6 +198,12 @@ def resolve_source(spec: str, *, fmt: str = "auto") -> Source:
     if spec in BENCHMARKS and fmt == "auto":
         return Source("benchmark", spec)
     path = Path(spec).expanduser().resolve()
+    from sciattn.pde_data.presets import PRESETS
+
+    if spec in PRESETS and fmt == "auto" and not path.exists():
+        raise ValueError(f"data.train / data.test: {spec!r} is a data preset, not a source; write it first with `sciattn data "
+                         f"generate {spec} --n N --resolution {PRESETS[spec].resolution} --out DIR` and point data.train "
+                         f"to the written DIR/{spec}_{PRESETS[spec].resolution}.nc")
     if fmt == "neuralop_pt":
         return Source("file", spec, path, "neuralop_pt")
     if path.suffix in XARRAY_SUFFIXES:

@@ -126,3 +126,11 @@ def test_sciattn_data_generate_writes_a_preset(tmp_path):
 def test_navier_stokes_preset_full_horizon_at_64():
     d = load_preset("fno_navier_stokes", 2, fine_resolution=64)  # T = 20: 200,000 steps (206 s on 2 shared cores)
     assert d["y"].shape == (2, 64, 64, 20) and np.isfinite(d["y"]).all()
+
+
+def test_a_preset_as_a_training_source_says_how_to_write_it():
+    from sciattn.train.sources import resolve_source
+
+    with pytest.raises(ValueError, match=r"'fno_navier_stokes' is a data preset.*sciattn data generate fno_navier_stokes"):
+        resolve_source("fno_navier_stokes")
+    assert resolve_source("fno_darcy").kind == "benchmark"  # the real-file benchmark keeps its name
