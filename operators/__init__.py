@@ -3,10 +3,14 @@
 from .bsa import BSATransformer
 from .codano import CoDANO
 from .erwin import Erwin
+from .factformer import FactFormer
+from .fno import FNO
 from .galerkin_transformer import GalerkinTransformer
+from .gnot import GNOT
 from .linear_no import LinearNO
 from .mano import MANO
 from .mano_extended import MANOExtended
+from .oformer import OFormer
 from .ono import ONO
 from .registry import create_operator, list_operators, register_operator
 from .spherical_transformer import PlanarTransformer, SphericalTransformer
@@ -16,10 +20,14 @@ __all__ = [
     "BSATransformer",
     "CoDANO",
     "Erwin",
+    "FactFormer",
+    "FNO",
     "GalerkinTransformer",
+    "GNOT",
     "LinearNO",
     "MANO",
     "MANOExtended",
+    "OFormer",
     "ONO",
     "PlanarTransformer",
     "SphericalTransformer",

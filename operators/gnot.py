@@ -96,7 +96,8 @@ class _NormalizedLinearAttention(nn.Module):
         q = self.q(h).reshape(b, n, heads, c // heads).softmax(dim=-1)
         k = self.k(z).reshape(b, z.shape[1], heads, c // heads).softmax(dim=-1)
         v = self.v(z).reshape(b, z.shape[1], heads, c // heads)
-        s = torch.einsum("bj,bjhd,bjhe->bhde", w, k, v)
+        # two-operand einsums only: a three-operand one goes through opt_einsum, which fixes the sizes on export
+        s = torch.einsum("bjhd,bjhe->bhde", k * w[:, :, None, None], v)
         norm = torch.einsum("bj,bjhd->bhd", w, k)
         num = torch.einsum("bihd,bhde->bihe", q, s)
         den = torch.einsum("bihd,bhd->bih", q, norm)

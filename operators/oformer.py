@@ -121,7 +121,8 @@ class _GalerkinAttention(nn.Module):
         k = _point_norm(self.k(z).reshape(b, nk, self.n_heads, self.dim_head))
         v = _point_norm(self.v(z).reshape(b, nk, self.n_heads, self.dim_head))
         q, k = rotary(q, pos_q, self.rope_scale), rotary(k, pos_k, self.rope_scale)
-        kv = torch.einsum("bj,bjhc,bjhe->bhce", w, k, v)
+        # two operands only: a three-operand einsum goes through opt_einsum, which fixes the sizes on export
+        kv = torch.einsum("bjhc,bjhe->bhce", k * w[:, :, None, None], v)
         return self.out(torch.einsum("bihc,bhce->bihe", q, kv).reshape(b, nq, -1))
 
 

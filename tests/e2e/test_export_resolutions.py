@@ -32,6 +32,11 @@ GRID = {
     "transolver": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, slice_num=4),
     "linear_no": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, key_ratio=4),
     "ono": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, psi_dim=4),
+    "gnot": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, mlp_layers=1),
+    "factformer": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, dim_head=8, rff_features=8),
+    "oformer": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, dim_head=8, latent_width=16,
+                    rff_features=8),
+    "fno": dict(in_channels=2, out_channels=1, n_modes=[4, 4], hidden_channels=8, n_layers=2),
 }
 SPHERE = {
     "spherical_transformer": dict(in_channels=2, out_channels=1, nlat=9, nlon=16, embed_dim=8, n_layers=1, n_heads=2),
@@ -48,6 +53,9 @@ POINTS = {
     "transolver": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, slice_num=4),
     "linear_no": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, key_ratio=4),
     "ono": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, psi_dim=4),
+    "gnot": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, mlp_layers=1),
+    "oformer": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, dim_head=8, latent_width=16,
+                    rff_features=8),
 }
 RESOLUTIONS = (16, 24, 32)
 CLOUD_SIZES = (40, 64, 100)

@@ -41,6 +41,11 @@ VARIANTS = {
     "transolver": [dict(spatial_dims=1), dict(spatial_dims=3, mlp_ratio=2)],
     "linear_no": [dict(learn_temperature=True), dict(spatial_dims=3)],
     "ono": [dict(spatial_dims=1, n_layers=1), dict(psi_dim=16, mlp_ratio=2)],
+    "gnot": [dict(n_experts=2), dict(spatial_dims=1), dict(mlp_layers=0, n_inner=1)],
+    "factformer": [dict(spatial_dims=1), dict(spatial_dims=3), dict(kernel_multiplier=6, latent_width=8)],
+    "oformer": [dict(spatial_dims=1), dict(spatial_dims=3, dim_head=6), dict(rope_scales=[64.0, 16.0], dim_ff=8)],
+    "fno": [dict(norm="group_norm", domain_padding=0.25), dict(spatial_dims=1, n_modes=4),
+            dict(factorization="tucker", rank=0.5, positional_embedding=None)],
 }
 
 

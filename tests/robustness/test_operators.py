@@ -30,6 +30,11 @@ VALID = {
     "transolver": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, slice_num=2),
     "linear_no": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, key_ratio=2),
     "ono": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, psi_dim=2),
+    "gnot": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, mlp_layers=0),
+    "factformer": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, dim_head=2, rff_features=2),
+    "oformer": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, dim_head=2, latent_width=4,
+                    rff_features=2),
+    "fno": dict(in_channels=1, out_channels=1, n_modes=2, hidden_channels=4, n_layers=1),
 }
 REQUIRED = {"codano": "variables", "spherical_transformer": "nlat", "planar_transformer": "nlon"}
 # one integer hyperparameter of each operator, for non-positive / bool / float values
@@ -41,6 +46,8 @@ HEADS = {"galerkin_transformer": "n_heads", "mano": "n_heads", "mano_extended": 
          "spherical_transformer": "n_heads", "planar_transformer": "n_heads", "erwin": "n_heads"}
 SIZE |= {"transolver": "slice_num", "linear_no": "key_ratio", "ono": "psi_dim"}
 HEADS |= {"transolver": "n_heads", "linear_no": "n_heads", "ono": "n_heads"}
+SIZE |= {"gnot": "n_inner", "factformer": "dim_head", "oformer": "latent_width", "fno": "hidden_channels"}
+HEADS |= {"gnot": "n_heads", "factformer": "n_heads", "oformer": "n_heads", "fno": "n_layers"}  # fno: no heads
 
 
 def make(name: str, **change):
