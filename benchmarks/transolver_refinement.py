@@ -20,6 +20,7 @@ The uniform average converges to the sampling-density-weighted integral of the g
 states: its "vs finest" may shrink while its "vs continuum" stays at a fixed bias; with the quadrature both shrink.
 
     python benchmarks/transolver_refinement.py [--grading 3] [--reference 384] [--seed 0] [--init published|wide]
+                                               [--operator transolver|linear_no|ono] [--name STEM]
 
 ``--init wide`` redraws every weight matrix with std ``0.5/sqrt(fan_in)`` (the published ``trunc_normal(0.02)``
 makes the attention's contribution small at initialisation, which shrinks both differences alike).
@@ -72,9 +73,9 @@ def shared_index(n: int, base: int) -> torch.Tensor:
     return (i[:, None] * (n + 1) + i[None, :]).reshape(-1)
 
 
-def build(seed: int, init: str) -> torch.nn.Module:
+def build(seed: int, init: str, operator: str = "transolver") -> torch.nn.Module:
     torch.manual_seed(seed)
-    model = create_operator("transolver", in_channels=1, out_channels=1, spatial_dims=2).double().eval()
+    model = create_operator(operator, in_channels=1, out_channels=1, spatial_dims=2).double().eval()
     if init == "wide":
         with torch.no_grad():
             for p in model.parameters():
@@ -84,8 +85,8 @@ def build(seed: int, init: str) -> torch.nn.Module:
 
 
 @torch.no_grad()
-def measure(grading: float, reference: int, seed: int, init: str) -> list[dict]:
-    model = build(seed, init)
+def measure(grading: float, reference: int, seed: int, init: str, operator: str = "transolver") -> list[dict]:
+    model = build(seed, init, operator)
     base = SIZES[0]
     outs = {}
     for n in (*SIZES, FINEST):
@@ -118,7 +119,7 @@ def measure(grading: float, reference: int, seed: int, init: str) -> list[dict]:
 def markdown(result: dict) -> str:
     lines = [f"Command: `{result['command']}`; {result['date']}, {result['hardware']}, torch {result['torch']}, "
              f"{result['threads']} torch threads, {result['seconds']:.0f} s.", "",
-             f"Transolver at its defaults (seed {result['seed']}, init `{result['init']}`), input "
+             f"`{result.get('operator', 'transolver')}` at its defaults (seed {result['seed']}, init `{result['init']}`), input "
              f"`sin(2πx)cos(πy) + 2xy - y²` on nested graded grids `x = (i/n)^{result['grading']:g}` per axis; "
              f"relative L2 differences at the {(SIZES[0] + 1) ** 2} shared nodes; continuum = integrals on a "
              f"{result['reference']}² uniform midpoint grid.", "",
@@ -139,19 +140,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--init", choices=("published", "wide"), default="published")
     p.add_argument("--results", type=Path, default=RESULTS)
-    p.add_argument("--name", default="transolver_refinement")
+    p.add_argument("--name", default=None, help="results file stem (default: OPERATOR_refinement)")
+    p.add_argument("--operator", default="transolver", help="any operator taking weighted point sets")
     args = p.parse_args(argv)
     started = time.perf_counter()
-    rows = measure(args.grading, args.reference, args.seed, args.init)
+    rows = measure(args.grading, args.reference, args.seed, args.init, args.operator)
+    name = args.name or f"{args.operator}_refinement"
     result = {"date": datetime.date.today().isoformat(),
               "hardware": f"{platform.machine()} {platform.processor() or ''}".strip(), "torch": torch.__version__,
               "python": platform.python_version(), "threads": torch.get_num_threads(),
               "command": "python benchmarks/transolver_refinement.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "grading": args.grading, "reference": args.reference, "seed": args.seed, "init": args.init,
+              "operator": args.operator,
               "seconds": time.perf_counter() - started, "rows": rows}
     args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.results / f"{args.name}.md").write_text(markdown(result))
+    (args.results / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (args.results / f"{name}.md").write_text(markdown(result))
     print(markdown(result))
     return 0
 
