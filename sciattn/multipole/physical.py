@@ -30,6 +30,7 @@ Shapes (channels last, heads before the head dimension): ``q (B, *n, H, D)``; le
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 
@@ -276,4 +277,30 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: tor
     up to 8 cells per axis attend to their halo, masked to each query's window, in fused SDPA chunks."""
     n = q.shape[1:-2]
     lw = [min(wa, na) if isinstance(na, int) else wa for wa, na in zip(window, n)]
-    return level_attention(q, k, v, logw, lw, scale)
+    if all(isinstance(na, int) for na in n):
+        return level_attention(q, k, v, logw, lw, scale)
+    return _local_offsets(q, k, v, logw, lw, scale)
+
+
+def _local_offsets(q, k, v, logw, lw, scale):
+    """:func:`local_attention` for symbolic sizes (torch.export): the window offsets one by one, each a gather
+    along the axes (no size depends on a comparison of symbolic sizes), one softmax over the offsets."""
+    dev = q.device
+    tables = [window_starts(na, la, dev) for na, la in zip(q.shape[1:-2], lw)]
+
+    def gather(t, offset):
+        for a, o in enumerate(offset):
+            t = t.index_select(1 + a, tables[a] + o)
+        return t
+
+    offsets = [list(o) for o in itertools.product(*[range(la) for la in lw])]
+    scores = torch.stack([torch.linalg.vecdot(q, gather(k, o)) * scale + gather(logw, o).unsqueeze(-1).to(q.dtype)
+                          for o in offsets], dim=-1)  # (B, *n, H, L)
+    empty = torch.isinf(scores).all(-1, keepdim=True)
+    probs = torch.softmax(torch.where(empty, torch.zeros((), dtype=scores.dtype, device=dev), scores), dim=-1)
+    probs = torch.where(empty, torch.zeros((), dtype=probs.dtype, device=dev), probs)
+    out = None
+    for i, o in enumerate(offsets):
+        term = probs[..., i, None] * gather(v, o)
+        out = term if out is None else out + term
+    return out

@@ -239,3 +239,15 @@ def test_one_layer_converges_under_refinement_of_a_smooth_field():
 def test_errors_name_the_argument(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         MultipoleAttention(4, 2, 2, **kwargs)
+
+
+def test_local_term_for_symbolic_sizes_equals_the_tiled_one():
+    from sciattn.multipole.physical import _local_offsets, local_attention
+
+    g = torch.Generator().manual_seed(8)
+    for n, lw in (((12, 10), (3, 3)), ((9,), (5,)), ((5, 4, 6), (3, 1, 2))):
+        q, k, v = (torch.randn(2, *n, 3, 4, dtype=F64, generator=g) for _ in range(3))
+        logw = torch.log(torch.rand(2, *n, dtype=F64, generator=g))
+        logw[0, 0] = -math.inf
+        torch.testing.assert_close(_local_offsets(q, k, v, logw, lw, 0.5), local_attention(q, k, v, logw, lw, 0.5),
+                                   rtol=1e-12, atol=1e-12)
