@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,40 @@ def test_state_dict_holds_weights_only_and_loads_with_weights_only(tmp_path):
     other.load_state_dict(state)
     x = torch.randn(1, 2, 10, 10)
     assert torch.equal(other(x), model(x))
+
+
+CLI_MODELS = {
+    "fno": 'n_modes = [4, 4]\nhidden_channels = 8\nn_layers = 1',
+    "gnot": "width = 16\nn_layers = 1\nn_heads = 2\nmlp_layers = 1",
+    "oformer": "width = 16\nn_layers = 1\nn_heads = 2\ndim_head = 8\nlatent_width = 16\nrff_features = 8",
+    "factformer": "width = 16\nn_layers = 1\nn_heads = 2\ndim_head = 8\nrff_features = 8",
+}
+
+
+def _cli_round_trip(name, tmp_path):
+    """``sciattn train`` on built-in Darcy data, ``evaluate --resolutions 16 32`` and ``export`` of that run."""
+    from sciattn.train.cli import main
+
+    cfg = tmp_path / f"{name}.toml"
+    cfg.write_text(f'[model]\nname = "{name}"\n{CLI_MODELS[name]}\n\n[data]\ntrain = "darcy"\nresolution = 16\n'
+                   f'n_train = 16\nn_test = 4\ncache_dir = "{tmp_path / "cache"}"\n\n'
+                   '[train]\nepochs = 1\nbatch_size = 8\nlr = 3e-3\nseed = 0\n')
+    run = tmp_path / "run"
+    assert main(["train", str(cfg), "--out", str(run), "--no-progress"]) == 0
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert math.isfinite(metrics["history"][-1]["train_loss"])
+    assert main(["evaluate", str(run), "--resolutions", "16", "32", "--n-samples", "2", "--no-progress",
+                 "--root", str(tmp_path / "cache")]) == 0
+    report = json.loads((run / "eval" / "darcy.json").read_text())
+    assert [r["resolution"] for r in report["rows"]] == [16, 32]
+    assert all(math.isfinite(r["rel_l2"]) for r in report["rows"])
+    assert main(["export", str(run), "--out", str(tmp_path / "p.pt2")]) == 0
+    program = torch.export.load(tmp_path / "p.pt2").module()
+    for n in (16, 24):
+        assert program(torch.rand(2, 1, n, n)).shape == (2, 1, n, n)
+
+
+@pytest.mark.slow  # about 10 s of CPU each (train, a 16/32 sweep, export)
+@pytest.mark.parametrize("name", ["fno", "gnot", "oformer", "factformer"])
+def test_cli_train_evaluate_export_round_trip(name, tmp_path):
+    _cli_round_trip(name, tmp_path)
