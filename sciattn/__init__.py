@@ -5,7 +5,8 @@ Every attention layer here is a quadrature of an integral operator,
     u(x) = ∫_Ω κ(q(x), k(y)) v(y) dμ(y)  ≈  Σ_j w_j κ(q_i, k_j) v_j ,
 
 with the quadrature weights ``w_j`` supplied by the discretisation (:mod:`sciattn.domain`).
-Importing this package never imports an optional dependency.
+Importing this package never imports an optional dependency, and it imports every attention family,
+so each registers its backends (:mod:`sciattn._backend_registry`) whatever is imported first.
 """
 
 from ._capabilities import capability_report
@@ -14,6 +15,7 @@ from .balltree import BallAttention, BallSparseAttention, ball_attention, build_
 from .codomain import CodomainAttention, codomain_attention
 from .domain import Grid, PointCloud, SphereGrid
 from .galerkin import GalerkinAttention, galerkin_attention
+from .multipole import MultipoleAttention, window_attention
 from .neighborhood import neighborhood_attention
 from .spherical import SphericalAttention, SphericalNeighborhoodAttention
 from .weighted_softmax import weighted_softmax_attention
@@ -26,6 +28,7 @@ __all__ = [
     "BallSparseAttention",
     "CodomainAttention",
     "GalerkinAttention",
+    "MultipoleAttention",
     "Grid",
     "PointCloud",
     "SphereGrid",
@@ -38,6 +41,7 @@ __all__ = [
     "codomain_attention",
     "galerkin_attention",
     "neighborhood_attention",
+    "window_attention",
     "weighted_softmax_attention",
     "__version__",
 ]

@@ -1,7 +1,7 @@
 """Backend dispatch: backends declare what they support as data; the dispatcher explains refusals.
 
-Each attention operation (``"galerkin"``, ...) has a list of :class:`Backend` objects sorted by
-priority. :func:`select_backend` returns the first one with no reason against the inputs. A
+Backends live in the leaf registry :mod:`sciattn._backend_registry` (one list per op, sorted by
+priority; this module imports no family). :func:`select_backend` returns the first one with no reason against the inputs. A
 forced backend that does not fit raises :class:`BackendError` listing every backend and why it
 was refused, e.g.::
 
@@ -14,136 +14,19 @@ was refused, e.g.::
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
 import torch
 
-from ._capabilities import has_triton, triton_interpreter_enabled
+from ._backend_registry import (
+    _REGISTRY,
+    Backend,
+    BackendError,
+    backends_for,
+    canonical_op,
+    register_backend,
+    triton_backend,
+)
 
 __all__ = ["Backend", "BackendError", "register_backend", "triton_backend", "select_backend", "available_backends", "backends_for"]
-
-
-class BackendError(ValueError):
-    """No backend (or not the requested one) can run an operation on the given inputs."""
-
-
-@dataclass
-class Backend:
-    """One implementation of one operation, with its capabilities declared as data.
-
-    Attributes:
-        op: operation name, e.g. ``"galerkin"``.
-        name: backend name, e.g. ``"reference"``.
-        fn: the implementation, called with the functional's arguments.
-        priority: higher runs first when ``backend=None``.
-        devices: device types it runs on (``None``: any).
-        dtypes: input dtypes it accepts (``None``: any floating dtype).
-        max_head_dim: largest head size (``None``: unbounded).
-        supports_mask / supports_weights: whether padding masks / quadrature weights are handled.
-        backward_devices: device types where it can also differentiate (``None``: wherever it runs).
-        interpreter_devices: extra device types it runs on through Triton's interpreter while
-            ``TRITON_INTERPRET=1`` is set (for testing kernels on CPU tensors). The automatic choice
-            never lands on an interpreted backend; it must be forced by name.
-        available: a zero-argument probe (e.g. "is triton installed"); returns a reason string
-            when unavailable, or ``None``.
-        rtol / atol: tolerances against the float64 reference, per dtype, used by the tests.
-    """
-
-    op: str
-    name: str
-    fn: Callable
-    priority: int = 0
-    devices: tuple[str, ...] | None = None
-    dtypes: tuple[torch.dtype, ...] | None = None
-    max_head_dim: int | None = None
-    supports_mask: bool = True
-    supports_weights: bool = True
-    backward_devices: tuple[str, ...] | None = None
-    interpreter_devices: tuple[str, ...] | None = None
-    available: Callable[[], str | None] = field(default=lambda: None)
-    tolerances: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)
-
-    def interpreted_on(self, device: torch.device) -> bool:
-        """Whether on ``device`` this backend would run only through Triton's interpreter."""
-        return (
-            self.interpreter_devices is not None
-            and self.devices is not None
-            and device.type not in self.devices
-            and device.type in self.interpreter_devices
-        )
-
-    def reasons_against(
-        self,
-        *,
-        device: torch.device,
-        dtype: torch.dtype,
-        head_dim: int,
-        has_mask: bool,
-        has_weights: bool,
-        requires_grad: bool = False,
-    ) -> list[str]:
-        """Why this backend cannot run on inputs with these properties (empty list: it can)."""
-        reasons = []
-        why = self.available()
-        if why:
-            reasons.append(why)
-        interpreted = self.interpreted_on(device) and triton_interpreter_enabled()
-        if self.devices is not None and device.type not in self.devices and not interpreted:
-            reasons.append(f"device {device.type} not in {self.devices}")
-        if self.dtypes is not None and dtype not in self.dtypes:
-            reasons.append(f"dtype {dtype} not in {tuple(str(d) for d in self.dtypes)}")
-        if self.max_head_dim is not None and head_dim > self.max_head_dim:
-            reasons.append(f"head dim {head_dim} > {self.max_head_dim}")
-        if has_mask and not self.supports_mask:
-            reasons.append("masks not supported")
-        if has_weights and not self.supports_weights:
-            reasons.append("quadrature weights not supported")
-        if requires_grad and self.backward_devices is not None and device.type not in self.backward_devices:
-            reasons.append(f"no backward on {device.type} (only on {self.backward_devices})")
-        return reasons
-
-
-_REGISTRY: dict[str, list[Backend]] = {}
-
-TRITON_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def triton_backend(
-    op: str, fn: Callable, *, priority: int, tolerances: dict[torch.dtype, tuple[float, float]]
-) -> Backend:
-    """The declaration shared by the Triton kernels: CUDA (plus CPU tensors under the interpreter,
-    when forced by name), fp32/fp16/bf16 with fp32 accumulation, head dims up to 128, and a probe
-    that reports a missing ``triton`` without importing it."""
-    missing = None if has_triton() else "triton is not installed (pip install sciattn[kernels])"
-    return Backend(
-        op=op,
-        name="triton",
-        fn=fn,
-        priority=priority,
-        devices=("cuda",),
-        interpreter_devices=("cpu",),
-        dtypes=TRITON_DTYPES,
-        max_head_dim=128,
-        available=lambda: missing,
-        tolerances=tolerances,
-    )
-
-
-def register_backend(backend: Backend) -> Backend:
-    """Add ``backend`` to the registry of its op (replacing one of the same name)."""
-    entries = [b for b in _REGISTRY.get(backend.op, []) if b.name != backend.name]
-    entries.append(backend)
-    entries.sort(key=lambda b: -b.priority)
-    _REGISTRY[backend.op] = entries
-    return backend
-
-
-def backends_for(op: str) -> list[Backend]:
-    """Registered backends of ``op``, highest priority first."""
-    if op not in _REGISTRY:
-        raise ValueError(f"op: expected one of {sorted(_REGISTRY)}, got {op!r}")
-    return list(_REGISTRY[op])
 
 
 def select_backend(
@@ -158,6 +41,7 @@ def select_backend(
     requires_grad: bool = False,
 ) -> Backend:
     """Pick the backend for ``op``: the forced one if it fits, else the first that fits."""
+    op = canonical_op(op)
     candidates = backends_for(op)
     names = [b.name for b in candidates]
     if backend is not None and backend not in names:
@@ -184,9 +68,9 @@ def select_backend(
 def available_backends(print_table: bool = True) -> list[dict[str, object]]:
     """List every registered backend with its capabilities and availability here.
 
-    Returns one dict per backend; with ``print_table`` also prints a Markdown table.
+    Returns one dict per backend; with ``print_table`` also prints a Markdown table. Every family
+    registers when ``sciattn`` is imported, so the list does not depend on what was imported before.
     """
-    from . import balltree, codomain, galerkin, multipole, neighborhood, weighted_softmax  # noqa: F401  (registers their backends)
 
     rows = []
     for op in sorted(_REGISTRY):

@@ -29,6 +29,7 @@ import warnings
 
 import torch
 
+from .._backend_registry import Backend, register_backend
 from .._blocked_sdpa import blocked_sdpa
 from .._capabilities import has_flex_attention
 from .._checks import (
@@ -38,7 +39,7 @@ from .._checks import (
     check_rank,
     check_tensor,
 )
-from .._dispatch import Backend, register_backend, select_backend
+from .._dispatch import select_backend
 from .reference import ball_distances, ball_reference
 
 __all__ = ["ball_attention", "prepare_key_logweights"]

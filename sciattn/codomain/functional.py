@@ -7,6 +7,7 @@ import math
 
 import torch
 
+from .._backend_registry import Backend, register_backend
 from .._checks import (
     check_attention_dtypes,
     check_quadrature_weights,
@@ -14,7 +15,7 @@ from .._checks import (
     check_tensor,
     values_checkable,
 )
-from .._dispatch import Backend, register_backend, select_backend
+from .._dispatch import select_backend
 from .reference import codomain_logits_reference, codomain_reference
 
 __all__ = ["codomain_attention", "codomain_logits"]

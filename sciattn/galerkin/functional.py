@@ -8,6 +8,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from .._backend_registry import Backend, register_backend, triton_backend
 from .._checks import (
     check_attention_dtypes,
     check_quadrature_weights,
@@ -15,7 +16,7 @@ from .._checks import (
     check_tensor,
     sanitize_padded_rows,
 )
-from .._dispatch import Backend, register_backend, select_backend, triton_backend
+from .._dispatch import select_backend
 from ..domain import normalized_weights
 from ._ops import galerkin_triton
 from .reference import galerkin_reference

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from .._backend_registry import Backend, register_backend
 from .._blocked_sdpa import blocked_sdpa
 from .._capabilities import has_flex_attention
 from .._checks import (
@@ -33,7 +34,7 @@ from .._checks import (
     check_tensor,
     sanitize_padded_rows,
 )
-from .._dispatch import Backend, register_backend, select_backend
+from .._dispatch import select_backend
 from .reference import from_windows, to_windows, window_reference
 
 __all__ = ["window_attention", "normalize_window"]
@@ -132,7 +133,7 @@ def window_attention(
         if _shape(bias) not in ((h, p, p), (b, h, p, p)):
             raise ValueError(f"bias: expected shape {(h, p, p)} or {(b, h, p, p)} for window {win}, got {_shape(bias)}")
     chosen = select_backend(
-        "window",
+        "multipole",
         backend,
         device=q.device,
         dtype=q.dtype,
@@ -237,7 +238,7 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 register_backend(
     Backend(
-        op="window",
+        op="multipole",
         name="reference",
         fn=window_reference,
         priority=0,
@@ -246,7 +247,7 @@ register_backend(
 )
 register_backend(
     Backend(
-        op="window",
+        op="multipole",
         name="sdpa",
         fn=window_sdpa,
         priority=10,
@@ -261,7 +262,7 @@ register_backend(
 )
 register_backend(
     Backend(
-        op="window",
+        op="multipole",
         name="flex",
         fn=window_flex,
         priority=5,

@@ -32,6 +32,7 @@ import math
 
 import torch
 
+from .._backend_registry import Backend, register_backend, triton_backend
 from .._checks import (
     check_attention_dtypes,
     check_quadrature_weights,
@@ -39,7 +40,7 @@ from .._checks import (
     check_tensor,
     sanitize_padded_rows,
 )
-from .._dispatch import Backend, register_backend, select_backend, triton_backend
+from .._dispatch import select_backend
 from ._ops import neighborhood_triton
 from ._sparse import neighborhood_sparse
 from .csr import check_csr

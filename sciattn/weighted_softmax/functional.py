@@ -36,6 +36,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .._backend_registry import Backend, register_backend, triton_backend
 from .._capabilities import has_flex_attention
 from .._checks import (
     check_attention_dtypes,
@@ -44,7 +45,7 @@ from .._checks import (
     check_tensor,
     sanitize_padded_rows,
 )
-from .._dispatch import Backend, register_backend, select_backend, triton_backend
+from .._dispatch import select_backend
 from ._ops import weighted_softmax_triton
 from .reference import distance_bias, weighted_softmax_reference
 

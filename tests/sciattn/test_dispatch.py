@@ -48,3 +48,54 @@ def test_available_backends_reports_the_reference(capsys):
 def test_unknown_op_is_an_error():
     with pytest.raises(ValueError, match="op: expected one of"):
         select_backend("no_such_op", None, **_props())
+
+
+def _fresh(code: str) -> str:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_registry_does_not_depend_on_import_order():
+    # Importing a submodule imports the package first; the op list must be the same whichever
+    # module a fresh interpreter reaches the registry through, and include every family.
+    via_top = _fresh("import sciattn; print(sorted({r['op'] for r in sciattn.available_backends(False)}))")
+    via_leaf = _fresh("from sciattn._backend_registry import registered_ops; print(registered_ops())")
+    assert via_top == via_leaf
+    ops = eval(via_top)
+    assert {"galerkin", "weighted_softmax", "neighborhood", "multipole", "codomain", "ball"} <= set(ops)
+    assert "window" not in ops
+
+
+def test_registry_and_dispatch_modules_import_no_family():
+    import ast
+    from pathlib import Path
+
+    families = {"balltree", "codomain", "galerkin", "multipole", "neighborhood", "spherical", "weighted_softmax"}
+    root = Path(sciattn.__file__).parent
+    for name in ("_backend_registry.py", "_dispatch.py", "_capabilities.py", "_checks.py"):
+        tree = ast.parse((root / name).read_text())
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level >= 1:
+                imported |= {(node.module or "").split(".")[0]} | {a.name for a in node.names if not node.module}
+        assert not imported & families, f"{name} imports {sorted(imported & families)}"
+
+
+def test_multipole_is_the_op_name_and_window_a_deprecated_alias():
+    from sciattn._dispatch import backends_for
+
+    assert [b.name for b in backends_for("multipole")] == ["sdpa", "flex", "reference"]
+    with pytest.warns(DeprecationWarning, match="'window' is deprecated, use 'multipole'"):
+        old = select_backend("window", "reference", **_props(head_dim=4))
+    assert old is select_backend("multipole", "reference", **_props(head_dim=4))
+
+
+def test_multipole_layer_is_exported_with_the_other_families():
+    from sciattn.multipole import MultipoleAttention
+
+    assert sciattn.MultipoleAttention is MultipoleAttention
+    assert "MultipoleAttention" in sciattn.__all__

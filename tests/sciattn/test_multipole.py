@@ -13,7 +13,7 @@ from sciattn._dispatch import backends_for
 from sciattn.multipole import MultipoleAttention, window_attention
 
 # Backends that also differentiate on the CPU (flex has no CPU backward: test_multipole_flex.py).
-CPU_BACKENDS = [b for b in backends_for("window") if b.backward_devices is None or "cpu" in b.backward_devices]
+CPU_BACKENDS = [b for b in backends_for("multipole") if b.backward_devices is None or "cpu" in b.backward_devices]
 F64 = torch.float64
 
 

@@ -168,7 +168,7 @@ CASES: dict[str, tuple[Callable[[str], Case], tuple[str, ...]]] = {
     "galerkin": (_galerkin, ("plain", "norm")),
     "weighted_softmax": (_weighted_softmax, ("plain", "uniform", "distance")),
     "neighborhood": (_neighborhood, ("plain",)),
-    "window": (_window, ("plain", "bias")),
+    "multipole": (_window, ("plain", "bias")),
 }
 
 
