@@ -9,7 +9,8 @@ unchanged: lift (channel MLP on ``[a, x]`` with the grid embedding), ``n_layers`
 and a projection. ``F`` is the DFT normalised by the point count (``norm="forward"``), i.e. the quadrature
 ``∫ v(x) e^{-2πi k·x} dx ≈ (1/N) Σ_j v(x_j) e^{-2πi k·x_j}`` on the uniform grid ``x_j = j/n``, so the layer is
 discretisation-convergent on grids (the spectral kernel is band-limited to ``n_modes``). The grid embedding
-is neuraloperator's (coordinates ``j/n`` on ``[0, 1)``, the layout of :class:`sciattn.domain.Grid`).
+is neuraloperator's (coordinates ``j/n`` on ``[0, 1)``, the layout of :class:`sciattn.domain.Grid`), appended by
+the adapter so that ``torch.export`` can trace it at symbolic sizes (see :meth:`FNO._coordinates`).
 
 neuraloperator is imported when the model is built, not when ``sciattn`` is imported (issue 22).
 
