@@ -172,3 +172,16 @@ def check_grid_dims(name, cfg):
     ref = run(1024)
     errs = [float((run(n) - ref[..., :: 1024 // n]).abs().max()) for n in (64, 128, 256)]
     assert errs[0] > errs[1] > errs[2] and errs[2] < 0.6 * errs[0], errs
+
+
+def check_grid_is_the_point_set_of_its_nodes(model):
+    """A grid input equals the point set of its nodes (C order) with equal weights, and with weights given as the
+    cell volumes (any constant: the rule is normalised)."""
+    a = torch.randn(2, 2, 6, 5, dtype=torch.float64)
+    grid = model(a)
+    tokens = a.flatten(2).transpose(1, 2)
+    pos = grid_nodes(6, 5).expand(2, -1, -1)
+    pts = model(tokens, pos)
+    torch.testing.assert_close(pts, grid.flatten(2).transpose(1, 2), atol=1e-12, rtol=0)
+    torch.testing.assert_close(model(tokens, pos, torch.full((2, 30), 1 / 30, dtype=torch.float64)), pts,
+                               atol=1e-12, rtol=0)

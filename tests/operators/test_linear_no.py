@@ -99,3 +99,7 @@ def test_bad_inputs_name_the_argument():
 
 def test_one_and_three_dimensional_grids():
     tc.check_grid_dims(NAME, CFG)
+
+
+def test_grid_is_the_point_set_of_its_nodes():
+    tc.check_grid_is_the_point_set_of_its_nodes(tc.build(NAME, CFG))

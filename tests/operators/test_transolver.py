@@ -143,3 +143,7 @@ def test_refinement_benchmark_quadrature_converges_uniform_average_does_not(monk
     assert q[-1] < 1e-4, q
     assert all(ui > 30 * qi for ui, qi in zip(u, q)), (u, q)
     assert min(u) > 0.5 * max(u), u  # the uniform average's bias does not shrink under refinement
+
+
+def test_grid_is_the_point_set_of_its_nodes():
+    tc.check_grid_is_the_point_set_of_its_nodes(tc.build(NAME, CFG))
