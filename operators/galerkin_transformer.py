@@ -24,7 +24,6 @@ Shapes:
 from __future__ import annotations
 
 import torch
-from neuralop.layers.spectral_convolution import SpectralConv
 from torch import nn
 
 from sciattn._checks import (
@@ -95,6 +94,8 @@ class _SpectralRegressor(nn.Module):
         self.band_limited = band_limited
         conv = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}[spatial_dims]
         self.lift = conv(d_model, width, 1)
+        from neuralop.layers.spectral_convolution import SpectralConv  # slow to import: only when used
+
         self.spectral = nn.ModuleList(SpectralConv(width, width, n_modes=n_modes) for _ in range(n_layers))
         skips = [conv(width, width, 1) for _ in range(n_layers)]
         if band_limited:  # drawn, then dropped: every other weight keeps the initial value of earlier releases

@@ -49,7 +49,6 @@ import math
 
 import torch
 import torch.nn.functional as F
-from neuralop.layers.spectral_convolution import SpectralConv
 from torch import nn
 
 from sciattn._checks import check_choice, check_per_axis_ints, check_positive_int
@@ -162,6 +161,8 @@ class _SpectralHead(nn.Module):
         super().__init__()
         self.grid = grid
         self.lift = nn.Linear(c_in, width)
+        from neuralop.layers.spectral_convolution import SpectralConv  # slow to import: only when used
+
         self.spectral = nn.ModuleList(SpectralConv(width, width, n_modes=(n_modes,) * spatial_dims)
                                       for _ in range(n_layers))
         self.skips = nn.ModuleList(nn.Linear(width, width) for _ in range(n_layers))

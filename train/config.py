@@ -94,7 +94,7 @@ class TrainConfig:
     ``"bf16"`` autocast, or ``"fp16"`` autocast with loss scaling (CUDA only).
     ``checkpoint_every_steps``: also checkpoint every that many optimiser steps (``0``: only at
     epoch ends); a resumed run skips the batches already done in the current epoch.
-    ``tensorboard``: TensorBoard logs when the package is installed; ``wandb``: log to Weights &
+    ``tensorboard``: TensorBoard logs (off by default; needs the ``tensorboard`` extra); ``wandb``: log to Weights &
     Biases (project ``wandb_project``) when installed.
     Time series (data whose samples hold ``t_in`` input frames and later frames as targets):
     the model predicts ``frames_per_step`` frames per application; ``rollout_steps = k`` trains on
@@ -116,7 +116,7 @@ class TrainConfig:
     seed: int = 0
     device: str = "cpu"
     threads: int | None = None
-    tensorboard: bool = True
+    tensorboard: bool = False
     wandb: bool = False
     wandb_project: str = "sciattn"
     rollout_steps: int = 1

@@ -3,9 +3,9 @@
 * ``metrics.csv``: one row per completed epoch, rewritten atomically from the trainer's history,
   so after ``--resume`` it holds exactly the epochs of the resumed run.
 * TensorBoard (``RUN_DIR/tensorboard``): ``train/loss`` and ``train/lr`` per optimiser step, the
-  epoch row per epoch. Written only when ``torch.utils.tensorboard`` imports (it needs the
-  ``tensorboard`` package); otherwise skipped with one message. On resume the writer purges
-  events after the checkpoint's step.
+  epoch row per epoch. Only when asked (``train.tensorboard = true``) and the ``tensorboard``
+  package is installed (``pip install "sciattn[tensorboard]"``); asked for but missing, it is skipped
+  with one message. On resume the writer purges events after the checkpoint's step.
 * wandb: only when ``train.wandb = true`` *and* ``wandb`` is installed (never required). The run id
   is kept in ``RUN_DIR/wandb_id.txt`` so a resumed run continues the same wandb run.
 
@@ -103,18 +103,20 @@ class WandbLogger:
 def make_loggers(
     run_dir: str | Path,
     *,
-    tensorboard: bool = True,
+    tensorboard: bool = False,
     wandb: bool = False,
     wandb_project: str = "sciattn",
     run_config: dict[str, Any] | None = None,
     start_step: int = 0,
     log: Callable[[str], None] = print,
 ) -> list[MetricLogger]:
-    """The streaming loggers the flags ask for and this environment can provide."""
+    """The streaming loggers the flags ask for and this environment can provide (a message through
+    ``log`` only for one that was asked for and cannot be provided)."""
     out: list[MetricLogger] = []
     if tensorboard:
         if importlib.util.find_spec("tensorboard") is None:
-            log("tensorboard is not installed; skipping TensorBoard logs (pip install tensorboard)")
+            log('train.tensorboard = true but tensorboard is not installed; skipping TensorBoard logs '
+                '(pip install "sciattn[tensorboard]")')
         else:
             out.append(TensorBoardLogger(Path(run_dir) / "tensorboard", start_step))
     if wandb:

@@ -10,7 +10,6 @@ channels-last features ``(B, N, C)`` of padded clouds with a ``mask`` ``(B, N)``
 from __future__ import annotations
 
 import torch
-from neuralop.losses import H1Loss, LpLoss
 
 from sciattn._checks import check_choice
 
@@ -22,11 +21,15 @@ POINT_LOSSES = ("l2",)
 
 def relative_l2(pred: torch.Tensor, target: torch.Tensor, spatial_dims: int) -> torch.Tensor:
     """Mean over samples and channels of ``‖pred − target‖₂ / ‖target‖₂`` (norms over space)."""
+    from neuralop.losses import LpLoss  # slow to import: only when a loss is evaluated
+
     return LpLoss(d=spatial_dims, p=2, reduction="mean")(pred, target)
 
 
 def relative_h1(pred: torch.Tensor, target: torch.Tensor, spatial_dims: int) -> torch.Tensor:
     """Mean over samples of the relative H1 norm error (neuraloperator's finite differences)."""
+    from neuralop.losses import H1Loss
+
     return H1Loss(d=spatial_dims, reduction="mean", periodic_in_x=False, periodic_in_y=False,
                   periodic_in_z=False)(pred, target)
 

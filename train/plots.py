@@ -1,5 +1,5 @@
-"""Matplotlib figures: sample panels, error against resolution, the resolution sweep and rollout
-error against time step (headless-safe)."""
+"""Matplotlib figures: sample panels, the loss curve of a run, error against resolution, the resolution
+sweep and rollout error against time step (headless-safe; matplotlib is imported when a figure is drawn)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["plot_sample", "plot_resolution_curve", "plot_resolution_sweep", "plot_rollout"]
+__all__ = ["sample_figure", "plot_sample", "loss_curve_figure", "plot_loss_curve", "plot_resolution_curve",
+           "plot_resolution_sweep", "plot_rollout"]
 
 
 def _pyplot():
@@ -20,29 +21,71 @@ def _pyplot():
     return plt
 
 
-def plot_sample(x: torch.Tensor, y: torch.Tensor, pred: torch.Tensor, path: str | Path, title: str = "") -> Path:
-    """Input / truth / prediction / error panels of one 2-D (or 1-D) sample ``(C, *spatial)``."""
+def sample_figure(x: torch.Tensor, y: torch.Tensor, pred: torch.Tensor, title: str = ""):
+    """Input / truth / prediction / error panels of one 2-D (or 1-D) sample ``(C, *spatial)`` (first channel).
+
+    Truth and prediction share one colour scale (or one y-range in 1-D), the range of both fields, so
+    equal colours mean equal values; the input and the error have their own."""
     plt = _pyplot()
-    x, y, pred = (t.detach().cpu()[0] for t in (x, y, pred))
+    x, y, pred = (t.detach().cpu()[0].float() for t in (x, y, pred))
+    shared = (float(min(y.min(), pred.min())), float(max(y.max(), pred.max())))
     fig, axes = plt.subplots(1, 4, figsize=(14, 3.4))
-    panels = [("input", x), ("truth", y), ("prediction", pred), ("|error|", (pred - y).abs())]
-    for ax, (name, field) in zip(axes, panels):
+    panels = [("input", x, None), ("truth", y, shared), ("prediction", pred, shared),
+              ("|error|", (pred - y).abs(), None)]
+    for ax, (name, field, limits) in zip(axes, panels):
         if field.dim() == 1:
             ax.plot(field.numpy())
+            if limits is not None:
+                pad = 0.05 * (limits[1] - limits[0]) or 1e-12
+                ax.set_ylim(limits[0] - pad, limits[1] + pad)
         else:
-            im = ax.imshow(field.numpy(), origin="lower", cmap="viridis" if name != "|error|" else "magma")
+            vmin, vmax = limits if limits is not None else (None, None)
+            im = ax.imshow(field.numpy(), origin="lower", cmap="viridis" if name != "|error|" else "magma",
+                           vmin=vmin, vmax=vmax)
             fig.colorbar(im, ax=ax, fraction=0.046)
         ax.set_title(name)
         ax.set_xticks([])
         ax.set_yticks([])
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return fig
+
+
+def plot_sample(x: torch.Tensor, y: torch.Tensor, pred: torch.Tensor, path: str | Path, title: str = "") -> Path:
+    """:func:`sample_figure` saved as a PNG at ``path``."""
+    return _save(sample_figure(x, y, pred, title), _pyplot(), path)
+
+
+def loss_curve_figure(history: list[dict], title: str = "training"):
+    """Training loss and every test error column (``*_rel_l2``) of ``history`` (the trainer's rows,
+    one per epoch) against the epoch, log scale."""
+    if not history:
+        raise ValueError("history: expected at least one epoch row, got an empty list")
+    missing = [i for i, r in enumerate(history) if "epoch" not in r or "train_loss" not in r]
+    if missing:
+        raise ValueError(f"history: expected rows with 'epoch' and 'train_loss', row {missing[0]} has {sorted(history[missing[0]])}")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    epochs = [r["epoch"] for r in history]
+    ax.plot(epochs, [r["train_loss"] for r in history], "o-", ms=3, label="train loss")
+    columns = [k for k in history[-1] if k.endswith("_rel_l2")]
+    for k in columns:
+        pts = [(r["epoch"], r[k]) for r in history if isinstance(r.get(k), (int, float))]
+        if pts:
+            ax.plot(*zip(*pts), "s--", ms=3, label=k.removesuffix("_rel_l2").replace("_", " ") + " rel. L2")
+    if all(v > 0 for line in ax.get_lines() for v in line.get_ydata()):
+        ax.set_yscale("log")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("loss / relative error")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_loss_curve(history: list[dict], path: str | Path, title: str = "training") -> Path:
+    """:func:`loss_curve_figure` saved as a PNG at ``path`` (every ``sciattn train`` run writes
+    ``loss_curve.png``)."""
+    return _save(loss_curve_figure(history, title), _pyplot(), path)
 
 
 def plot_resolution_curve(errors: dict[int, float], path: str | Path, train_resolution: int | None = None,

@@ -30,7 +30,7 @@ from .config import ConfigError, RunConfig
 from .data import build_datasets, data_layout, describe_source, load_data_file
 from .distributed import barrier, gather_objects, init_distributed, shutdown_distributed
 from .loggers import make_loggers
-from .plots import plot_resolution_curve, plot_sample
+from .plots import plot_loss_curve, plot_resolution_curve, plot_sample
 from .rollout import rollout_errors, stability_verdict
 from .trainer import Trainer, evaluate_dataset
 
@@ -48,7 +48,8 @@ RESUME_FREE_KEYS = frozenset({
 # files whose presence makes a directory a run (never overwritten without --resume or --force)
 RUN_MARKERS = ("checkpoint.pt", "metrics.json")
 # what a run writes into its directory; --force removes these before starting over
-_RUN_FILES = ("checkpoint.pt", "metrics.json", "metrics.csv", "wandb_id.txt", "error_vs_resolution.png")
+_RUN_FILES = ("checkpoint.pt", "metrics.json", "metrics.csv", "wandb_id.txt", "error_vs_resolution.png",
+              "loss_curve.png")
 _RUN_GLOBS = ("sample_*.png",)
 _RUN_DIRS = ("tensorboard", "eval")
 _PROBE = ".sciattn-write-probe"
@@ -321,6 +322,8 @@ def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, 
     if not ctx.is_main:
         return metrics
     model.eval()
+    if trainer.history:
+        plot_loss_curve(trainer.history, out / "loss_curve.png", title=f"{cfg.model_name}: training")
     if not points:
         for name, ds in tests.items():
             s = ds[0]

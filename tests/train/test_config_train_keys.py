@@ -17,7 +17,7 @@ def test_defaults_and_valid_values():
     cfg = load_config(BASE)
     t = cfg.train
     assert (t.precision, t.grad_accum_steps, t.checkpoint_every_steps, t.tensorboard, t.wandb) == \
-        ("fp32", 1, 0, True, False)
+        ("fp32", 1, 0, False, False)
     cfg = load_config(BASE, ["train.precision=bf16", "train.grad_accum_steps=4", "train.batch_size=16",
                              "train.checkpoint_every_steps=50", "train.grad_clip=0", "train.wandb=true"])
     assert (cfg.train.precision, cfg.train.grad_accum_steps, cfg.train.checkpoint_every_steps) == ("bf16", 4, 50)
