@@ -55,10 +55,29 @@ def _underline(text: str, ch: str = "=") -> str:
     return f"{text}\n{ch * len(text)}\n"
 
 
-def write_api_pages(out: Path) -> list[str]:
+def resolve(qualified: str):
+    """The object a dotted ``sciattn...`` name refers to, or ``None``."""
+    module, _, name = qualified.rpartition(".")
+    for mod_name, attr in ((qualified, None), (module, name)):
+        try:
+            mod = importlib.import_module(mod_name)
+        except (ImportError, ValueError):
+            continue
+        return mod if attr is None else getattr(mod, attr, None)
+    # A method or attribute: resolve the class first.
+    owner = resolve(module) if module else None
+    return getattr(owner, name, None) if owner is not None else None
+
+
+def is_module(obj) -> bool:
+    return inspect.ismodule(obj)
+
+
+def write_api_pages(out: Path) -> dict[int, str]:
     """Write ``out/<module>.rst`` for every module of :data:`GROUPS` and ``out/toc.rst.inc`` (the
     grouped toctrees that ``api/index.rst`` includes). Files are rewritten only when they change, so
-    an incremental build stays incremental. Returns the module names."""
+    an incremental build stays incremental. Returns ``{id(object): qualified name}`` of every class
+    and function documented (where its entry is)."""
     out.mkdir(parents=True, exist_ok=True)
     documented: dict[int, str] = {}  # id(object) -> qualified name where it is documented
     toc, modules = [], []
@@ -91,7 +110,7 @@ def write_api_pages(out: Path) -> list[str]:
                 lines += [f"Also exported here (documented where first listed): {refs}.", ""]
             _write(out / f"{modname}.rst", "\n".join(lines))
     _write(out / "toc.rst.inc", "\n".join(toc))
-    return modules
+    return documented
 
 
 def _directive(obj, name: str) -> str:

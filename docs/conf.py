@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # for _apigen
+sys.path.insert(0, str(HERE))  # for _apigen and _gallery_order
 
 import _apigen  # noqa: E402
 from sphinx.util.docstrings import prepare_docstring  # noqa: E402
@@ -48,6 +48,8 @@ html_theme = "furo"
 html_title = f"sciattn {release}"
 html_theme_options = {"navigation_with_keys": True}
 
+# Maths renders with MathJax 3 from its CDN (Sphinx's default), so reading it needs the network.
+
 # MyST: ```{toctree}``` fences, $...$ maths, heading anchors for `page.md#section` links.
 myst_enable_extensions = ["colon_fence", "dollarmath", "amsmath", "deflist"]
 myst_heading_anchors = 3
@@ -57,6 +59,8 @@ autosummary_generate = False
 autosummary_imported_members = True
 autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_member_order = "bysource"
+# A method without its own docstring shows none (not nn.Module's "Define the computation ...").
+autodoc_inherit_docstrings = False
 autodoc_typehints = "description"
 autodoc_typehints_format = "short"
 autodoc_class_signature = "mixed"
@@ -78,9 +82,11 @@ sphinx_gallery_conf = {
     "gallery_dirs": str(HERE / "gallery"),
     "filename_pattern": r"/plot_",
     "plot_gallery": _run_gallery,
+    # Re-run every script on every build: a quick-mode run must never leave its outputs in a full build.
+    "run_stale_examples": True,
     "download_all_examples": False,
     "remove_config_comments": True,
-    "within_subsection_order": "FileNameSortKey",
+    "within_subsection_order": "_gallery_order.GalleryOrder",  # a name: the config stays picklable
     "matplotlib_animations": False,
     "image_scrapers": ("matplotlib",),
     "reset_modules": ("matplotlib",),
@@ -91,7 +97,8 @@ sphinx_gallery_conf = {
 }
 
 # Written before autosummary reads them, on every build: new names in any __all__ appear at once.
-_apigen.write_api_pages(HERE / "api" / "_auto")
+# DOCUMENTED maps id(object) -> the qualified name its entry is under.
+DOCUMENTED = _apigen.write_api_pages(HERE / "api" / "_auto")
 
 
 # Docstring markup that is plain text in the source but RST syntax to docutils, fixed once here
@@ -147,7 +154,27 @@ def _join_wrapped_names(app, what, name, obj, options, lines):
         i += 1
 
 
+def _resolve_alias(app, env, node, contnode):
+    """A reference to ``sciattn.X.name`` finds the entry of the same object documented under another
+    name (a re-export: ``sciattn.multipole.window_attention`` is ``sciattn.window_attention``). Other
+    unresolved targets (private helpers, base classes, torch types) stay plain text, as Sphinx renders them."""
+    target = node.get("reftarget", "")
+    if node.get("refdomain") != "py" or not target.startswith("sciattn"):
+        return None
+    obj = _apigen.resolve(target)
+    documented = DOCUMENTED.get(id(obj)) if obj is not None else None
+    owner_name, _, member = target.rpartition(".")
+    owner = _apigen.resolve(owner_name) if obj is not None and not documented else None
+    if owner is not None and id(owner) in DOCUMENTED:  # a method or attribute of a documented class
+        documented = f"{DOCUMENTED[id(owner)]}.{member}"
+    if documented and documented != target:
+        py = env.domains["py"]
+        return py.resolve_xref(env, node["refdoc"], app.builder, node["reftype"], documented, node, contnode)
+    return None
+
+
 def setup(app):
+    app.connect("missing-reference", _resolve_alias)
     app.connect("autodoc-process-docstring", _join_wrapped_names, priority=100)
     app.connect("autodoc-process-docstring", _process_docstring)
     app.connect("source-read", _drop_empty_globs)

@@ -23,10 +23,10 @@ from sciattn.operators import create_operator
 from sciattn.pde_data.coupled_navier_stokes import generate_coupled_navier_stokes
 from sciattn.train.losses import relative_l2
 
+torch.manual_seed(0)
 QUICK = os.environ.get("SCIATTN_GALLERY_QUICK") == "1"
 N_PRE, N_FEW, N_TEST, STEPS = (16, 8, 4, 10) if QUICK else (160, 24, 16, 400)
 RES = 32
-torch.manual_seed(0)
 
 
 def one_step_pairs(system, n_train, seed):

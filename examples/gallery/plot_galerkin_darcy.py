@@ -18,6 +18,7 @@ import os
 
 import matplotlib.pyplot as plt
 import torch
+from matplotlib.ticker import MaxNLocator
 
 from sciattn.operators import create_operator
 from sciattn.pde_data.darcy import generate_darcy
@@ -25,10 +26,10 @@ from sciattn.pde_data.grid_dataset import GridPairDataset
 from sciattn.pde_data.normalizers import fit_normalizers
 from sciattn.train import Trainer, evaluate_dataset
 
+torch.manual_seed(0)
 QUICK = os.environ.get("SCIATTN_GALLERY_QUICK") == "1"
 N_TRAIN, N_TEST, EPOCHS = (32, 8, 2) if QUICK else (300, 20, 12)
 RES = 32
-torch.manual_seed(0)
 
 # %%
 # Data
@@ -52,7 +53,7 @@ x_norm, y_norm = fit_normalizers(train)
 trainer = Trainer(model=model, train_data=train, test_data={"test": test}, x_normalizer=x_norm,
                   y_normalizer=y_norm, spatial_dims=2, epochs=EPOCHS, batch_size=8, lr=3e-3, progress=False,
                   log=lambda message: None)
-metrics = trainer.fit()
+trainer.fit()
 err = evaluate_dataset(model, test, x_normalizer=x_norm, y_normalizer=y_norm, spatial_dims=2)["rel_l2"]
 print(f"relative L2 error on {N_TEST} test samples: {err:.4f}")
 
@@ -65,6 +66,7 @@ fig, ax = plt.subplots(figsize=(5, 3.2))
 ax.semilogy(epochs, [row["train_loss"] for row in trainer.history], "o-", label="train loss (rel. L2)")
 ax.semilogy(epochs, [row["test_rel_l2"] for row in trainer.history], "s-", label="test rel. L2")
 ax.set_xlabel("epoch")
+ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 ax.legend()
 fig.tight_layout()
 
@@ -89,3 +91,5 @@ for ax, (title, field, kw) in zip(axes, panels):
     fig.colorbar(im, ax=ax, shrink=0.8)
 fig.tight_layout()
 plt.show()
+
+# sphinx_gallery_thumbnail_number = 2

@@ -26,10 +26,10 @@ from sciattn.pde_data.grid_dataset import GridPairDataset
 from sciattn.pde_data.normalizers import fit_normalizers
 from sciattn.train import Trainer, evaluate_dataset
 
+torch.manual_seed(0)
 QUICK = os.environ.get("SCIATTN_GALLERY_QUICK") == "1"
 N_TRAIN, N_TEST, EPOCHS = (24, 4, 1) if QUICK else (200, 16, 8)
 RESOLUTIONS = [32, 64, 128]
-torch.manual_seed(0)
 
 data = generate_darcy(N_TRAIN + N_TEST, RESOLUTIONS, seed=0)
 
@@ -88,3 +88,5 @@ for col, res in enumerate(RESOLUTIONS):
         axes[row, col].set_yticks([])
 fig.colorbar(im, ax=axes, shrink=0.8)
 plt.show()
+
+# sphinx_gallery_thumbnail_number = 2

@@ -30,10 +30,10 @@ from sciattn.pde_data.shallow_water_data import generate_shallow_water
 from sciattn.train import Surrogate, Trainer
 from sciattn.train.area_metrics import area_weighted_l2
 
+torch.manual_seed(0)
 QUICK = os.environ.get("SCIATTN_GALLERY_QUICK") == "1"
 N_TRAIN, EPOCHS, STEPS = (32, 1, 3) if QUICK else (256, 10, 6)
 NLAT, NLON = 16, 32
-torch.manual_seed(0)
 
 # %%
 # One-step pairs ``(state(t), state(t + 1 h))`` ``(N, 3, 16, 32)`` and a held-out trajectory.
@@ -86,3 +86,5 @@ for col, k in enumerate(shown):
         axes[row, col].set_ylabel("latitude (deg)")
 fig.colorbar(im, ax=axes, shrink=0.8)
 plt.show()
+
+# sphinx_gallery_thumbnail_number = 2

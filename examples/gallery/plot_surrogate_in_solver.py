@@ -105,3 +105,5 @@ for ax, (title, field, kw) in zip(axes, [("CG solution", solution, dict(vmin=vmi
     fig.colorbar(im, ax=ax, shrink=0.8)
 fig.tight_layout()
 plt.show()
+
+# sphinx_gallery_thumbnail_number = 2
