@@ -31,9 +31,9 @@ Regime of the defaults (against the papers' protocols; presets in :mod:`sciattn.
     almost linear: with ``nu = 0.1`` the solution's std falls from about 0.36 to 0.005 by ``t = 1`` and
     ``u(1)`` is within 6.6% of the pure heat-equation solution (issue 26), so the operator is close to a
     Fourier multiplier. neuraloperator's bundled ``burgers_{train,test}_16.pt`` are a different, more
-    nonlinear regime: ``nu = 0.01``, 17 snapshots on ``t in [0, 1]`` and a much smoother initial law,
+    nonlinear regime: ``nu = 0.01``, 17 snapshots on ``t in [0, 0.96]`` and a much smoother initial law,
     standard deviations ``629 (4 pi^2 k^2 + 25)^(-2)`` (``alpha = 4``; fitted, :mod:`.burgers_neuralop`,
-    preset ``neuralop_burgers``), over which the energy falls to 31% by ``t = 1``.
+    preset ``neuralop_burgers``), over which the energy falls to 31%.
 """
 
 from __future__ import annotations

@@ -71,13 +71,14 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     ),
     Preset(
         "neuralop_burgers", "burgers",
-        _frozen({"nu": 0.01, "t_final": 1.0, "dt": 1e-3, "sigma": 629.2, "tau": 5.0, "alpha": 4.0,
+        _frozen({"nu": 0.01, "t_final": 0.96, "dt": 1e-3, "sigma": 629.2, "tau": 5.0, "alpha": 4.0,
                  "fine_resolution": 256}),
         16,
         _frozen({"n_train": 800, "n_test": 400, "n_times": 17, "time_series": "burgers_neuralop."
-                 "generate_burgers_neuralop gives y (N, 17, r) on t in [0, 1]"}),
-        "neuraloperator's bundled burgers_{train,test}_16.pt: nu = 0.01 (the file's visc), t in [0, 1], and the "
-        "initial law fitted to the file (alpha 4, tau 5, sigma 629); energy falls to 31% by t = 1.",
+                 "generate_burgers_neuralop gives y (N, 17, r) on t in [0, 0.96]"}),
+        "neuraloperator's bundled burgers_{train,test}_16.pt: nu = 0.01 (the file's visc), 17 snapshots on "
+        "t in [0, 0.96] (read from the file by replaying it), and the initial law fitted to the file (alpha 4, tau 5, "
+        "sigma 629); energy falls to 31% by t = 0.96.",
         "fitted: python -m sciattn.pde_data.burgers_neuralop burgers_train_16.pt (sciattn.pde_data.burgers_neuralop)",
         _frozen({"fine_resolution": 64}),
     ),

@@ -45,9 +45,11 @@ def test_file_parameters_and_time_span(shared_data):
     x, y, nu = _file(shared_data, "train")
     assert nu == NEURALOP_BURGERS_FIT["nu"] == 0.01 and y.shape[1:] == (17, 16)
     np.testing.assert_array_equal(y[:, 0], x)
-    # replaying the file's own x at nu = 0.01 pins t in [0, 1]: 1.5% against 20% / 28% for t_final 0.5 / 2
-    assert replay_error(x[:40], y[:40], nu=nu, t_final=1.0) < 0.03
-    assert replay_error(x[:40], y[:40], nu=nu, t_final=0.5) > 0.1
+    # replaying the file's own x at nu = 0.01 pins the span: t in [0, 0.96] to 1e-4, where [0, 1] is off by 1.5%
+    assert NEURALOP_BURGERS_FIT["t_final"] == 0.96
+    assert replay_error(x[:40], y[:40], nu=nu, t_final=0.96) < 1e-3
+    assert replay_error(x[:40], y[:40], nu=nu, t_final=1.0) > 0.01
+    assert replay_error(x[:40], y[:40], nu=0.0101, t_final=0.96) > 0.002  # and the viscosity to about 1%
 
 
 @pytest.mark.parametrize("split", ["train", "test"])
@@ -68,8 +70,9 @@ def test_old_default_regime_fails_the_same_check(shared_data):
     reasons = compare_to_reference(summary_statistics(y_old), ref)
     assert any(r.startswith("energy_decay") for r in reasons) and any(r.startswith("spectrum_initial") for r in reasons)
     assert energy_decay(y_old)[-1] < 0.01  # nu = 0.1: almost all energy gone, against 0.31 in the file
-    # the FNO law at the file's nu still fails: the law, not only the viscosity, differs
-    _, y_law = burgers.generate_burgers_trajectories(32, 16, fine_resolution=256, dt=1e-3, seed=1, nu=0.01)
+    # the FNO law at the file's nu and span still fails: the law, not only the viscosity, differs
+    _, y_law = burgers.generate_burgers_trajectories(32, 16, fine_resolution=256, dt=1e-3, seed=1, nu=0.01,
+                                                    t_final=0.96)
     assert any(r.startswith("spectrum_initial") for r in compare_to_reference(summary_statistics(y_law), ref))
 
 

@@ -14,7 +14,7 @@ from sciattn.pde_data.presets import PRESETS, describe_presets, generator_call, 
 DOCUMENTED = {
     "fno_burgers": ("burgers", 1024, {"nu": 0.1, "t_final": 1.0, "sigma": 25.0, "tau": 5.0, "alpha": 2.0,
                                       "fine_resolution": 8192}, {"n_train": 1000, "n_test": 100}),
-    "neuralop_burgers": ("burgers", 16, {"nu": 0.01, "t_final": 1.0, "tau": 5.0, "alpha": 4.0},
+    "neuralop_burgers": ("burgers", 16, {"nu": 0.01, "t_final": 0.96, "tau": 5.0, "alpha": 4.0},
                          {"n_train": 800, "n_test": 400, "n_times": 17}),
     "fno_navier_stokes": ("navier_stokes", 64, {"nu": 1e-5, "t_final": 20.0, "record_steps": 20, "dt": 1e-4,
                                                 "alpha": 2.5, "tau": 7.0, "fine_resolution": 256},
