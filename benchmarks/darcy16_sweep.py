@@ -6,59 +6,36 @@ samples at each resolution) and checks them against the run's recorded training 
 
 Usage::
 
-    python benchmarks/darcy16_sweep.py [--data ../shared/data] [--out benchmarks/runs/darcy16_sweep] [--n-samples 64]
+    python -m benchmarks run darcy16_sweep [--quick] [--set data='"../shared/data"'] [--set n_samples=64]
 
-Writes one row per resolution (date, hardware, versions, command) to
-``benchmarks/results/darcy16_sweep.json`` and the table ``darcy16_sweep.md`` that
-``benchmarks/readme_tables.py`` copies into README.md. An existing run directory is refused
-(pass ``--resume`` to continue its training, or another ``--out``).
+One row per resolution (with the run's training time, real-test error and verdict) is appended to
+``benchmarks/results/darcy16_sweep.jsonl``; README.md and docs/cli.md show the table generated from
+the latest run. An existing run directory is refused (``--set resume=true`` continues its training).
+``--quick`` trains one epoch on 64 samples (a check of the path, not the claim).
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
-import platform
-import sys
 import time
 from pathlib import Path
 
-import torch
-
-from sciattn.train.checkpoint import atomic_write_bytes
-from sciattn.train.cli import main as cli
-
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "configs" / "darcy16_galerkin.toml"
-RESULTS = ROOT / "benchmarks" / "results"
 RESOLUTIONS = (16, 32, 64)
 
 
-def _markdown(result: dict) -> str:
-    rows = result["rows"]
-    lines = [f"Command: `{result['command']}`; {result['date']}, {result['hardware']}, torch {result['torch']}, "
-             f"{result['threads']} torch threads; train {result['train_seconds']:.0f} s, sweep "
-             f"{result['sweep_seconds']:.0f} s.", "",
-             f"Trained on `darcy_train_16.pt` ({result['n_train']} samples); relative L2 on its own test file "
-             f"`darcy_test_16.pt`: {result['real_test_rel_l2']:.4f}. Sweep data: `{result['generator']}`, "
-             f"{result['n_samples']} samples, seed {result['seed']}.", "",
-             "| resolution | regime | in distribution | relative L2 | relative H1 | L2 / L2 at 16 |",
-             "|---|---|---|---|---|---|"]
-    for r in rows:
-        ratio = "—" if r["ratio_to_training"] is None else f"{r['ratio_to_training']:.2f}"
-        lines.append(f"| {r['resolution']} | {r['regime']} | {'yes' if r['in_distribution'] else 'NO'} | "
-                     f"{r['rel_l2']:.4f} | {r['rel_h1']:.4f} | {ratio} |")
-    lines += ["", f"Verdict: {result['verdict']}"]
-    return "\n".join(lines) + "\n"
+def sweep(data: Path, out: Path, n_samples: int, resume: bool, overrides: tuple[str, ...] = ()) -> dict:
+    """Train and sweep; the run's values and one dict per resolution (``rows``)."""
+    from sciattn.train.cli import main as cli
 
-
-def run(data: Path, out: Path, n_samples: int, resume: bool) -> dict:
     if out.exists() and not resume:
         raise SystemExit(f"--out: {str(out)!r} exists; pass --resume to continue it or choose another directory")
     started = time.perf_counter()
     args = ["train", str(CONFIG), "--out", str(out), "--no-progress",
             "--set", f'data.train="{data / "darcy_train_16.pt"}"', "--set", f'data.test="{data / "darcy_test_16.pt"}"']
+    for o in overrides:
+        args += ["--set", o]
     if resume:
         args.append("--resume")
     if cli(args) != 0:
@@ -72,9 +49,6 @@ def run(data: Path, out: Path, n_samples: int, resume: bool) -> dict:
     report = json.loads((out / "eval" / "darcy_neuralop.json").read_text())
     metrics = json.loads((out / "metrics.json").read_text())
     return {
-        "date": datetime.date.today().isoformat(), "hardware": f"{platform.machine()} {platform.processor() or ''}".strip(),
-        "torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
-        "command": "python benchmarks/darcy16_sweep.py " + " ".join(sys.argv[1:]),
         "train_seconds": train_seconds, "sweep_seconds": sweep_seconds, "n_train": _n_train(metrics, data),
         "real_test_rel_l2": metrics["test"]["test_16x16"]["rel_l2"], "generator": report["data_built"]["generator"],
         "seed": report["data_built"]["seed"], "n_samples": n_samples, "verdict": report["verdict"],
@@ -90,23 +64,41 @@ def _n_train(metrics: dict, data: Path) -> int:
     return int(n) if n else len(load_data_file(data / "darcy_train_16.pt"))
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "runs" / "darcy16_sweep")
-    p.add_argument("--n-samples", type=int, default=64)
-    p.add_argument("--resume", action="store_true")
-    p.add_argument("--results", type=Path, default=RESULTS)
-    args = p.parse_args(argv)
-    if not (args.data / "darcy_train_16.pt").is_file():
-        raise SystemExit(f"--data: expected a folder holding darcy_train_16.pt, got {str(args.data)!r}")
-    result = run(args.data, args.out, args.n_samples, args.resume)
-    args.results.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes((json.dumps(result, indent=2) + "\n").encode(), args.results / "darcy16_sweep.json")
-    atomic_write_bytes(_markdown(result).encode(), args.results / "darcy16_sweep.md")
-    print(_markdown(result))
-    return 0
+RUN_FIELDS = ("train_seconds", "sweep_seconds", "n_train", "real_test_rel_l2", "generator", "seed", "n_samples",
+              "verdict")
+SCHEMA = {"resolution": "int", "regime": "str", "in_distribution": "bool", "rel_l2": "float", "rel_h1": "float",
+          "ratio_to_training": "float?", "train_seconds": "float", "sweep_seconds": "float", "n_train": "int",
+          "real_test_rel_l2": "float", "generator": "str", "seed": "int", "n_samples": "int", "verdict": "str"}
+COLUMNS = ("resolution", "regime", "in_distribution", "rel_l2", "rel_h1", "ratio_to_training")
+LABELS = {"in_distribution": "in distribution", "rel_l2": "relative L2", "rel_h1": "relative H1",
+          "ratio_to_training": "L2 / L2 at 16"}
+PARAMS = {"data": str(ROOT.parent / "shared" / "data"), "out": str(ROOT / "benchmarks" / "runs" / "darcy16_sweep"),
+          "n_samples": 64, "resume": False, "train_overrides": []}
+QUICK = {"out": str(ROOT / "benchmarks" / "runs" / "darcy16_sweep_quick"), "n_samples": 8,
+         "train_overrides": ["train.epochs=1", "data.n_train=64"]}
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def rows_of(result: dict) -> list[dict]:
+    """One row per resolution, each carrying the run-level values."""
+    return [{**row, **{k: result[k] for k in RUN_FIELDS}} for row in result["rows"]]
+
+
+def run(params: dict) -> list[dict]:
+    data = Path(params["data"])
+    if not (data / "darcy_train_16.pt").is_file():
+        raise FileNotFoundError(f"data: expected a folder holding darcy_train_16.pt, got {str(data)!r}")
+    out = Path(params["out"])
+    if params["train_overrides"] and out.exists() and not params["resume"]:
+        import shutil
+
+        shutil.rmtree(out)  # the quick budget's scratch run
+    return rows_of(sweep(data, out, int(params["n_samples"]), bool(params["resume"]),
+                         tuple(params["train_overrides"])))
+
+
+def notes(records: list[dict]) -> str:
+    r = records[0]["row"]
+    return (f"Trained on `darcy_train_16.pt` ({r['n_train']} samples, {r['train_seconds']:.0f} s; sweep "
+            f"{r['sweep_seconds']:.0f} s); relative L2 on its own test file `darcy_test_16.pt`: "
+            f"{r['real_test_rel_l2']:.4f}. Sweep data: `{r['generator']}`, {r['n_samples']} samples, seed {r['seed']}."
+            f"\n\nVerdict: {r['verdict']}")

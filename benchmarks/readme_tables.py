@@ -3,7 +3,8 @@
 A page marks each table block as::
 
     <!-- results:NAME -->
-    ...            (replaced by the contents of benchmarks/results/NAME.md)
+    ...            (replaced by the table of the latest run in benchmarks/results/NAME.jsonl, generated
+                    from its rows by the harness; for a result not yet on the harness, by NAME.md)
     <!-- /results:NAME -->
 
     python benchmarks/readme_tables.py           # rewrite the pages in place
@@ -32,10 +33,22 @@ def demo_table(metrics: dict) -> str:
     return "\n".join(lines)
 
 
+def harness_table(name: str, rows: Path) -> str:
+    """The Markdown the harness generates from the latest run's rows in ``rows``."""
+    if str(ROOT) not in sys.path:  # run as a script: make the benchmarks package importable
+        sys.path.append(str(ROOT))
+    from benchmarks import harness
+
+    return harness.markdown_table(harness.get(name), harness.latest_run(harness.read_rows(rows)))
+
+
 def fill(readme: str, results_dir: Path) -> str:
     """``readme`` with every marked block replaced by its results file (missing files are an error)."""
 
     def sub(m: re.Match) -> str:
+        rows = results_dir / f"{m.group('name')}.jsonl"
+        if rows.is_file():
+            return m.group(1) + harness_table(m.group("name"), rows).rstrip("\n") + "\n" + m.group(4)
         path = results_dir / f"{m.group('name')}.md"
         if m.group("name") == "demo_metrics":
             import json
@@ -58,20 +71,26 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="only check; exit 1 when a page differs")
     args = ap.parse_args(argv)
-    stale = []
+    stale, missing = [], []
     for page in pages():
         old = page.read_text()
-        new = fill(old, ROOT / "benchmarks" / "results")
+        try:
+            new = fill(old, ROOT / "benchmarks" / "results")
+        except FileNotFoundError as e:  # report it and go on with the other pages
+            missing.append(f"{page.relative_to(ROOT)}: {e}")
+            continue
         if args.check:
             if new != old:
                 stale.append(page.relative_to(ROOT))
             continue
         page.write_text(new)
         print(f"{len(BLOCK.findall(old))} result blocks copied into {page}")
+    for line in missing:
+        print(line, file=sys.stderr)
     if stale:
         print(f"{', '.join(map(str, stale))}: tables differ from benchmarks/results; run python benchmarks/readme_tables.py")
         return 1
-    return 0
+    return 1 if missing else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,187 @@
+"""The benchmark harness: registration, a quick run appending rows with their metadata, tables
+generated from the rows, schema errors naming the field, atomic appends."""
+
+from __future__ import annotations
+
+import json
+import re
+import runpy
+import threading
+from pathlib import Path
+
+import pytest
+
+from benchmarks import harness
+from benchmarks.harness import Benchmark, SchemaError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _toy(**kw) -> Benchmark:
+    spec = dict(name="toy", run=lambda p: [{"n": n, "err": 1.0 / n, "label": f"n{n}"} for n in p["sizes"]],
+                schema={"n": "int", "err": "float", "label": "str"}, params={"sizes": [2, 4, 8]},
+                quick={"sizes": [2]}, description="A toy;")
+    spec.update(kw)
+    return Benchmark(**spec)
+
+
+def _table_cells(table: str) -> list[list[str]]:
+    lines = [ln for ln in table.splitlines() if ln.startswith("| ")]
+    return [[c.strip() for c in ln.strip("|").split("|")] for ln in lines]
+
+
+def test_registered_benchmarks_declare_schema_params_and_quick_budget():
+    names = harness.names()
+    assert {"startup", "darcy16_sweep"} <= set(names)
+    for name in names:
+        b = harness.get(name)
+        assert b.schema and set(b.quick) <= set(b.params), name
+        assert b.resolve(quick=True) == {**b.params, **b.quick}
+    with pytest.raises(KeyError, match="benchmark: expected one of .*got 'nope'"):
+        harness.get("nope")
+
+
+def test_registration_refuses_bad_declarations():
+    with pytest.raises(ValueError, match=r"schema\['err'\]: expected one of"):
+        _toy(schema={"n": "int", "err": "double"})
+    with pytest.raises(ValueError, match=r"quick: expected keys of params \['sizes'\], got unknown \['epochs'\]"):
+        _toy(quick={"epochs": 1})
+    with pytest.raises(ValueError, match="columns: expected fields of the schema"):
+        _toy(columns=("n", "missing"))
+    harness.register(harness.get("startup"))  # the same object again is fine
+    with pytest.raises(ValueError, match="'startup' is already registered"):
+        harness.register(_toy(name="startup"))
+    with pytest.raises(ValueError, match="--set epochs: expected one of the parameters"):
+        _toy().resolve(overrides={"epochs": 3})
+
+
+def test_schema_errors_name_the_field():
+    b = _toy()
+    assert harness.validate_row(b, {"n": 2, "err": 0.5, "label": "a"}) == {"n": 2, "err": 0.5, "label": "a"}
+    with pytest.raises(SchemaError, match="toy row 3: field 'err' is missing"):
+        harness.validate_row(b, {"n": 2, "label": "a"}, 3)
+    with pytest.raises(SchemaError, match="field 'err' expected float, got str '0.5'"):
+        harness.validate_row(b, {"n": 2, "err": "0.5", "label": "a"})
+    with pytest.raises(SchemaError, match="field 'n' expected int, got bool True"):
+        harness.validate_row(b, {"n": True, "err": 0.5, "label": "a"})
+    with pytest.raises(SchemaError, match="field 'extra' is not in the schema"):
+        harness.validate_row(b, {"n": 2, "err": 0.5, "label": "a", "extra": 1})
+    with pytest.raises(SchemaError, match="field 'err' expected a finite number, got nan"):
+        harness.validate_row(b, {"n": 2, "err": float("nan"), "label": "a"})
+    assert harness.validate_row(_toy(schema={"n": "int", "err": "float?", "label": "str"}),
+                                {"n": 2, "err": None, "label": "a"})["err"] is None
+
+
+def test_a_run_whose_rows_break_the_schema_appends_nothing(tmp_path, monkeypatch):
+    bad = _toy(name="toy_bad", run=lambda p: [{"n": 1, "err": 1.0, "label": "a"}, {"n": 2, "label": "b"}])
+    monkeypatch.setitem(harness.REGISTRY, "toy_bad", bad)
+    with pytest.raises(SchemaError, match="toy_bad row 1: field 'err' is missing"):
+        harness.run_benchmark("toy_bad", results=tmp_path, command="test")
+    assert not (tmp_path / "toy_bad.jsonl").exists()
+
+
+def test_quick_run_of_a_real_benchmark_appends_rows_with_metadata(tmp_path):
+    # startup's quick budget restricted to the bare interpreter: a real subprocess measurement in ~0.1 s
+    over = {"cases": ["python -c pass"], "repeats": 2}
+    first = harness.run_benchmark("startup", quick=True, results=tmp_path, overrides=over, command="cmd one")
+    second = harness.run_benchmark("startup", quick=True, results=tmp_path, overrides=over, command="cmd two")
+    stored = harness.read_rows(tmp_path / "startup.jsonl")
+    assert stored == json.loads(json.dumps(first + second))  # appended, in order, nothing rewritten
+    assert len(stored) == 2 and stored[0]["run_id"] != stored[1]["run_id"]
+    rec = stored[0]
+    assert set(harness.META_FIELDS) <= set(rec)
+    assert rec["command"] == "cmd one" and rec["quick"] is True
+    assert rec["params"] == {"cases": ["python -c pass"], "repeats": 2}
+    assert rec["hardware"]["cores"] >= 1 and rec["hardware"]["cpu"]
+    assert rec["versions"]["python"].count(".") == 2 and rec["versions"]["torch"]
+    assert re.fullmatch(r"[0-9a-f]{12}", rec["versions"]["sciattn_commit"] or "")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", rec["date"])
+    row = rec["row"]
+    assert row["case"] == "python -c pass" and row["repeats"] == 2 and 0 < row["min_s"] <= row["median_s"] < 30
+    assert row["imports_neuralop"] is False and row["minus_torch_s"] is None
+    assert harness.latest_run(stored) == [stored[1]]
+
+
+def test_table_is_generated_from_the_rows(tmp_path):
+    b = _toy(labels={"err": "error"}, notes=lambda recs: f"{len(recs)} rows.")
+    rows = b.run(b.params)
+    meta = harness.metadata("python -m benchmarks run toy", b.params)
+    recs = [{"benchmark": "toy", "run_id": "r1", **meta, "quick": False, "row": r} for r in rows]
+    table = harness.markdown_table(b, recs)
+    cells = _table_cells(table)
+    assert cells[0] == ["n", "error", "label"]
+    assert len(cells) == 1 + len(rows)
+    for got, row in zip(cells[1:], rows):
+        assert int(got[0]) == row["n"] and got[2] == row["label"]
+        assert float(got[1]) == pytest.approx(row["err"], abs=5e-5)
+    assert "Command: `python -m benchmarks run toy`" in table and meta["date"] in table
+    assert table.rstrip().endswith("3 rows.")
+    # a changed row changes the table
+    recs[1]["row"] = {**recs[1]["row"], "err": 0.123456}
+    assert "| 4 | 0.1235 | n4 |" in harness.markdown_table(b, recs)
+    # the stored rows are checked against the schema again when tabulated
+    recs[0]["row"] = {"n": 1, "label": "x"}
+    with pytest.raises(SchemaError, match="field 'err' is missing"):
+        harness.markdown_table(b, recs)
+
+
+def test_docs_blocks_of_harness_benchmarks_come_from_the_rows(tmp_path):
+    tool = runpy.run_path(str(ROOT / "benchmarks" / "readme_tables.py"))
+    src = harness.results_path("darcy16_sweep")
+    (tmp_path / src.name).write_bytes(src.read_bytes())
+    page = "x\n<!-- results:darcy16_sweep -->\nstale\n<!-- /results:darcy16_sweep -->\n"
+    filled = tool["fill"](page, tmp_path)
+    recs = harness.latest_run(harness.read_rows(src))
+    assert harness.markdown_table(harness.get("darcy16_sweep"), recs).rstrip("\n") in filled
+    for rec in recs:
+        assert f"| {rec['row']['resolution']} | {rec['row']['regime']} |" in filled
+        assert harness.format_value(rec["row"]["rel_l2"]) in filled
+
+
+def test_concurrent_appends_lose_no_row(tmp_path):
+    path = tmp_path / "r.jsonl"
+
+    def writer(k):
+        for i in range(10):
+            harness.append_rows(path, [{"w": k, "i": i}])
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    got = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted((r["w"], r["i"]) for r in got) == [(k, i) for k in range(4) for i in range(10)]
+
+
+def test_rows_files_are_checked_when_read(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"benchmark": "x"}\n')
+    with pytest.raises(SchemaError, match="x.jsonl:1: field 'run_id' is missing"):
+        harness.read_rows(path)
+    path.write_text('{"benchmark": "x", "run_id"\n')
+    with pytest.raises(ValueError, match="x.jsonl:1: expected one JSON object per line"):
+        harness.read_rows(path)
+    path.write_bytes(b'{"a": 1}')  # a truncated last line is refused, not appended to
+    with pytest.raises(ValueError, match="truncated last line"):
+        harness.append_rows(path, [{"b": 2}])
+
+
+def test_committed_rows_match_their_schema():
+    for name in harness.names():
+        path = harness.results_path(name)
+        if path.is_file():
+            recs = harness.read_rows(path)
+            for i, rec in enumerate(recs):
+                harness.validate_row(harness.get(name), rec["row"], i)
+
+
+def test_cli_list_and_table(capsys):
+    from benchmarks.__main__ import main
+
+    assert main(["list"]) == 0
+    assert "darcy16_sweep" in capsys.readouterr().out
+    assert main(["table", "darcy16_sweep"]) == 0
+    assert "| 64 | zero-shot finer |" in capsys.readouterr().out
+    assert main(["table", "nope"]) == 2
+    assert "benchmark: expected one of" in capsys.readouterr().err
