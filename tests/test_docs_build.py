@@ -9,6 +9,7 @@ gallery executed at its full budget.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -133,22 +134,50 @@ def test_docs_build_without_warnings_links_resolve_api_complete(tmp_path):
     _check_site(html, _build(html, run_gallery=False, quick=True, timeout=900))
 
 
-@pytest.mark.parametrize("script", GALLERY, ids=[p.stem for p in GALLERY])
-def test_gallery_script_runs_in_quick_mode_and_draws(script, tmp_path):
-    """Each script runs as a user would run it (a fresh interpreter, QUICK budget) and draws at least
-    one figure; the check saves the figures the script leaves open."""
-    probe = (f"import runpy, matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt; "
-             f"plt.show = lambda *a, **k: None; runpy.run_path({str(script)!r}, run_name='__main__'); "
-             f"nums = plt.get_fignums(); print('FIGURES', len(nums)); "
-             f"[plt.figure(n).savefig({str(tmp_path)!r} + f'/fig{{n}}.png') for n in nums]")
+_RUNNER = """
+import json, runpy, sys, time, traceback
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+plt.show = lambda *a, **k: None
+out, report = sys.argv[1], {}
+for script in sys.argv[2:]:
+    plt.close("all")
+    t0 = time.perf_counter()
+    try:
+        runpy.run_path(script, run_name="__main__")
+        nums = plt.get_fignums()
+        stem = script.rsplit("/", 1)[-1][:-3]
+        for n in nums:
+            plt.figure(n).savefig(f"{out}/{stem}_{n}.png")
+        report[script] = {"figures": len(nums), "seconds": time.perf_counter() - t0}
+    except BaseException:
+        report[script] = {"error": traceback.format_exc()}
+print("REPORT" + json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="module")
+def quick_gallery(tmp_path_factory):
+    """Every gallery script run once, in QUICK mode, in one fresh interpreter (each with its own
+    globals, as ``python script.py`` would run it); returns ``(report, figure folder)``."""
+    out = tmp_path_factory.mktemp("gallery")
     env = dict(os.environ, SCIATTN_GALLERY_QUICK="1", MPLBACKEND="Agg")
-    proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    n = int(proc.stdout.rsplit("FIGURES", 1)[1].split()[0])
-    assert n >= 1, f"{script.name} drew no figure"
-    pngs = sorted(tmp_path.glob("fig*.png"))
-    assert len(pngs) == n and all(p.stat().st_size > 5000 for p in pngs)
+    proc = subprocess.run([sys.executable, "-c", _RUNNER, str(out), *map(str, GALLERY)], cwd=out, env=env,
+                          capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0 and "REPORT" in proc.stdout, proc.stderr[-4000:]
+    return json.loads(proc.stdout.rsplit("REPORT", 1)[1]), out
+
+
+@pytest.mark.parametrize("script", GALLERY, ids=[p.stem for p in GALLERY])
+def test_gallery_script_runs_in_quick_mode_and_draws(script, quick_gallery):
+    """Each script runs (QUICK budget) and draws at least one non-empty figure."""
+    report, out = quick_gallery
+    result = report[str(script)]
+    assert "error" not in result, result.get("error")
+    assert result["figures"] >= 1, f"{script.name} drew no figure"
+    pngs = sorted(out.glob(f"{script.stem}_*.png"))
+    assert len(pngs) == result["figures"] and all(p.stat().st_size > 5000 for p in pngs)
 
 
 @pytest.mark.slow
