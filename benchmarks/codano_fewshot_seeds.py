@@ -25,8 +25,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from codano_fewshot import AUGMENTATIONS, METRICS, MODELS, augment_mode, augment_suffix, result_stem, versus  # noqa: E402
+from codano_fewshot import AUGMENTATIONS, METRICS, MODELS, augment_mode, augment_suffix, result_stem, versus
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTOCOL_KEYS = ("config", "ours", "lr", "residual", "beta", "theta_like", "augment")
