@@ -48,8 +48,8 @@ Initialisation of the query projections as published: per head orthogonal with g
 Shapes:
     grid input: ``x`` ``(B, C_in, *spatial)`` with ``spatial_dims`` axes -> ``(B, C_out, *spatial)``;
     point input: ``x`` ``(B, N, C_in)`` with ``pos`` ``(B, N, d)``, optional ``weights`` ``(B, N)`` and
-    ``mask`` ``(B, N)`` (True at real points) -> ``(B, N, C_out)``, zeros on padding. The decoder's queries
-    are the input points.
+    ``mask`` ``(B, N)`` (True at real points) -> ``(B, N, C_out)``, zeros on padding. The decoder's queries are
+    the input points, or ``query_pos`` ``(B, M, d)`` (with either input kind) -> ``(B, M, C_out)``.
 """
 
 from __future__ import annotations
@@ -225,26 +225,36 @@ class OFormer(nn.Module):
         self.head = nn.Sequential(nn.Linear(latent_width + spatial_dims, latent_width), nn.GELU(),
                                   nn.Linear(latent_width, out_channels))
 
-    def encode(self, a: torch.Tensor, pos: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """Tokens ``(B, N, C_in)``, positions ``(B, N, d)``, weights ``(B, N)`` summing to one -> ``(B, N, C_out)``."""
+    def encode(self, a: torch.Tensor, pos: torch.Tensor, w: torch.Tensor, query_pos=None) -> torch.Tensor:
+        """Tokens ``(B, N, C_in)``, positions ``(B, N, d)``, weights ``(B, N)`` summing to one, queries ``(B, M, d)``
+        (default: ``pos``) -> ``(B, M, C_out)``."""
+        qpos = pos if query_pos is None else query_pos
         h = self.lift(torch.cat([a, pos], dim=-1))
         for layer in self.layers:
             h = layer(h, pos, w)
         z = self.to_latent(h)
-        phase = 2 * math.pi * pos @ self.rff_freqs.to(pos.dtype)
+        phase = 2 * math.pi * qpos @ self.rff_freqs.to(qpos.dtype)
         e = self.query_embed(torch.cat([torch.cos(phase), torch.sin(phase)], dim=-1))
-        e = e + self.cross(e, pos, z, pos, w)
+        e = e + self.cross(e, qpos, z, pos, w)
         e = e + self.decoder_ffn(e)
-        return self.head(torch.cat([e, pos], dim=-1))
+        return self.head(torch.cat([e, qpos], dim=-1))
 
-    def forward(self, x, pos=None, weights=None, mask=None, *, y=None):
-        """``y`` is accepted and ignored (neuraloperator's ``Trainer`` calls ``model(**sample)``)."""
+    def forward(self, x, pos=None, weights=None, mask=None, *, query_pos=None, y=None):
+        """``query_pos`` ``(B, M, d)``: evaluate the decoder at these points instead (output ``(B, M, C_out)``, no
+        masking of the queries). ``y`` is accepted and ignored (neuraloperator's ``Trainer`` calls
+        ``model(**sample)``)."""
         del y
+        if query_pos is not None:
+            check_rank("query_pos", query_pos, 3, f"(B, M, {self.spatial_dims})")
+            check_dim("query_pos", query_pos, -1, self.spatial_dims, "coordinates per query point")
+            check_dim("query_pos", query_pos, 0, x.shape[0], "samples (the batch of x)")
+            check_finite("query_pos", query_pos)
+            query_pos = query_pos.to(x.dtype)
         if pos is None:
-            return self._forward_grid(x)
-        return self._forward_points(x, pos, weights, mask)
+            return self._forward_grid(x, query_pos)
+        return self._forward_points(x, pos, weights, mask, query_pos)
 
-    def _forward_grid(self, x):
+    def _forward_grid(self, x, query_pos=None):
         d = self.spatial_dims
         check_rank("x", x, 2 + d, f"(B, C_in={self.in_channels}, {d} spatial axes)")
         check_dim("x", x, 1, self.in_channels, "input channels")
@@ -255,10 +265,12 @@ class OFormer(nn.Module):
         nodes, w = grid.nodes_and_weights(x.dtype, x.device)
         b = x.shape[0]
         w = (w / w.sum()).expand(b, -1)
-        out = self.encode(x.flatten(2).transpose(1, 2), nodes.expand(b, *nodes.shape), w)
+        out = self.encode(x.flatten(2).transpose(1, 2), nodes.expand(b, *nodes.shape), w, query_pos)
+        if query_pos is not None:
+            return out
         return out.transpose(1, 2).reshape(b, self.out_channels, *grid.shape)
 
-    def _forward_points(self, x, pos, weights, mask):
+    def _forward_points(self, x, pos, weights, mask, query_pos=None):
         check_rank("x", x, 3, f"(B, N, C_in={self.in_channels})")
         check_dim("x", x, -1, self.in_channels, "input channels")
         cloud = PointCloud(pos, weights, mask)
@@ -274,7 +286,7 @@ class OFormer(nn.Module):
             zero = torch.zeros((), dtype=x.dtype, device=x.device)
             x, pos = torch.where(keep, x, zero), torch.where(keep, pos.to(x.dtype), zero)
         w = PointCloud(pos, weights, mask).quadrature_weights().to(x.dtype)
-        out = self.encode(x, pos.to(x.dtype), w)
-        if mask is not None:
+        out = self.encode(x, pos.to(x.dtype), w, query_pos)
+        if mask is not None and query_pos is None:
             out = torch.where(keep, out, torch.zeros((), dtype=out.dtype, device=out.device))
         return out

@@ -68,7 +68,8 @@ def _galerkin(p, name, h, xq, z, xk, w, heads, dh, scale):
     return _lin(p, f"{name}.out", torch.cat(outs, -1))
 
 
-def reference_oformer(p, a, x, w, cfg):
+def reference_oformer(p, a, x, w, cfg, xq=None):
+    xq = x if xq is None else xq
     heads, dh = cfg["n_heads"], cfg["dim_head"]
     h = _lin(p, "lift", torch.cat([a, x], -1))
     for i, s in enumerate(cfg["rope_scales"]):
@@ -78,13 +79,13 @@ def reference_oformer(p, a, x, w, cfg):
         h = _ln(p, f"{b}.ln2", h)
         h = h + _lin(p, f"{b}.ffn.2", _gelu(_lin(p, f"{b}.ffn.0", h)))
     z = _lin(p, "to_latent", h)
-    phase = 2 * math.pi * x @ p["rff_freqs"]
+    phase = 2 * math.pi * xq @ p["rff_freqs"]
     e = _lin(p, "query_embed.2", _gelu(_lin(p, "query_embed.0", torch.cat([phase.cos(), phase.sin()], -1))))
-    e = e + _galerkin(p, "cross", e, x, z, x, w, heads, dh, cfg["decoder_rope_scale"])
+    e = e + _galerkin(p, "cross", e, xq, z, x, w, heads, dh, cfg["decoder_rope_scale"])
     ag = _lin(p, "decoder_ffn.inp", e)
     f = ag.shape[-1] // 2
     e = e + _lin(p, "decoder_ffn.out", ag[..., :f] * _gelu(ag[..., f:]))
-    return _lin(p, "head.2", _gelu(_lin(p, "head.0", torch.cat([e, x], -1))))
+    return _lin(p, "head.2", _gelu(_lin(p, "head.0", torch.cat([e, xq], -1))))
 
 
 def _cloud(b=2, n=30, seed=1):
@@ -112,6 +113,29 @@ def test_grid_input_is_the_point_set_of_its_nodes_with_uniform_weights():
     out = model(field).detach()
     assert out.shape == (2, 3, 6, 5)
     assert float((out.flatten(2).transpose(1, 2) - ref).abs().max()) <= 1e-10 * float(ref.abs().max())
+
+
+def test_decoder_at_other_query_points():
+    """OFormer's decoder evaluates at any points: the transcription with separate queries, and the grid output
+    is the decoder at the grid's nodes."""
+    model = _model()
+    a, x, w = _cloud(2, 30)
+    xq = torch.rand(2, 11, 2, dtype=torch.float64)
+    ref = reference_oformer(dict(model.state_dict()), a, x, w / w.sum(1, keepdim=True), CFG, xq)
+    out = model(a, pos=x, weights=w, query_pos=xq).detach()
+    assert out.shape == (2, 11, 3)
+    assert float((out - ref).abs().max()) <= 1e-10 * float(ref.abs().max())
+    assert float((model(a, pos=x, weights=w, query_pos=x) - model(a, pos=x, weights=w)).abs().max()) <= 1e-12
+    field = torch.randn(2, 2, 6, 5, dtype=torch.float64)
+    ii, jj = torch.meshgrid(torch.arange(6.0, dtype=torch.float64) / 6, torch.arange(5.0, dtype=torch.float64) / 5,
+                            indexing="ij")
+    nodes = torch.stack([ii, jj], -1).reshape(1, 30, 2).expand(2, 30, 2)
+    on_nodes = model(field, query_pos=nodes).detach()
+    assert float((on_nodes - model(field).detach().flatten(2).transpose(1, 2)).abs().max()) <= 1e-12
+    with pytest.raises(ValueError, match="query_pos: expected"):
+        model(a, pos=x, query_pos=torch.rand(2, 11, 3, dtype=torch.float64))
+    with pytest.raises(ValueError, match="query_pos: expected"):
+        model(a, pos=x, query_pos=torch.rand(3, 11, 2, dtype=torch.float64))
 
 
 def test_published_query_initialisation():
