@@ -198,11 +198,21 @@ def migrate_mano_split(name: str, config: dict[str, Any]) -> tuple[str, dict[str
     from sciattn.operators.mano_extended import EXTENDED_KEYS
 
     if name != "mano" or not any(k in config for k in EXTENDED_KEYS):
-        return name, config
+        return migrate_multipole_pyramid(name, config)
     config = dict(config)
     if config.get("window_fraction") is not None:
         config["window"] = None
-    return "mano_extended", config
+    return migrate_multipole_pyramid("mano_extended", config)
+
+
+def migrate_multipole_pyramid(name: str, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(name, config)`` with ``pyramid="input"`` filled into a ``mano`` / ``mano_extended`` config stored before
+    the key existed: :class:`~sciattn.multipole.MultipoleAttention` then pooled every level from the input grid
+    (``window`` cells, or ``window_fraction`` with optional ``coarse_cells``), while the same values now select
+    the physical pyramid. Decided by the key's absence; a config that holds it (``None`` included) is kept."""
+    if name not in ("mano", "mano_extended") or "pyramid" in config:
+        return name, config
+    return name, {**config, "pyramid": "input"}
 
 
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu"):

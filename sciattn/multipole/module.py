@@ -662,7 +662,7 @@ class MultipoleAttention(nn.Module):
         b, grid = x.shape[0], tuple(x.shape[2:])
         h, dh = self.n_heads, self.head_dim
         w = (torch.ones((), dtype=x.dtype, device=x.device) if weights is None else weights.to(x.dtype))
-        w = w.expand(b, *grid)
+        w = w.expand(b, *grid).contiguous()  # (B, *n) materialised: reshapes of an expanded tensor guard on B
         xl = x.movedim(1, -1)
         qw, kw, vw = self.qkv.weight.split(self.dim)
         qb, kb, vb = self.qkv.bias.split(self.dim)
@@ -697,7 +697,7 @@ class MultipoleAttention(nn.Module):
                 k = self.k_norm(k)
             logw = torch.where(wm > 0, torch.log(torch.where(wm > 0, wm, 1.0)), neg)
             a = level_attention(q, k, v, logw, c, scale, bias)
-            out = out + a * self.level_weight[i].to(a.dtype).view(h, 1)
+            out = torch.addcmul(out, a, self.level_weight[i].to(a.dtype).view(h, 1))
         r = out.flatten(-2)  # (B, *n, C) head-major
         if self.gate_proj is not None:
             r = F.silu(self.gate_proj(xl)) * r

@@ -229,19 +229,34 @@ def level_attention(
     if scores_per_call is None:
         scores_per_call = CPU_SCORES_PER_CALL if dev.type == "cpu" else b * h * groups * g * p
     per = groups if torch.compiler.is_compiling() else max(1, scores_per_call // max(1, b * h * g * p))
+    # Keys of every group gathered at once and split into chunks: the backward of one gather is one index_add
+    # and that of split one concatenation, where a gather per chunk would add a zero-filled full-size gradient
+    # per chunk (quadratic in the cell count for the local term). The gathered keys hold groups·P cells, a fixed
+    # number on the key levels and about 1.6 N for the local term; beyond 4 N (and 2^26 entries) chunks gather.
+    whole = torch.compiler.is_compiling() or groups * p <= max(4 * math.prod(n), (1 << 26) // max(1, b * h * (dq + e)))
+    starts = list(range(0, groups, per))
+    if whole:
+        kflat = kidx.reshape(-1)
+        kall, vall, lall = (kf.index_select(1, kflat).view(b, groups, p, h, dq),
+                            vf.index_select(1, kflat).view(b, groups, p, h, e),
+                            lf.index_select(1, kflat).view(b, groups, 1, p))
+        kall, vall, lall = ([t] if per >= groups else t.split(per, dim=1) for t in (kall, vall, lall))
+    qall = qg if reshaped else qf.index_select(1, qidx.reshape(-1)).view(b, groups, g, h, dq)
+    qall = [qall] if per >= groups else qall.split(per, dim=1)  # one chunk (always under tracing): no split
     parts = []
-    for start in range(0, groups, per):
+    for ci, start in enumerate(starts):
         stop = min(groups, start + per)
         mc = stop - start
-        kflat = kidx[start:stop].reshape(-1)
-        kc = kf.index_select(1, kflat).view(b * mc, p, h, dq).transpose(1, 2)  # (B·Mc, H, P, D)
-        vc = vf.index_select(1, kflat).view(b * mc, p, h, e).transpose(1, 2)
-        lc = lf.index_select(1, kflat).reshape(b, mc, 1, p).to(q.dtype)  # (B, Mc, 1, P)
-        if reshaped:
-            qc = qg[:, start:stop]
+        if whole:
+            kc = kall[ci].reshape(b * mc, p, h, dq).transpose(1, 2)  # (B·Mc, H, P, D)
+            vc = vall[ci].reshape(b * mc, p, h, e).transpose(1, 2)
+            lc = lall[ci].to(q.dtype)  # (B, Mc, 1, P)
         else:
-            qc = qf.index_select(1, qidx[start:stop].reshape(-1))
-        qc = qc.reshape(b * mc, g, h, dq).transpose(1, 2)  # (B·Mc, H, G, D)
+            kflat = kidx[start:stop].reshape(-1)
+            kc = kf.index_select(1, kflat).view(b * mc, p, h, dq).transpose(1, 2)
+            vc = vf.index_select(1, kflat).view(b * mc, p, h, e).transpose(1, 2)
+            lc = lf.index_select(1, kflat).reshape(b, mc, 1, p).to(q.dtype)
+        qc = qall[ci].reshape(b * mc, g, h, dq).transpose(1, 2)  # (B·Mc, H, G, D)
         if masked:
             ok = None
             for t in per_pair("allowed", start, stop, None):
@@ -258,7 +273,9 @@ def level_attention(
             mask = (lc.unsqueeze(2) + extra.transpose(0, 1).unsqueeze(0)).reshape(b * mc, h, g, p)
         out = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask, scale=scale)  # (B·Mc, H, G, E)
         out = out.transpose(1, 2).reshape(b, mc, g, h, e)
-        parts.append(torch.where(empty[..., None, None], torch.zeros((), dtype=out.dtype, device=dev), out))
+        if torch.compiler.is_compiling() or bool(empty.any()):  # (a query without admissible keys is rare)
+            out = torch.where(empty[..., None, None], torch.zeros((), dtype=out.dtype, device=dev), out)
+        parts.append(out)
     out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)  # (B, T, G, H, E)
     if reshaped:
         inv = [0] + [i for a in range(d) for i in (1 + a, 1 + d + a)] + [1 + 2 * d, 2 + 2 * d]

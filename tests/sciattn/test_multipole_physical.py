@@ -251,3 +251,35 @@ def test_local_term_for_symbolic_sizes_equals_the_tiled_one():
         logw[0, 0] = -math.inf
         torch.testing.assert_close(_local_offsets(q, k, v, logw, lw, 0.5), local_attention(q, k, v, logw, lw, 0.5),
                                    rtol=1e-12, atol=1e-12)
+
+
+def test_a_mano_config_stored_before_the_pyramid_key_rebuilds_the_input_pyramid(tmp_path):
+    """Configs store every constructor key; one written before ``pyramid`` existed meant the input pyramid for
+    the same window_fraction / coarse_cells values, so load_model fills ``pyramid="input"`` when it is absent."""
+    from sciattn.operators import create_operator
+    from sciattn.pde_data.normalizers import UnitGaussianNormalizer
+    from sciattn.train.checkpoint import load_model, save_checkpoint
+
+    torch.manual_seed(0)
+    legacy = create_operator("mano", in_channels=1, out_channels=1, width=8, n_layers=1, n_heads=2, pyramid="input")
+    with torch.no_grad():
+        for p in legacy.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    x = torch.randn(1, 1, 40, 40)
+    with torch.no_grad():
+        want = legacy(x)
+    old = {k: v for k, v in legacy.config.items() if k != "pyramid"}
+    assert old["window_fraction"] == 0.125 and old["coarse_cells"] == 8  # the same values now mean "physical"
+    legacy.config = old
+    norm = UnitGaussianNormalizer(torch.zeros(1, 1, 1, 1), torch.ones(1, 1, 1, 1))
+    loaded, *_ = load_model(save_checkpoint(tmp_path / "old.pt", model=legacy, x_normalizer=norm, y_normalizer=norm))
+    assert loaded.blocks[0].attn.pyramid == "input"
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), want, rtol=0, atol=0)
+    # a config written now holds the key (None: the physical pyramid) and is left as it is
+    new = create_operator("mano", in_channels=1, out_channels=1, width=8, n_layers=1, n_heads=2)
+    assert "pyramid" in new.config and new.blocks[0].attn.pyramid == "physical"
+    back, *_ = load_model(save_checkpoint(tmp_path / "new.pt", model=new, x_normalizer=norm, y_normalizer=norm))
+    assert back.blocks[0].attn.pyramid == "physical"
+    with torch.no_grad():
+        torch.testing.assert_close(back(x), new(x), rtol=0, atol=0)

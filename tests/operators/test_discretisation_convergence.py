@@ -1,0 +1,111 @@
+"""Registry contract: every grid operator at its default configuration is discretisation-convergent.
+
+Generated from :func:`sciattn.operators.list_operators`: an operator registered with ``input_kind="grid"`` is
+covered as soon as it registers. For each one, at initialisation (``torch.manual_seed(0)``), in eval mode,
+float32, batch 1, the constructor filled only with its required arguments (``REQUIRED``; an unknown required
+argument fails with its name):
+
+* a smooth input ``u(x) = Σ_c sin/cos products`` sampled at the cell centres of ``n`` cells per axis,
+  ``n = 32, 64, 128`` and the reference ``256`` (2-D; 1-D likewise where the operator takes ``spatial_dims=1``);
+* comparison at shared physical locations by restriction: the reference output is averaged over the
+  ``(256 / n)^d`` fine cells inside each coarse cell (cell means of the finest discretisation, the quantity a
+  cell-centred value approximates to second order for a smooth output), and
+  ``e_n = ||y_n - R_n y_256|| / ||R_n y_256||`` (Frobenius over channels and cells);
+* the contract: ``e_128 <= 0.6 e_64`` (at least first order) and ``e_128 <= 5%``.
+
+Sphere and point-cloud operators are skipped here with the reason (their own convergence files cover them).
+3-D is not run: at the defaults it is not cheap on one CPU thread.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import pytest
+import torch
+
+from sciattn.operators import create_operator, list_operators
+from sciattn.operators.registry import operator_kind, operator_parameters
+
+# Required constructor arguments, filled by convention (one scalar field in, one out).
+REQUIRED = {"in_channels": 1, "out_channels": 1, "variables": ["u"]}
+SIZES = (32, 64, 128)
+REFERENCE = 256
+FIRST_ORDER = 0.6  # e_128 <= 0.6 e_64
+TOLERANCE = 0.05  # e_128 <= 5%
+
+
+def _config(name: str, spatial_dims: int) -> dict:
+    params = operator_parameters(name)
+    required = [k for k, p in params.items() if p.default is inspect.Parameter.empty
+                and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    unknown = [k for k in required if k not in REQUIRED]
+    if unknown:
+        pytest.fail(f"operator {name!r}: required constructor argument(s) {unknown} have no entry in REQUIRED of "
+                    f"{__name__}; add a convention value there (known: {sorted(REQUIRED)})")
+    config = {k: REQUIRED[k] for k in required}
+    if spatial_dims != 2:
+        config["spatial_dims"] = spatial_dims
+    return config
+
+
+def _takes(name: str, spatial_dims: int) -> bool:
+    if spatial_dims == 2:
+        return True
+    params = operator_parameters(name)
+    return "spatial_dims" in params
+
+
+def _smooth(n: int, d: int) -> torch.Tensor:
+    t = (torch.arange(n, dtype=torch.float64) + 0.5) / n
+    axes = torch.meshgrid(*([t] * d), indexing="ij")
+    u = sum(math.sin(1.0 + a) * torch.sin(2 * math.pi * (a + 1) * x + a) for a, x in enumerate(axes))
+    u = u + math.prod(torch.cos(2 * math.pi * x) for x in axes)
+    return u[None, None].float()
+
+
+def _restrict(y: torch.Tensor, n: int) -> torch.Tensor:
+    """Cell means of ``y (B, C, *N)`` on the grid of ``n`` cells per axis (``N`` a multiple of ``n``)."""
+    d = y.dim() - 2
+    r = y.shape[-1] // n
+    split = [s for _ in range(d) for s in (n, r)]
+    return y.reshape(*y.shape[:2], *split).mean(tuple(3 + 2 * a for a in range(d)))
+
+
+def relative_errors(name: str, spatial_dims: int = 2) -> dict[int, float]:
+    """``{n: e_n}`` of the operator ``name`` at its defaults (module docstring)."""
+    torch.manual_seed(0)
+    model = create_operator(name, **_config(name, spatial_dims)).float().eval()
+    with torch.no_grad():
+        ref = model(_smooth(REFERENCE, spatial_dims))
+        errs = {}
+        for n in SIZES:
+            coarse = _restrict(ref, n)
+            errs[n] = float((model(_smooth(n, spatial_dims)) - coarse).norm() / coarse.norm())
+    return errs
+
+
+def _cases():
+    out = []
+    for name in list_operators():
+        kind = operator_kind(name)
+        for d in (2, 1):
+            marks = ()
+            if kind != "grid":
+                marks = pytest.mark.skip(reason=f"{name!r} takes {kind} inputs, not grids: its own convergence "
+                                                f"file covers refinement of {kind} discretisations")
+            elif not _takes(name, d):
+                continue
+            out.append(pytest.param(name, d, marks=marks, id=f"{name}-{d}d"))
+    return out
+
+
+@pytest.mark.parametrize("name,spatial_dims", _cases())
+def test_default_operator_converges_under_grid_refinement(name, spatial_dims):
+    torch.set_num_threads(1)
+    errs = relative_errors(name, spatial_dims)
+    msg = (f"{name} ({spatial_dims}-D, defaults, init): relative difference to the {REFERENCE}-cell output "
+           f"at shared cells {', '.join(f'e{n}={e:.4f}' for n, e in errs.items())}")
+    assert errs[128] <= FIRST_ORDER * errs[64], msg + f"; expected e128 <= {FIRST_ORDER} e64 (first order)"
+    assert errs[128] <= TOLERANCE, msg + f"; expected e128 <= {TOLERANCE}"
