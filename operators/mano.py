@@ -20,19 +20,31 @@ The extended architecture benchmarked in ``examples/configs/darcy64_mano.toml`` 
 relative-position bias, gate, QK-norm, GLU, spectral head) is :class:`~sciattn.operators.mano_extended.MANOExtended`,
 registered as ``mano_extended``; it shares this file's building blocks.
 
-Differences from the published method that remain (their measured effect: ``docs/fidelity.md``,
-section "Multipole (MANO)", from ``benchmarks/mano_fidelity.py``):
+Differences from the published method that remain, with their effect measured at initialisation on a smooth
+input (``python benchmarks/mano_fidelity.py``, table in ``docs/fidelity.md`` section "Multipole (MANO)"; e_n is
+the max difference from the 256² output at the nodes shared with n², relative to its max; the default gives
+e_64 = 2.5%, e_128 = 1.0%):
 
-* the multipole layer (its docstring lists how it differs from the MANO code: levels of fixed
-  physical size at run time instead of ``log_s(image_size)`` levels fixed at construction, queries
-  at full resolution against clamped sliding windows of every level instead of Unfold/Fold windows
-  of pooled queries followed by upsampling, learned per-head level weights initialised to 1
-  instead of the fixed ``1/(j+1)`` damping, quadrature-weighted keys);
-* the lift reads the grid coordinates ``x`` besides ``a`` (whether the official Darcy script
-  concatenates them is not stated in the sources we could read);
-* no dropout (the MANO demo uses ``att_dropout = emb_dropout = 0.1``);
-* defaults ``width=64, n_layers=4, n_heads=4, mlp_ratio=2`` (the paper's hyperparameters were not
-  available to us; the MANO demo uses ``dim=128, depth=8, heads=4, mlp_dim=128``).
+* levels: key grids of fixed physical size chosen at run time, queries at full resolution against clamped
+  windows sliding by one key cell, instead of ``log_s(image_size)`` levels in cells fixed at construction with
+  pooled queries and upsampling. The MANO code's cell-counted, non-overlapping windows (``window=8``) give
+  e_64 = 20.6%, e_128 = 8.3%. The layer's earlier input pyramid (``pyramid="input"``) gives 2.1% and 0.7%, at a
+  per-query cost that grows with the grid. Either one changes the 64² output by 15.4% (relative L2).
+  The code's overlapping stride-1 Unfold/Fold windows are not implemented;
+* block artefacts: on a smooth 1-D input one layer jumps 0.29 across key-cell edges against 0.04 inside
+  (7x; 13x at 512 cells), and a shift by the stride changes it by 4.0%. With ``window=8`` cells it jumps 2.09
+  against 0.008 (250x) and changes by 29% under a shift by one window (``tests/sciattn/test_multipole_artefacts.py``;
+  the issue's target, an edge jump within about 2x of the inside one, is not met);
+* learned per-head level weights initialised to 1, instead of the code's fixed ``1/(j+1)`` damping (which
+  changes the 64² output by 31.5%; e_n 3.9% / 1.8%);
+* a 3-cell local near-field term (without it: output change 8.9%, e_n 1.9% / 0.6%);
+* quadrature-weighted keys (identical to unweighted keys on grids that are multiples of 64);
+* the lift reads the grid coordinates ``x`` besides ``a`` (the sources we could read do not say whether the
+  official Darcy script concatenates them; without them: output change 18.7%, e_n 2.4% / 1.1%);
+* no dropout (the MANO demo uses ``att_dropout = emb_dropout = 0.1``; no effect in eval mode, the training
+  effect is not measured);
+* defaults ``width=64, n_layers=4, n_heads=4, mlp_ratio=2`` (the paper's hyperparameters were not available
+  to us; the MANO demo uses ``dim=128, depth=8, heads=4, mlp_dim=128``).
 
 Shapes: ``x`` ``(B, C_in, *spatial)`` -> ``(B, C_out, *spatial)``; optional quadrature ``weights``
 ``(*spatial)`` or ``(B, *spatial)`` for the key points of every level.
