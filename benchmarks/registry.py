@@ -24,3 +24,36 @@ register(Benchmark(
     claim="the sweep is invariant within 1.5x (README, docs/cli.md)", plot=("resolution", "rel_l2", None),
     log_axes=(True, False),
 ))
+
+from . import standard_protocol  # noqa: E402
+
+register(Benchmark(
+    name="standard_protocol", run=standard_protocol.run, schema=standard_protocol.SCHEMA,
+    params=standard_protocol.PARAMS, quick=standard_protocol.QUICK, columns=standard_protocol.COLUMNS,
+    labels=standard_protocol.LABELS, notes=standard_protocol.notes,
+    description="Standard protocol (issue 24): every registered operator and FNO through train_run on the same "
+                "data, seeds and budget, widths matched to one parameter target;",
+    claim="Transolver and LinearNO below the Galerkin Transformer and FNO at equal parameters; 2x zero-shot within "
+          "1.5x (docs/benchmarks.md)",
+))
+register(Benchmark(
+    name="standard_protocol_scaling", run=standard_protocol.scaling, schema=standard_protocol.SCALING_SCHEMA,
+    params=standard_protocol.SCALING_PARAMS, quick=standard_protocol.SCALING_QUICK,
+    columns=standard_protocol.SCALING_COLUMNS, labels=standard_protocol.SCALING_LABELS,
+    notes=standard_protocol.scaling_notes,
+    description="Milliseconds per training step (batch 1, forward + backward + AdamW) against N = r² per operator, "
+                "widths matched to one parameter target;",
+    claim="time per step grows at most like N^1.15 except quadratic baselines (docs/benchmarks.md)",
+))
+
+from . import refinement  # noqa: E402
+
+register(Benchmark(
+    name="refinement", run=refinement.run, schema=refinement.SCHEMA, params=refinement.PARAMS, quick=refinement.QUICK,
+    columns=refinement.COLUMNS, labels=refinement.LABELS, notes=refinement.notes,
+    description="Point-set operator on nested graded point sets under refinement, quadrature weights against the "
+                "published uniform average;",
+    claim="quadrature weights converge to the continuum value, the uniform average keeps a bias "
+          "(docs/operators/transolver.md, linear_no.md, ono.md, gnot.md, oformer.md)",
+    plot=("points", "vs_continuum", "rule"), log_axes=(True, True),
+))

@@ -32,7 +32,7 @@ def _table_cells(table: str) -> list[list[str]]:
 
 def test_registered_benchmarks_declare_schema_params_and_quick_budget():
     names = harness.names()
-    assert {"startup", "darcy16_sweep"} <= set(names)
+    assert {"startup", "darcy16_sweep", "refinement"} <= set(names)
     for name in names:
         b = harness.get(name)
         assert b.schema and set(b.quick) <= set(b.params), name
