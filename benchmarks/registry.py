@@ -57,3 +57,12 @@ register(Benchmark(
           "(docs/operators/transolver.md, linear_no.md, ono.md, gnot.md, oformer.md)",
     plot=("points", "vs_continuum", "rule"), log_axes=(True, True),
 ))
+
+from . import burgers_match  # noqa: E402
+
+register(Benchmark(
+    name="burgers_match", run=burgers_match.run, schema=burgers_match.SCHEMA, params=burgers_match.PARAMS,
+    quick=burgers_match.QUICK, columns=burgers_match.COLUMNS, labels=burgers_match.LABELS, notes=burgers_match.notes,
+    description="Burgers generators against neuraloperator's burgers_{train,test}_16.pt (energy decay, mode energies);",
+    claim="the matched generator (preset neuralop_burgers) passes the file checks, the FNO regime does not (docs/data.md)",
+))
