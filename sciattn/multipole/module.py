@@ -48,10 +48,13 @@ output converges under refinement (``benchmarks/multipole_scaling.py`` measures 
 
 Cost: per query ``Σ_ℓ Π c_ℓ + Π local_window`` keys (4·64 + 9 = 265 in 2-D by default), a fixed
 number: time and memory linear in the cell count. The levels run as fused
-``F.scaled_dot_product_attention`` calls over groups of the queries of one key cell (they share a
-key set; ``n`` a multiple of ``m_ℓ``: a reshape, otherwise padded groups), in chunks of about
-``2^20`` scores on the CPU, keys gathered per chunk; the local term is an online softmax over its
-window offsets (:mod:`sciattn.multipole.physical`). Under ``torch.export`` the sizes ``n = K·m_0``
+``F.scaled_dot_product_attention`` calls over groups of queries: the queries of a tile of key cells
+(one key cell when it holds 8 or more input cells per axis) attend to the tile's halo of key cells,
+masked to each query's own window (``n`` a multiple of ``m_ℓ``: the groups are a reshape, otherwise
+padded groups), in chunks of about ``2^20`` scores on the CPU; the keys of a level are gathered once
+(``groups × halo`` cells: fixed on the key levels, about ``1.6 N`` for the local term, which runs the
+same way on the input grid) and split into chunks, so the backward pass stays linear too
+(:mod:`sciattn.multipole.physical`). Under ``torch.export`` the sizes ``n = K·m_0``
 (``K >= 2``) make every level a reshape, so one traced program takes all of them
 (:meth:`MultipoleAttention.export_unit`).
 

@@ -18,10 +18,10 @@ grid that does not depend on ``n``.
       A_ℓ(x_i) = \frac{\sum_{c ∈ W_ℓ(i)} ω_c\, e^{s(q_i, \bar k_c) + b_{ic}}\, \bar v_c}
                       {\sum_{c ∈ W_ℓ(i)} ω_c\, e^{s(q_i, \bar k_c) + b_{ic}}},
 
-  computed by fused SDPA over groups of the queries of one key cell (they share the key set), in
-  chunks, so memory stays ``O(N + m^d c^d)`` per chunk.
+  computed by fused SDPA over groups of queries (those of a tile of key cells, against the tile's
+  halo of key cells masked to each query's window), in chunks, so memory stays ``O(N + m^d c^d)``.
 * :func:`local_attention`: the near field below the key grids' scale, each query against a clamped
-  sliding window of ``l`` input cells per axis (online over the ``Π l_a`` offsets: ``O(N)`` memory).
+  sliding window of ``l`` input cells per axis (the same grouped computation with ``m = n``).
 
 Shapes (channels last, heads before the head dimension): ``q (B, *n, H, D)``; level keys/values
 ``(B, *m, H, D)``/``(B, *m, H, E)``; log-weights ``(B, *m)`` (``-inf`` excludes a key); outputs
