@@ -29,8 +29,9 @@ What differs from the published MANO (``mano``), each setting a physical size:
   :class:`SpectralConv`) and ``W`` pointwise, then a pointwise MLP. The Fourier coefficients are computed on a
   fixed grid of ``head_grid`` nodes per axis whatever the input grid: the latent field is sampled there
   (``resample_field``: exact restriction when the input grid is a multiple of ``head_grid``, multilinear
-  interpolation otherwise, e.g. a 32² input read on the 64 nodes of the default head grid), the series is then
-  evaluated on the input grid (``fourier_resample``). The coefficients are thus the same quadrature at every
+  interpolation otherwise, e.g. a 32² input read on the 64 nodes of the default head grid: on a band-limited
+  latent field that costs 0.7% (max, relative) against the 64² output, where a nested grid is exact; see
+  ``tests/operators/test_mano_extended.py``), the series is then evaluated on the input grid (``fourier_resample``). The coefficients are thus the same quadrature at every
   resolution at least as fine as ``head_grid`` (so the head adds no drift under refinement, even where the latent
   field is rough); ``head_grid=None`` uses the input grid (its DFT aliases differently on every grid).
   ``head="pointwise"`` is an MLP ``W_2 GELU(W_1 h)``.
