@@ -188,9 +188,11 @@ def test_point_set_operators_at_three_cloud_sizes(name, tmp_path):
     assert max(diffs.values()) <= ATOL, diffs
 
 
-# MANO with windows a fraction of the domain: on every multiple n = K·4 (K >= 2) of its unit the pyramid is the one
-# at 4 scaled by K (three levels, windows n/4 cells), so one program takes 8, 12, 16, ... and refuses the rest.
-MANO_FRACTION = dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, window_fraction=0.25)
+# MANO with windows a fraction of the domain on the layer's input pyramid (its earlier mode): on every multiple
+# n = K·4 (K >= 2) of its unit the pyramid is the one at 4 scaled by K (three levels, windows n/4 cells), so one
+# program takes 8, 12, 16, ... and refuses the rest.
+MANO_FRACTION = dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, window_fraction=0.25,
+                     pyramid="input", coarse_cells=None)
 
 
 def test_mano_with_window_fraction_exports_every_multiple_of_its_pyramid_unit(tmp_path):
@@ -218,10 +220,10 @@ def test_mano_with_window_fraction_exports_every_multiple_of_its_pyramid_unit(tm
     assert max(diffs.values()) <= ATOL, diffs
 
 
-# The shipped examples/configs/darcy64_mano.toml [model] (smaller widths, one block and one head layer, for time):
-# coarse_cells = 8 (levels n, 32, 16, 8 from n = 64 on), lift_spacing = 1/64 with a 3x3 stencil (shift n/64 cells)
-# and head_grid = 64 (exact restriction onto 64 nodes) make every n = 64·K, K >= 1, one pyramid: the program takes
-# 64, 128, 192, ... and refuses 96 (eager mode interpolates the stencil there) and sizes under 64.
+# The shipped examples/configs/darcy64_mano.toml [model] (operator mano_extended; smaller widths, one block and one
+# head layer, for time): the layer's physical pyramid (key grids 64, 32, 16, 8: reshapes on n = 64·K, K >= 2),
+# lift_spacing = 1/64 with a 3x3 stencil (shift n/64 cells) and head_grid = 64 (exact restriction onto 64 nodes):
+# the program takes 128, 192, 256, ... and refuses 96 (eager mode interpolates the stencil there) and 64.
 SHIPPED_MANO = Path(__file__).resolve().parents[2] / "examples" / "configs" / "darcy64_mano.toml"
 
 
@@ -234,20 +236,20 @@ def test_shipped_darcy64_mano_exports_every_multiple_of_64(tmp_path):
     run, model, xn, yn = _run(tmp_path, name, cfg, sample_shape=(64, 64),
                               domain={"kind": "grid", "shape": [64, 64]}, train_resolution=(64, 64))
     assert model.export_fixed_reason is None
-    assert model.export_size_multiple == (64, 64) and model.export_size_range == [(64, None), (64, None)]
+    assert model.export_size_multiple == (64, 64) and model.export_size_range == [(128, None), (128, None)]
     info = export_run(run, tmp_path / "mano.pt2", input_dtype="float32")
     assert info["dynamic_dims"] == [0, 2, 3] and info["fixed_resolution"] is None, info["note"]
-    assert info["size_multiples"] == {"2": 64, "3": 64} and info["dynamic_ranges"]["2"] == [64, None]
+    assert info["size_multiples"] == {"2": 64, "3": 64} and info["dynamic_ranges"]["2"] == [128, None]
     program = torch.export.load(tmp_path / "mano.pt2").module()
     g = torch.Generator().manual_seed(5)
     diffs = {}
-    for b, shape in zip((2, 1, 1), ((64, 64), (128, 128), (192, 64))):
+    for b, shape in zip((2, 2, 2), ((128, 128), (256, 256), (192, 128))):  # batch 1: the default-layer test
         x = torch.randn(b, 1, *shape, generator=g) * 2 + 1
         ref = _eager_grid(model, xn, yn, x)
         out = program(x)
         assert out.shape == ref.shape == (b, 1, *shape)
         diffs["x".join(map(str, shape))] = float((out - ref).abs().max())
-    for shape in ((96, 96), (32, 32)):  # not a multiple of 64 (a half-cell stencil shift); under the fixed levels
+    for shape in ((96, 96), (64, 64)):  # not a multiple of 64 (a half-cell stencil shift); under the minimum
         with pytest.raises(Exception, match="Guard failed|size"):
             program(torch.randn(1, 1, *shape))
     DIFFS["mano (darcy64_mano.toml)"] = diffs
