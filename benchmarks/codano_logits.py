@@ -20,21 +20,18 @@ the real one. The anchor's mathematics is not changed.
 
 The statistic is the variance of all logits (batch × heads × V × V entries) at each grid.
 
-    python benchmarks/codano_logits.py [--sizes 32 64 128 256]
+    python -m benchmarks run codano_logits [--quick] [--set sizes='[32, 64]']
 
-Writes benchmarks/results/codano_logits.{json,md}.
+Rows (one per fields, method and grid) are appended to ``benchmarks/results/codano_logits.jsonl``; the docs'
+table is generated from the latest run.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import datetime
 import io
 import itertools
-import json
 import math
-import platform
 import types
 from pathlib import Path
 
@@ -112,81 +109,73 @@ def logits(name, layer, coda_layer, x):
     return seen[0]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[32, 64, 128, 256])
-    args = parser.parse_args()
-    import neuralop
-
+def measure(sizes: list[int]) -> list[dict]:
+    """One row per (fields, method, grid): the variance and mean size of the logits."""
     coda_layer, layers = build()
     rows = []
     with torch.no_grad():
         for family in FAMILIES:
-            for n in args.sizes:
+            for n in sizes:
                 x = smooth_fields(n, family)
                 for name, layer in layers.items():
                     s = logits(name, layer, coda_layer, x)
                     rows.append({"fields": family, "method": name, "grid": n, "points": n * n,
-                                 "logit_var": s.var().item(), "logit_abs_mean": s.abs().mean().item(),
-                                 "shape": list(s.shape)})
-    base = {(r["fields"], r["method"]): r["logit_var"] for r in rows if r["grid"] == args.sizes[0]}
+                                 "logit_var": s.var().item(), "logit_abs_mean": s.abs().mean().item()})
+    base = {(r["fields"], r["method"]): r["logit_var"] for r in rows if r["grid"] == sizes[0]}
     for r in rows:
         r["var_ratio_to_coarsest"] = r["logit_var"] / base[r["fields"], r["method"]]
-    last = {(r["fields"], r["method"]): r["var_ratio_to_coarsest"] for r in rows if r["grid"] == args.sizes[-1]}
-    n_ratio = (args.sizes[-1] / args.sizes[0]) ** 2
-    verdict = {}
-    for family in FAMILIES:
-        verdict[f"{family}: ours change < 10%"] = abs(last[family, "ours"] - 1) < 0.10
-        verdict[f"{family}: ours_pointwise change < 10%"] = abs(last[family, "ours_pointwise"] - 1) < 0.10
-        verdict[f"{family}: anchor grows with N"] = last[family, "anchor"] > 0.5 * n_ratio
-        verdict[f"{family}: anchor_default grows with N"] = last[family, "anchor_default"] > 0.5 * n_ratio / 4
-    meta = {
-        "date": datetime.date.today().isoformat(),
-        "machine": platform.machine(),
-        "torch": torch.__version__,
-        "neuralop": getattr(neuralop, "__version__", "unknown"),
-        "command": "python benchmarks/codano_logits.py --sizes " + " ".join(str(s) for s in args.sizes),
-        "setup": {"batch": B, "variables": V, "channels_per_variable": C, "max_frequency": KMAX, "fields": FAMILIES,
-                  "n_modes": MODES, "seed": SEED, "heads": 1},
-        "capture": "anchor logits = input of F.softmax in CODALayer.compute_attention, captured by swapping "
-                   "the module-level name F for a recording proxy (no change to its maths)",
-    }
-    result = {"meta": meta, "rows": rows, "verdict": verdict}
-    text = json.dumps(result, indent=2)
-    print(text)
-    lines = [
-        f"Variance of attention logits before the softmax; the same smooth fields (B={B}, V={V} variables × "
-        f"C={C} channels; periodic: trigonometric polynomials with |k| ≤ {KMAX}; nonperiodic: cubic polynomials "
-        f"times exp(x−y)) sampled at the uniform nodes of each grid; one layer per method with fixed weights (seed {SEED}), "
-        f"spectral modes {MODES}. {meta['date']}, {meta['machine']}, torch {meta['torch']}, neuralop "
-        f"{meta['neuralop']}. Command: `{meta['command']}`.",
-        "",
-        "| fields | method | " + " | ".join(f"{n}²" for n in args.sizes)
-        + f" | var({args.sizes[-1]}²)/var({args.sizes[0]}²) |",
-        "|---|---|" + "---|" * (len(args.sizes) + 1),
-    ]
-    for family in FAMILIES:
-        for name in layers:
-            vals = [r["logit_var"] for r in rows if r["method"] == name and r["fields"] == family]
-            lines.append(f"| {family} | {name} | " + " | ".join(f"{v:.4g}" for v in vals)
-                         + f" | {last[family, name]:.4g} |")
-    lines += [
-        "",
-        f"Points grow ×{n_ratio:g} from {args.sizes[0]}² to {args.sizes[-1]}². `ours`: quadrature-weighted scores "
-        "(sciattn.codomain). `anchor`: neuralop CODALayer, one token per variable, Q/K at full resolution. "
-        "`anchor_default`: CODALayer defaults (one token per channel, Q/K at half resolution, so its "
-        "inner products see N/4 points).",
-        "",
-        "How the anchor's logits were read: " + meta["capture"] + ".",
-        "",
-        "Verdict: " + ", ".join(f"{k}={v}" for k, v in verdict.items()) + ".",
-    ]
-    out = ROOT / "benchmarks" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "codano_logits.json").write_text(text + "\n")
-    (out / "codano_logits.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    return rows
 
 
-if __name__ == "__main__":
-    main()
+def verdict(rows: list[dict]) -> dict[str, bool]:
+    """ours within 10% of its coarsest-grid variance; the anchors growing with the number of points."""
+    sizes = sorted({r["grid"] for r in rows})
+    last = {(r["fields"], r["method"]): r["var_ratio_to_coarsest"] for r in rows if r["grid"] == sizes[-1]}
+    n_ratio = (sizes[-1] / sizes[0]) ** 2
+    out = {}
+    for family in FAMILIES:
+        out[f"{family}: ours change < 10%"] = abs(last[family, "ours"] - 1) < 0.10
+        out[f"{family}: ours_pointwise change < 10%"] = abs(last[family, "ours_pointwise"] - 1) < 0.10
+        out[f"{family}: anchor grows with N"] = last[family, "anchor"] > 0.5 * n_ratio
+        out[f"{family}: anchor_default grows with N"] = last[family, "anchor_default"] > 0.5 * n_ratio / 4
+    return out
+
+
+SCHEMA = {"fields": "str", "method": "str", "grid": "int", "points": "int", "logit_var": "float",
+          "logit_abs_mean": "float", "var_ratio_to_coarsest": "float"}
+PARAMS = {"sizes": [32, 64, 128, 256]}
+QUICK = {"sizes": [32, 64]}
+
+
+def run(params: dict) -> list[dict]:
+    return measure([int(n) for n in params["sizes"]])
+
+
+def table(records: list[dict]) -> str:
+    """Logit variance per grid (columns) for each fields / method, and the last-to-first ratio."""
+    from .harness import format_value
+
+    rows = [r["row"] for r in records]
+    sizes = sorted({r["grid"] for r in rows})
+    lines = ["| fields | method | " + " | ".join(f"{n}²" for n in sizes) + f" | var({sizes[-1]}²)/var({sizes[0]}²) |",
+             "|---|---|" + "---|" * (len(sizes) + 1)]
+    keys = list(dict.fromkeys((r["fields"], r["method"]) for r in rows))
+    for fam, method in keys:
+        by = {r["grid"]: r for r in rows if (r["fields"], r["method"]) == (fam, method)}
+        lines.append(f"| {fam} | {method} | " + " | ".join(format_value(by[n]["logit_var"]) for n in sizes)
+                     + f" | {format_value(by[sizes[-1]]['var_ratio_to_coarsest'])} |")
+    return "\n".join(lines)
+
+
+def notes(records: list[dict]) -> str:
+    rows = [r["row"] for r in records]
+    sizes = sorted({r["grid"] for r in rows})
+    return (f"Variance of the attention logits before the softmax; the same smooth fields (B={B}, V={V} variables × "
+            f"C={C} channels; periodic: trigonometric polynomials with |k| ≤ {KMAX}; nonperiodic: cubic polynomials "
+            f"times exp(x−y)) at the uniform nodes of each grid; one layer per method with fixed weights (seed {SEED}), "
+            f"spectral modes {MODES}. Points grow ×{(sizes[-1] / sizes[0]) ** 2:g} from {sizes[0]}² to {sizes[-1]}². "
+            "`ours`: quadrature-weighted scores (sciattn.codomain). `anchor`: neuralop CODALayer, one token per "
+            "variable, Q/K at full resolution. `anchor_default`: CODALayer defaults (one token per channel, Q/K at "
+            "half resolution, so its inner products see N/4 points). The anchor's logits are the input of `F.softmax` "
+            "in `CODALayer.compute_attention`, captured by swapping the module-level name `F` for a recording proxy "
+            "(no change to its maths).\n\nVerdict: " + ", ".join(f"{k}={v}" for k, v in verdict(rows).items()) + ".")

@@ -70,6 +70,9 @@ class Benchmark:
         log_axes: ``(log x, log y)`` of the plot.
         columns: the table's columns (default: every schema field).
         labels: column headers for some fields (default: the field name).
+        table: ``table(records) -> str``, the Markdown table body built from the rows (a pivot, say), or
+            ``None`` for one table line per row.
+        packages: distributions whose versions the rows also record (e.g. ``("neuraloperator",)``).
         notes: ``notes(records) -> str``, Markdown written under the table (run-level values of the rows,
             a verdict), or ``None``.
     """
@@ -85,6 +88,8 @@ class Benchmark:
     log_axes: tuple[bool, bool] = (False, False)
     columns: tuple[str, ...] | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    table: Callable[[list[dict[str, Any]]], str] | None = None
+    packages: tuple[str, ...] = ()
     notes: Callable[[list[dict[str, Any]]], str] | None = None
 
     def __post_init__(self) -> None:
@@ -183,8 +188,18 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def metadata(command: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The metadata every row of one run carries: date, hardware, versions, command, parameters."""
+def _version(dist: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def metadata(command: str, params: dict[str, Any], packages: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The metadata every row of one run carries: date, hardware, versions (Python, torch, the sciattn commit
+    and ``packages``), command, parameters."""
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
@@ -195,7 +210,8 @@ def metadata(command: str, params: dict[str, Any]) -> dict[str, Any]:
                      "torch_threads": torch.get_num_threads()},
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "sciattn_commit": _git("rev-parse", "--short=12", "HEAD"),
-                     "sciattn_dirty": None if status is None else bool(status)},
+                     "sciattn_dirty": None if status is None else bool(status),
+                     **{p: _version(p) for p in packages}},
         "command": command,
         "params": params,
     }
@@ -294,13 +310,19 @@ def markdown_table(benchmark: Benchmark, records: list[dict[str, Any]]) -> str:
     commit = ver.get("sciattn_commit") or "commit not recorded"
     if ver.get("sciattn_dirty"):
         commit += " (uncommitted changes)"
+    others = "".join(f", {p} {ver[p]}" for p in benchmark.packages if ver.get(p))
     caption = (f"{benchmark.description} {first['date']}, {hw['cpu']} ({cores}{gpu}{threads}), "
-               f"Python {ver['python']}, torch {ver['torch']}, sciattn {commit}"
+               f"{'Python ' + ver['python'] + ', ' if ver.get('python') else ''}torch {ver['torch']}{others}, "
+               f"sciattn {commit}"
                f"{', quick budget' if first.get('quick') else ''}. Command: `{first['command']}`.")
     cols = list(benchmark.columns or benchmark.schema)
     header = [benchmark.labels.get(c, c) for c in cols]
-    lines = [caption.strip(), "", "| " + " | ".join(header) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(format_value(r["row"][c]) for c in cols) + " |" for r in records]
+    lines = [caption.strip(), ""]
+    if benchmark.table is not None:
+        lines.append(benchmark.table(records).rstrip("\n"))
+    else:
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(cols)]
+        lines += ["| " + " | ".join(format_value(r["row"][c]) for c in cols) + " |" for r in records]
     if benchmark.notes is not None:
         lines += ["", benchmark.notes(records).rstrip("\n")]
     if first.get("note"):
@@ -316,7 +338,7 @@ def run_benchmark(name: str, *, quick: bool = False, results: Path | str = RESUL
     params = bench.resolve(quick, overrides)
     if command is None:
         command = "python -m benchmarks " + " ".join(sys.argv[1:])
-    meta = metadata(command, params)
+    meta = metadata(command, params, bench.packages)
     rows = bench.run(dict(params))
     if not isinstance(rows, list) or not rows:
         raise SchemaError(f"{name}: run() expected to return a non-empty list of rows, got {rows!r:.80}")

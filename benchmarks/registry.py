@@ -66,3 +66,14 @@ register(Benchmark(
     description="Burgers generators against neuraloperator's burgers_{train,test}_16.pt (energy decay, mode energies);",
     claim="the matched generator (preset neuralop_burgers) passes the file checks, the FNO regime does not (docs/data.md)",
 ))
+
+from . import codano_logits  # noqa: E402
+
+register(Benchmark(
+    name="codano_logits", run=codano_logits.run, schema=codano_logits.SCHEMA, params=codano_logits.PARAMS,
+    quick=codano_logits.QUICK, table=codano_logits.table, notes=codano_logits.notes, packages=("neuraloperator",),
+    description="Codomain-attention logit variance under grid refinement, sciattn against neuraloperator's CODALayer;",
+    claim="the quadrature-weighted logits keep their variance under refinement, the anchor's grow with N "
+          "(docs/benchmarks.md)",
+    plot=("points", "var_ratio_to_coarsest", "method"), log_axes=(True, True),
+))
