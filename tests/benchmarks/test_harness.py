@@ -125,17 +125,36 @@ def test_table_is_generated_from_the_rows(tmp_path):
         harness.markdown_table(b, recs)
 
 
-def test_docs_blocks_of_harness_benchmarks_come_from_the_rows(tmp_path):
+def _toy_rows(tmp_path, monkeypatch, **kw):
+    """The toy benchmark registered and run into ``tmp_path`` (in process, no subprocess)."""
+    monkeypatch.setitem(harness.REGISTRY, "toy", _toy(**kw))
+    return harness.run_benchmark("toy", results=tmp_path, command="python -m benchmarks run toy")
+
+
+def test_docs_blocks_of_harness_benchmarks_come_from_the_rows(tmp_path, monkeypatch):
+    recs = _toy_rows(tmp_path, monkeypatch)
     tool = runpy.run_path(str(ROOT / "benchmarks" / "readme_tables.py"))
-    src = harness.results_path("darcy16_sweep")
-    (tmp_path / src.name).write_bytes(src.read_bytes())
-    page = "x\n<!-- results:darcy16_sweep -->\nstale\n<!-- /results:darcy16_sweep -->\n"
+    page = "x\n<!-- results:toy -->\nstale\n<!-- /results:toy -->\n"
     filled = tool["fill"](page, tmp_path)
-    recs = harness.latest_run(harness.read_rows(src))
-    assert harness.markdown_table(harness.get("darcy16_sweep"), recs).rstrip("\n") in filled
+    assert "stale" not in filled
+    assert harness.markdown_table(harness.get("toy"), recs).rstrip("\n") in filled
     for rec in recs:
-        assert f"| {rec['row']['resolution']} | {rec['row']['regime']} |" in filled
-        assert harness.format_value(rec["row"]["rel_l2"]) in filled
+        assert f"| {rec['row']['n']} | {harness.format_value(rec['row']['err'])} | {rec['row']['label']} |" in filled
+
+
+def test_a_benchmark_may_pivot_its_rows_and_record_package_versions(tmp_path, monkeypatch):
+    def pivot(records):
+        rows = [r["row"] for r in records]
+        return "| n | " + " | ".join(str(r["n"]) for r in rows) + " |\n|---|" + "---|" * len(rows) + \
+            "\n| err | " + " | ".join(harness.format_value(r["err"]) for r in rows) + " |"
+
+    recs = _toy_rows(tmp_path, monkeypatch, table=pivot, packages=("numpy",))
+    import numpy
+
+    assert recs[0]["versions"]["numpy"] == numpy.__version__
+    table = harness.markdown_table(harness.get("toy"), recs)
+    assert f"numpy {numpy.__version__}" in table
+    assert "| n | 2 | 4 | 8 |" in table and "| err | 0.5000 | 0.2500 | 0.1250 |" in table
 
 
 def test_concurrent_appends_lose_no_row(tmp_path):
@@ -176,12 +195,17 @@ def test_committed_rows_match_their_schema():
                 harness.validate_row(harness.get(name), rec["row"], i)
 
 
-def test_cli_list_and_table(capsys):
+def test_cli_list_table_and_plot(tmp_path, monkeypatch, capsys):
     from benchmarks.__main__ import main
 
     assert main(["list"]) == 0
-    assert "darcy16_sweep" in capsys.readouterr().out
-    assert main(["table", "darcy16_sweep"]) == 0
-    assert "| 64 | zero-shot finer |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "darcy16_sweep" in out and "startup" in out
+    _toy_rows(tmp_path, monkeypatch, plot=("n", "err", None))
+    assert main(["table", "toy", "--results", str(tmp_path)]) == 0
+    assert "| 4 | 0.2500 | n4 |" in capsys.readouterr().out
+    assert main(["plot", "toy", "--results", str(tmp_path)]) == 0
+    assert (tmp_path / "toy.png").read_bytes()[:4] == b"\x89PNG"
     assert main(["table", "nope"]) == 2
     assert "benchmark: expected one of" in capsys.readouterr().err
+    assert main(["plot", "startup", "--results", str(tmp_path)]) == 2  # no rows there
