@@ -266,11 +266,14 @@ def read_rows(path: Path | str) -> list[dict[str, Any]]:
     return out
 
 
-def latest_run(records: list[dict[str, Any]], run_id: str | None = None) -> list[dict[str, Any]]:
-    """The records of run ``run_id`` (default: the last run appended), in their order."""
+def latest_run(records: list[dict[str, Any]], run_id: str | None = None, full: bool = False) -> list[dict[str, Any]]:
+    """The records of run ``run_id`` (default: the last run appended; with ``full``, the last one not made
+    with the ``--quick`` budget, if any), in their order."""
     if not records:
         return []
-    run_id = run_id or records[-1]["run_id"]
+    if run_id is None:
+        pool = [r for r in records if not r.get("quick")] if full else []
+        run_id = (pool or records)[-1]["run_id"]
     chosen = [r for r in records if r["run_id"] == run_id]
     if not chosen:
         raise ValueError(f"run_id: expected one of {sorted({r['run_id'] for r in records})}, got {run_id!r}")

@@ -34,12 +34,13 @@ def demo_table(metrics: dict) -> str:
 
 
 def harness_table(name: str, rows: Path) -> str:
-    """The Markdown the harness generates from the latest run's rows in ``rows``."""
+    """The Markdown the harness generates from the rows in ``rows`` of the latest run not made with the
+    ``--quick`` budget (the latest quick one when there is no other)."""
     if str(ROOT) not in sys.path:  # run as a script: make the benchmarks package importable
         sys.path.append(str(ROOT))
     from benchmarks import harness
 
-    return harness.markdown_table(harness.get(name), harness.latest_run(harness.read_rows(rows)))
+    return harness.markdown_table(harness.get(name), harness.latest_run(harness.read_rows(rows), full=True))
 
 
 def fill(readme: str, results_dir: Path) -> str:

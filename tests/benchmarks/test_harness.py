@@ -100,6 +100,9 @@ def test_quick_run_of_a_real_benchmark_appends_rows_with_metadata(tmp_path):
     assert row["case"] == "python -c pass" and row["repeats"] == 2 and 0 < row["min_s"] <= row["median_s"] < 30
     assert row["imports_neuralop"] is False and row["minus_torch_s"] is None
     assert harness.latest_run(stored) == [stored[1]]
+    assert harness.latest_run(stored, stored[0]["run_id"]) == [stored[0]]
+    full = [{**stored[0], "quick": False, "run_id": "full"}, *stored]
+    assert harness.latest_run(full, full=True) == [full[0]]  # the docs show the last full run
 
 
 def test_table_is_generated_from_the_rows(tmp_path):
