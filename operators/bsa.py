@@ -24,9 +24,19 @@ from torch import nn
 from sciattn._checks import check_finite, check_input_dtype, check_positive_int
 from sciattn.balltree import BallSparseAttention, build_ball_tree
 from sciattn.balltree.module import check_point_inputs, dense_points_from_pyg, pyg_from_dense
+from sciattn.balltree.physical import cell_layout, cloud_box, lattice_for
 from sciattn.balltree.tree import check_power_of_two
 
-from .erwin import ErwinGeometry, PointBlock, level_geometry, point_embedding
+from .erwin import (
+    ErwinGeometry,
+    PointBlock,
+    legacy_rotation,
+    level_geometry,
+    physical_level,
+    point_embedding,
+    resolve_ball_mode,
+    rotation_of,
+)
 from .registry import register_operator
 
 __all__ = ["BSATransformer"]
@@ -34,15 +44,28 @@ __all__ = ["BSATransformer"]
 
 @register_operator("bsa_transformer")
 class BSATransformer(nn.Module):
-    """Flat ball-sparse-attention transformer on point clouds.
+    """Flat ball-sparse-attention transformer on point clouds, physical balls (default) or BSA's point counts.
+
+    Two modes (``ball_mode``): ``"physical"`` (default when no point counts are given): the ball, the
+    block (compressed / selectable) and the query group are the tree nodes at most ``ball_diameter``
+    and ``block_diameter`` across, chosen from the geometry at every call, blocks pool by their
+    quadrature mean, so the points per ball and block grow with the density and the output converges
+    under refinement; ``"points"``: BSA as published, ``ball_size`` / ``block_size`` / ``group_size``
+    points, which shrink as points are added, so **its output depends on the resolution** (issue 26:
+    38% / 18% from 16,384 points at 1,024 / 4,096 points at init).
 
     Args:
         in_channels, out_channels: point features in and out.
         spatial_dims: ``d`` of the positions.
         width: channels; depth: number of blocks; n_heads: heads.
-        ball_size: points per ball of the local branch (power of two).
-        block_size: points per compressed / selectable block (power of two dividing the ball).
-        group_size: queries sharing one selection (None: ``block_size``).
+        ball_mode: ``"physical"``, ``"points"`` or None (``"points"`` if ``ball_size`` or ``block_size``
+            is given; old configs store them, so they stay published BSA).
+        ball_size: points mode: points per ball of the local branch (power of two; default 64).
+        block_size: points mode: points per compressed / selectable block (power of two dividing the
+            ball; default 8).
+        group_size: points mode: queries sharing one selection (None: ``block_size``).
+        ball_diameter, block_diameter: physical mode: lengths in the units of ``pos`` (defaults 0.32
+            and 0.12, for domains of size about 1).
         top_k: selected blocks per query group.
         coarse_queries, exclude_own_ball: see :class:`~sciattn.balltree.BallSparseAttention`.
         mlp_ratio: SwiGLU hidden width as a multiple of ``width``.
@@ -52,6 +75,10 @@ class BSATransformer(nn.Module):
     """
 
     input_kind = "points"
+    _version = 2  # 2: 3-D rotated trees turn about all three axes (state dicts of version 1: first two only)
+    # none: in the physical mode the top-k block selection is discontinuous (a block near a tie enters or
+    # leaves the selection as points are added), so the output does not converge at first order
+    convergent_ball_modes = ()
 
     def __init__(
         self,
@@ -62,9 +89,12 @@ class BSATransformer(nn.Module):
         width: int = 64,
         depth: int = 4,
         n_heads: int = 4,
-        ball_size: int = 64,
-        block_size: int = 8,
+        ball_mode: str | None = None,
+        ball_size: int | None = None,
+        block_size: int | None = None,
         group_size: int | None = None,
+        ball_diameter: float | None = None,
+        block_diameter: float | None = None,
         top_k: int = 4,
         coarse_queries: bool = True,
         exclude_own_ball: bool = True,
@@ -78,30 +108,62 @@ class BSATransformer(nn.Module):
         for name, value in (("in_channels", in_channels), ("out_channels", out_channels), ("width", width),
                             ("depth", depth), ("spatial_dims", spatial_dims), ("mlp_ratio", mlp_ratio)):
             check_positive_int(name, value)
-        check_power_of_two("ball_size", ball_size)
+        self.ball_mode = resolve_ball_mode(ball_mode, ball_size is not None or block_size is not None)
+        if self.ball_mode == "points":
+            for name, value in (("ball_diameter", ball_diameter), ("block_diameter", block_diameter)):
+                if value is not None:
+                    raise ValueError(f"{name}: expected None with ball_mode='points' (point-count balls), got {value!r}")
+            ball_size = 64 if ball_size is None else ball_size
+            block_size = 8 if block_size is None else block_size
+            check_power_of_two("ball_size", ball_size)
+        else:
+            for name, value in (("ball_size", ball_size), ("block_size", block_size), ("group_size", group_size)):
+                if value is not None:
+                    raise ValueError(f"{name}: expected None with ball_mode='physical' (sizes set by ball_diameter "
+                                     f"and block_diameter), got {value!r}")
+            ball_diameter = 0.32 if ball_diameter is None else ball_diameter
+            block_diameter = 0.12 if block_diameter is None else block_diameter
         if rotate and spatial_dims < 2:
             raise ValueError(f"rotate: expected 0 or None for spatial_dims={spatial_dims} (rotations need d >= 2), got {rotate}")
         self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
         self.ball_size = ball_size
         self.rotate = float(rotate) if rotate else None
+        self.plane_rotation = False  # True only for a version-1 state dict (Erwin.legacy_rotation)
         self.embed = point_embedding(in_channels, spatial_dims, width)
         self.blocks = nn.ModuleList(
             PointBlock(width, BallSparseAttention(
                 width, n_heads, spatial_dims, ball_size, block_size=block_size, group_size=group_size, top_k=top_k,
-                coarse_queries=coarse_queries, exclude_own_ball=exclude_own_ball, rpe=rpe,
+                coarse_queries=coarse_queries, exclude_own_ball=exclude_own_ball, ball_diameter=ball_diameter,
+                block_diameter=block_diameter, rpe=rpe,
                 distance_bias=distance_bias, backend=backend), mlp_ratio, rotated=bool(j % 2))
             for j in range(depth)
         )
         self.norm = nn.RMSNorm(width)
         self.head = nn.Linear(width, out_channels)
 
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
+        legacy_rotation(self, local_metadata)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
+
     def build_trees(
         self, pos: torch.Tensor, mask: torch.Tensor | None = None, weights: torch.Tensor | None = None
     ) -> ErwinGeometry:
-        """The tree (and rotated tree) of ``pos``; pass it as ``trees=`` to reuse static geometry."""
-        tree = build_ball_tree(pos, mask, self.ball_size)
+        """The tree (and rotated tree) of ``pos``; pass it as ``trees=`` to reuse static geometry.
+
+        Physical mode: the cell layout of the ball and block diameters
+        (:func:`~sciattn.balltree.physical.cell_layout`; a few host syncs: depth and capacity are shapes)."""
+        rotate = rotation_of(self, pos.shape[-1])
+        if self.ball_mode == "points":
+            tree = build_ball_tree(pos, mask, self.ball_size)
+            w = tree.mask.to(pos.dtype) if weights is None else tree.values_to_tree(weights.to(pos.dtype))
+            return ErwinGeometry(tree, [level_geometry(tree.pos, tree.mask, w, self.ball_size, rotate)])
+        attn = self.blocks[0].attn
+        box = cloud_box(pos, mask, lattice_for(attn.physical_lengths()))
+        lay = cell_layout(pos, mask, attn.physical_lengths(), box=box)
+        tree, sizes = lay.tree, tuple(lay.size(i) for i in range(len(lay.depths)))
         w = tree.mask.to(pos.dtype) if weights is None else tree.values_to_tree(weights.to(pos.dtype))
-        return ErwinGeometry(tree, [level_geometry(tree.pos, tree.mask, w, self.ball_size, self.rotate)])
+        return ErwinGeometry(tree, [physical_level(tree.pos, tree.mask, w, attn.physical_lengths(), rotate, sizes,
+                                                   box=box, centres=lay.centres(0))])
 
     def forward(
         self,

@@ -37,14 +37,48 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sciattn._checks import check_finite, check_input_dtype, check_positive_int
-from sciattn.balltree import BallAttention, BallTree, build_ball_tree
+from sciattn._checks import check_choice, check_finite, check_input_dtype, check_positive_int
+from sciattn.balltree import BallAttention, BallTree, build_ball_tree, rotation_matrix
 from sciattn.balltree.module import check_point_inputs, dense_points_from_pyg, pyg_from_dense
+from sciattn.balltree.physical import (
+    cell_centres,
+    cell_depth,
+    cell_layout,
+    check_length,
+    cloud_box,
+    lattice_for,
+)
 from sciattn.balltree.tree import check_power_of_two
 
 from .registry import register_operator
 
-__all__ = ["Erwin", "PointBlock", "LevelGeometry", "level_geometry", "point_embedding"]
+__all__ = ["BALL_MODES", "Erwin", "PointBlock", "LevelGeometry", "level_geometry", "point_embedding", "resolve_ball_mode"]
+
+BALL_MODES = ("physical", "points")
+
+
+def resolve_ball_mode(ball_mode: str | None, counts_given: bool) -> str:
+    """``"physical"`` or ``"points"``. ``None`` infers it: ``"points"`` when point counts (``ball_sizes`` /
+    ``ball_size``) are given, else ``"physical"``. Configs store every constructor key, so a config
+    written before the physical mode existed holds point counts and no mode: it stays the published model."""
+    if ball_mode is None:
+        return "points" if counts_given else "physical"
+    return check_choice("ball_mode", ball_mode, BALL_MODES)
+
+
+def legacy_rotation(module: nn.Module, local_metadata: dict) -> None:
+    """A state dict saved before Erwin's 3-D rotation (module version 1) rotated only the first two axes:
+    keep that rotation, so old checkpoints reproduce their outputs (newer state dicts: Euler rotation)."""
+    version = local_metadata.get("version")
+    if version is not None:
+        module.plane_rotation = version < 2
+
+
+def rotation_of(module: nn.Module, d: int):
+    """The ``rotate`` argument of :func:`build_ball_tree` for ``module.rotate`` degrees in ``d`` dimensions."""
+    if module.rotate and d == 3 and module.plane_rotation:
+        return rotation_matrix(module.rotate, 3, torch.float64, plane=True)
+    return module.rotate
 
 
 class SwiGLU(nn.Module):
@@ -75,15 +109,41 @@ class LevelGeometry:
     rot_pos: torch.Tensor | None = None
     rot_mask: torch.Tensor | None = None
     rot_weights: torch.Tensor | None = None
+    sizes: tuple[int, ...] | None = None  # physical mode: node sizes (ball, ...) chosen from the geometry
+    rot_sizes: tuple[int, ...] | None = None  # physical mode: the same in the rotated layout
+    centres: torch.Tensor | None = None  # physical mode: (B, P, d) geometric centre of each slot's ball
+    rot_centres: torch.Tensor | None = None
+    stride: int | None = None  # physical mode: slots of the finer level pooled into one token of this level
 
 
-def level_geometry(pos, mask, weights, ball: int, rotate: float | None) -> LevelGeometry:
-    """Geometry of a tree-ordered level ``(B, P, ·)``; with ``rotate`` also its rotated tree."""
-    geo = LevelGeometry(pos, mask, weights)
-    if rotate:
+def level_geometry(pos, mask, weights, ball: int, rotate, sizes: tuple[int, ...] | None = None) -> LevelGeometry:
+    """Geometry of a tree-ordered level ``(B, P, ·)``; with ``rotate`` (degrees or a matrix) also its rotated tree."""
+    geo = LevelGeometry(pos, mask, weights, sizes=sizes)
+    if rotate is not None and (isinstance(rotate, torch.Tensor) or rotate):
         rt = build_ball_tree(pos, mask, min(ball, pos.shape[1]), rotate, padded_size=pos.shape[1], check=False)
         geo.rot_index, geo.rot_inverse = rt.perm, rt.inverse
         geo.rot_pos, geo.rot_mask, geo.rot_weights = rt.pos, rt.mask, weights.gather(1, rt.perm)
+    return geo
+
+
+def physical_level(pos, mask, weights, lengths, rotate, sizes: tuple[int, ...], *, box=None,
+                   assign=None, centres=None) -> LevelGeometry:
+    """Geometry of a level in cell order (physical mode); with ``rotate`` also the cell layout of its rotated
+    points for ``lengths`` (:func:`~sciattn.balltree.physical.cell_layout`), which may hold more slots.
+
+    ``box``: the cloud's box (default: the level's own points'); ``assign``: ``(B, P, d)`` positions that
+    place the tokens into rotated cells (default ``pos``; a coarse level passes its cells' centres,
+    which do not move under refinement, where the tokens' centroids do)."""
+    geo = LevelGeometry(pos, mask, weights, sizes=sizes, centres=centres)
+    if rotate is not None and (isinstance(rotate, torch.Tensor) or rotate):
+        lay = cell_layout(pos if assign is None else assign, mask, lengths, rotate, box=box)
+        rt, p = lay.tree, pos.shape[1]
+        geo.rot_index, geo.rot_inverse = rt.perm, rt.inverse[:, :p]
+        geo.rot_mask = rt.mask
+        geo.rot_pos = F.pad(pos, (0, 0, 0, rt.perm.shape[1] - p)).gather(1, rt.perm[..., None].expand(-1, -1, pos.shape[-1]))
+        geo.rot_weights = F.pad(weights, (0, rt.perm.shape[1] - p)).gather(1, rt.perm)
+        geo.rot_sizes = tuple(lay.size(i) for i in range(len(lengths)))
+        geo.rot_centres = lay.centres(0)
     return geo
 
 
@@ -97,18 +157,23 @@ class PointBlock(nn.Module):
         self.mlp = SwiGLU(dim, mlp_ratio * dim)
         self.rotated = rotated
 
-    def _run(self, h, pos, mask, weights):
-        h = h + self.attn.attend(self.norm1(h), pos, mask, weights)
+    def _run(self, h, pos, mask, weights, sizes, centres=None):
+        h = h + self.attn.attend(self.norm1(h), pos, mask, weights, sizes=sizes, centres=centres)
         h = h + self.mlp(self.norm2(h))
         return torch.where(mask[..., None], h, torch.zeros((), dtype=h.dtype, device=h.device))
 
     def forward(self, h: torch.Tensor, geo: LevelGeometry) -> torch.Tensor:
         if not (self.rotated and geo.rot_index is not None):
-            return self._run(h, geo.pos, geo.mask, geo.weights)
-        c = h.shape[-1]
-        hr = h.gather(1, geo.rot_index[..., None].expand(-1, -1, c))
-        hr = self._run(hr, geo.rot_pos, geo.rot_mask, geo.rot_weights)
-        return hr.gather(1, geo.rot_inverse[..., None].expand(-1, -1, c))
+            return self._run(h, geo.pos, geo.mask, geo.weights, geo.sizes, geo.centres)
+        c, p, pr = h.shape[-1], h.shape[1], geo.rot_index.shape[1]
+        src = F.pad(h, (0, 0, 0, pr - p)) if pr > p else h  # a rotated cell layout may hold more slots
+        hr = src.gather(1, geo.rot_index[..., None].expand(-1, -1, c))
+        hr = self._run(hr, geo.rot_pos, geo.rot_mask, geo.rot_weights,
+                       geo.sizes if geo.rot_sizes is None else geo.rot_sizes, geo.rot_centres)
+        out = hr.gather(1, geo.rot_inverse[..., None].expand(-1, -1, c))
+        if pr > p:  # padding slots of this level may map to real rotated slots: reset them
+            out = torch.where(geo.mask[..., None], out, torch.zeros((), dtype=out.dtype, device=out.device))
+        return out
 
 
 class BallPool(nn.Module):
@@ -152,12 +217,63 @@ class BallUnpool(nn.Module):
         return self.norm(skip + up)
 
 
+class PhysicalPool(nn.Module):
+    """Children -> parent by quadrature: ``LayerNorm(Linear(Σ_j w_j h_j / Σ_j w_j))`` over the parent node.
+
+    The parent is a tree node of the physical size ``pool_diameter`` holding any number of children
+    (``stride`` slots, chosen from the geometry), so the learned map acts on their quadrature mean,
+    ``∫_node h dμ / μ(node)``, which converges under refinement; Erwin's concatenation of a fixed
+    number of children cannot (its input size is the point count).
+    """
+
+    def __init__(self, c_in: int, c_out: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(c_in, c_out)
+        self.norm = nn.LayerNorm(c_out)
+
+    def forward(self, h: torch.Tensor, child: LevelGeometry, stride: int) -> torch.Tensor:
+        b, p, c = h.shape
+        s = stride
+        zero = torch.zeros((), dtype=h.dtype, device=h.device)
+        w = torch.where(child.mask, child.weights.to(h.dtype), zero).view(b, p // s, s, 1)
+        hc = torch.where(child.mask[..., None], h, zero).view(b, p // s, s, c)
+        total = w.sum(2)
+        mean = (w * hc).sum(2) / torch.where(total > 0, total, torch.ones((), dtype=h.dtype, device=h.device))
+        return self.norm(self.lin(mean))
+
+
+class PhysicalUnpool(nn.Module):
+    """Parent -> each child: ``LayerNorm(skip + Linear([h_parent, p_child - p_parent]))``, one map for every
+    child whatever their number (Erwin's ``Linear(... -> s·c)`` has one output slot per child)."""
+
+    def __init__(self, c_parent: int, c_child: int, d: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(c_parent + d, c_child)
+        self.norm = nn.LayerNorm(c_child)
+
+    def forward(self, h: torch.Tensor, skip: torch.Tensor, child: LevelGeometry, parent: LevelGeometry,
+                stride: int) -> torch.Tensor:
+        zero = torch.zeros((), dtype=h.dtype, device=h.device)
+        hp = h.repeat_interleave(stride, dim=1)
+        rel = child.pos.to(h.dtype) - parent.pos.to(h.dtype).repeat_interleave(stride, dim=1)
+        rel = torch.where(child.mask[..., None], rel, zero)
+        return self.norm(skip + self.lin(torch.cat([hp, rel], dim=-1)))
+
+
 @dataclass
 class ErwinGeometry:
     """Everything an Erwin forward needs from the geometry: the tree and every level (cacheable)."""
 
     tree: BallTree
     levels: list[LevelGeometry]
+
+
+def _as_lengths(name: str, value, n: int) -> list[float]:
+    """One positive length per entry from a number or a sequence of ``n`` numbers; errors name ``name``."""
+    vals = list(value) if isinstance(value, (list, tuple)) else [value] * n
+    if len(vals) != n:
+        raise ValueError(f"{name}: expected {n} lengths, got {len(vals)}: {value!r}")
+    return [check_length(name, v) for v in vals]
 
 
 def _as_list(name: str, value, n: int) -> list[int]:
@@ -178,24 +294,49 @@ def _as_list(name: str, value, n: int) -> list[int]:
 
 @register_operator("erwin")
 class Erwin(nn.Module):
-    """Erwin U-Net on ball trees.
+    """Erwin U-Net on ball trees, with physically scaled balls (default) or Erwin's point-count balls.
+
+    Two modes (``ball_mode``):
+
+    * ``"physical"`` (the default when no point counts are given): level ``i``'s balls are the tree
+      nodes at most ``ball_diameters[i]`` across, and pooling from level ``i`` groups the nodes at most
+      ``pool_diameters[i]`` across into one token by their quadrature mean (:class:`PhysicalPool`);
+      both node sizes are chosen from the geometry at every call (:mod:`sciattn.balltree.physical`),
+      so the number of points per ball grows with the density, the coarse levels hold a fixed
+      number of tokens, and with quadrature weights the attention sums and pooling means converge
+      as the sampling is refined. Lengths are in the units of ``pos`` (defaults suit domains of size
+      about 1).
+    * ``"points"``: the published Erwin, ``ball_sizes[i]`` points per ball and ``strides[i]`` children
+      per parent concatenated (eq. 12). Its balls shrink as points are added, so **its output depends
+      on the resolution** (issue 26: 92% / 82% from 16,384 points at 1,024 / 4,096 points at init).
 
     Args:
         in_channels, out_channels: point features in and out.
         spatial_dims: ``d`` of the positions.
         c_hidden: channels per level (``S`` levels).
-        ball_sizes: ball size per level (powers of two; clamped to the points of a level).
+        ball_mode: ``"physical"``, ``"points"`` or None (``"points"`` if ``ball_sizes`` or ``strides``
+            is given, else ``"physical"``; old configs, which store point counts, stay published Erwin).
+        ball_sizes: points mode: ball size per level (powers of two; clamped to the points of a level;
+            default 64).
+        strides: points mode: pooling strides between levels (powers of two >= 2, ``S-1``; default 2).
+        ball_diameters: physical mode: ball diameter per level (a length or ``S`` lengths; default
+            ``0.32`` at level 0 and ``0.8`` above).
+        pool_diameters: physical mode: diameter of the node pooled into one coarse token (``S-1``;
+            default ``0.12``).
         enc_depths: blocks per encoder level (``S`` entries).
         dec_depths: blocks per decoder level ``0..S-2`` (``S-1`` entries).
-        strides: pooling strides between levels (powers of two, ``S-1`` entries).
         n_heads: heads, one int or one per level.
         mlp_ratio: SwiGLU hidden width as a multiple of the channels.
-        rotate: angle in degrees of the rotated trees used by odd blocks (0 or None: no rotation).
+        rotate: angle in degrees of the rotated trees used by odd blocks (0 or None: no rotation); in
+            3-D Erwin's three Euler rotations by that angle (:func:`~sciattn.balltree.rotation_matrix`).
         rpe, distance_bias: position encoding and distance bias of the ball attention.
         backend: ball-attention backend (None: automatic).
     """
 
     input_kind = "points"
+    _version = 2  # 2: 3-D rotated trees turn about all three axes (state dicts of version 1: first two only)
+    # ball modes whose output converges under point refinement at their defaults (the registry test asserts it)
+    convergent_ball_modes = ("physical",)
 
     def __init__(
         self,
@@ -204,10 +345,13 @@ class Erwin(nn.Module):
         out_channels: int,
         spatial_dims: int = 3,
         c_hidden: Sequence[int] = (32, 64),
-        ball_sizes: Sequence[int] = (64, 64),
+        ball_mode: str | None = None,
+        ball_sizes: Sequence[int] | None = None,
+        ball_diameters: float | Sequence[float] | None = None,
+        pool_diameters: float | Sequence[float] | None = None,
         enc_depths: Sequence[int] = (2, 2),
         dec_depths: Sequence[int] = (2,),
-        strides: Sequence[int] = (2,),
+        strides: Sequence[int] | None = None,
         n_heads: int | Sequence[int] = 4,
         mlp_ratio: int = 4,
         rotate: float | None = 45.0,
@@ -223,50 +367,90 @@ class Erwin(nn.Module):
         if n_lv == 0:
             raise ValueError("c_hidden: expected at least one level, got an empty list")
         self.c_hidden = [check_positive_int("c_hidden", c) for c in c_hidden]
-        self.ball_sizes = [check_power_of_two("ball_sizes", b) for b in _as_list("ball_sizes", ball_sizes, n_lv)]
+        self.ball_mode = resolve_ball_mode(ball_mode, ball_sizes is not None or strides is not None)
+        if self.ball_mode == "points":
+            for name, value in (("ball_diameters", ball_diameters), ("pool_diameters", pool_diameters)):
+                if value is not None:
+                    raise ValueError(f"{name}: expected None with ball_mode='points' (point-count balls), got {value!r}")
+            ball_sizes = 64 if ball_sizes is None else ball_sizes
+            strides = [2] * (n_lv - 1) if strides is None else strides
+            self.ball_sizes = [check_power_of_two("ball_sizes", b) for b in _as_list("ball_sizes", ball_sizes, n_lv)]
+            self.strides = [check_power_of_two("strides", s) for s in _as_list("strides", strides, n_lv - 1)]
+            if any(s < 2 for s in self.strides):
+                raise ValueError(f"strides: expected powers of two >= 2, got {list(strides)}")
+            self.ball_diameters = self.pool_diameters = None
+        else:
+            for name, value in (("ball_sizes", ball_sizes), ("strides", strides)):
+                if value is not None:
+                    raise ValueError(f"{name}: expected None with ball_mode='physical' (balls and pooling set by "
+                                     f"ball_diameters and pool_diameters), got {value!r}")
+            if ball_diameters is None:
+                ball_diameters = [0.32] + [0.8] * (n_lv - 1)
+            self.ball_diameters = _as_lengths("ball_diameters", ball_diameters, n_lv)
+            self.pool_diameters = _as_lengths("pool_diameters", 0.12 if pool_diameters is None else pool_diameters,
+                                              n_lv - 1)
+            self.ball_sizes, self.strides = [None] * n_lv, None
         self.enc_depths = [check_positive_int("enc_depths", k) for k in _as_list("enc_depths", enc_depths, n_lv)]
         self.dec_depths = [check_positive_int("dec_depths", k) for k in _as_list("dec_depths", dec_depths, n_lv - 1)]
-        self.strides = [check_power_of_two("strides", s) for s in _as_list("strides", strides, n_lv - 1)]
-        if any(s < 2 for s in self.strides):
-            raise ValueError(f"strides: expected powers of two >= 2, got {list(strides)}")
         heads = _as_list("n_heads", n_heads, n_lv)
         if rotate and spatial_dims < 2:
             raise ValueError(f"rotate: expected 0 or None for spatial_dims={spatial_dims} (rotations need d >= 2), got {rotate}")
         self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
         self.rotate = float(rotate) if rotate else None
+        self.plane_rotation = False  # True only for a version-1 state dict (see legacy_rotation)
         d = spatial_dims
+        physical = self.ball_mode == "physical"
 
         def stage(level: int, depth: int) -> nn.ModuleList:
             c = self.c_hidden[level]
             return nn.ModuleList(
-                PointBlock(c, BallAttention(c, heads[level], d, self.ball_sizes[level], rpe=rpe,
-                                            distance_bias=distance_bias, backend=backend),
+                PointBlock(c, BallAttention(c, heads[level], d, self.ball_sizes[level],
+                                            ball_diameter=self.ball_diameters[level] if physical else None,
+                                            rpe=rpe, distance_bias=distance_bias, backend=backend),
                            mlp_ratio, rotated=bool(j % 2))
                 for j in range(depth)
             )
 
         self.embed = point_embedding(in_channels, d, self.c_hidden[0])
         self.encoder = nn.ModuleList(stage(i, self.enc_depths[i]) for i in range(n_lv))
-        self.pools = nn.ModuleList(BallPool(self.c_hidden[i], self.c_hidden[i + 1], self.strides[i], d)
-                                   for i in range(n_lv - 1))
-        self.unpools = nn.ModuleList(BallUnpool(self.c_hidden[i + 1], self.c_hidden[i], self.strides[i], d)
-                                     for i in range(n_lv - 1))
+        if physical:
+            self.pools = nn.ModuleList(PhysicalPool(self.c_hidden[i], self.c_hidden[i + 1]) for i in range(n_lv - 1))
+            self.unpools = nn.ModuleList(PhysicalUnpool(self.c_hidden[i + 1], self.c_hidden[i], d)
+                                         for i in range(n_lv - 1))
+        else:
+            self.pools = nn.ModuleList(BallPool(self.c_hidden[i], self.c_hidden[i + 1], self.strides[i], d)
+                                       for i in range(n_lv - 1))
+            self.unpools = nn.ModuleList(BallUnpool(self.c_hidden[i + 1], self.c_hidden[i], self.strides[i], d)
+                                         for i in range(n_lv - 1))
         self.decoder = nn.ModuleList(stage(i, self.dec_depths[i]) for i in range(n_lv - 1))
         self.norm = nn.RMSNorm(self.c_hidden[0])
         self.head = nn.Linear(self.c_hidden[0], out_channels)
 
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
+        legacy_rotation(self, local_metadata)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
+
     def build_trees(
         self, pos: torch.Tensor, mask: torch.Tensor | None = None, weights: torch.Tensor | None = None
     ) -> ErwinGeometry:
-        """The tree and per-level geometry of ``pos``; pass it as ``trees=`` to reuse static geometry."""
+        """The tree and per-level geometry of ``pos``; pass it as ``trees=`` to reuse static geometry.
+
+        Physical mode: one median ball tree down to single points (Erwin's tree, padded to
+        ``2^⌈log2 N⌉`` slots); level ``i``'s ball and pooling node sizes are read from it
+        (:func:`~sciattn.balltree.physical.physical_node_size`, one host sync per size); coarse
+        tokens sit at the quadrature-weighted centroid of their node and weigh its total weight.
+        """
+        rotate = rotation_of(self, pos.shape[-1])
+        n = pos.shape[1]
+        if self.ball_mode == "physical":
+            return self._physical_trees(pos, mask, weights, rotate)
         total = 1
         for s in self.strides:
             total *= s
-        n = pos.shape[1]
         size = max(1 << max(0, (n - 1).bit_length()), self.ball_sizes[0], total)
         tree = build_ball_tree(pos, mask, self.ball_sizes[0], padded_size=size)
         w = tree.mask.to(pos.dtype) if weights is None else tree.values_to_tree(weights.to(pos.dtype))
-        geo = level_geometry(tree.pos, tree.mask, w, self.ball_sizes[0], self.rotate)
+        geo = level_geometry(tree.pos, tree.mask, w, self.ball_sizes[0], rotate)
         levels = [geo]
         for i, s in enumerate(self.strides):
             b, p, d = geo.pos.shape
@@ -274,7 +458,45 @@ class Erwin(nn.Module):
             cnt = m.sum(-1)
             ppos = torch.where(m[..., None], geo.pos.view(b, p // s, s, d), 0).sum(2) / cnt.clamp_min(1)[..., None]
             geo = level_geometry(ppos, cnt > 0, geo.weights.view(b, p // s, s).sum(-1), self.ball_sizes[i + 1],
-                                 self.rotate)
+                                 rotate)
+            levels.append(geo)
+        return ErwinGeometry(tree, levels)
+
+    def _physical_trees(self, pos, mask, weights, rotate) -> ErwinGeometry:
+        n_pool = len(self.pool_diameters)
+        box = cloud_box(pos, mask, lattice_for(self.ball_diameters + self.pool_diameters))
+        lay = cell_layout(pos, mask, [self.ball_diameters[0]] + self.pool_diameters[:1], box=box)
+        tree = lay.tree
+        w = tree.mask.to(pos.dtype) if weights is None else tree.values_to_tree(weights.to(pos.dtype))
+        geo = physical_level(tree.pos, tree.mask, w, self.ball_diameters[:1], rotate, (lay.size(0),), box=box,
+                             centres=lay.centres(0))
+        levels = [geo]
+        depth, span = None, 1
+        for i in range(n_pool):
+            b, p, d = geo.pos.shape
+            if i == 0:
+                s, depth = lay.size(1), lay.depths[1]
+            else:  # coarser cells of the same box: 2^(depth difference) tokens of the previous level
+                new = min(depth, cell_depth(box, self.pool_diameters[i]))
+                s, depth = 1 << (depth - new), new
+            m = geo.mask.view(b, p // s, s)
+            wc = torch.where(m, geo.weights.view(b, p // s, s), 0)
+            wsum = wc.sum(-1)
+            # quadrature-weighted centroid; the plain mean where a cell's weights are all zero
+            wt = torch.where((wsum > 0)[..., None], wc, m.to(wc.dtype))
+            ppos = (wt[..., None] * torch.where(m[..., None], geo.pos.view(b, p // s, s, d), 0)).sum(2)
+            ppos = ppos / wt.sum(-1).clamp_min(torch.finfo(wt.dtype).tiny)[..., None]
+            ball = 1 << max(0, depth - cell_depth(box, self.ball_diameters[i + 1]))
+            span *= s  # level-0 slots per token of the new level
+            pmask = m.any(-1)
+            # each token's cell centre (exact geometry, the same for all its members)
+            cc = cell_centres(tree.pos, box, depth).view(b, -1, span, d)
+            cnt = tree.mask.view(b, -1, span, 1).to(cc.dtype)
+            assign = (cc * cnt).sum(2) / cnt.sum(2).clamp_min(1)
+            ball_depth = min(depth, cell_depth(box, self.ball_diameters[i + 1]))
+            geo = physical_level(ppos, pmask, wsum, self.ball_diameters[i + 1:i + 2], rotate, (ball,), box=box,
+                                 assign=assign, centres=cell_centres(assign, box, ball_depth))
+            geo.stride = s
             levels.append(geo)
         return ErwinGeometry(tree, levels)
 
@@ -304,9 +526,15 @@ class Erwin(nn.Module):
                 h = blk(h, geo.levels[i])
             if i < len(self.pools):
                 skips.append(h)
-                h = self.pools[i](h, geo.levels[i])
+                if self.ball_mode == "physical":
+                    h = self.pools[i](h, geo.levels[i], geo.levels[i + 1].stride)
+                else:
+                    h = self.pools[i](h, geo.levels[i])
         for i in range(len(self.decoder) - 1, -1, -1):
-            h = self.unpools[i](h, skips[i], geo.levels[i], geo.levels[i + 1])
+            if self.ball_mode == "physical":
+                h = self.unpools[i](h, skips[i], geo.levels[i], geo.levels[i + 1], geo.levels[i + 1].stride)
+            else:
+                h = self.unpools[i](h, skips[i], geo.levels[i], geo.levels[i + 1])
             for blk in self.decoder[i]:
                 h = blk(h, geo.levels[i])
         return tree.from_tree(self.head(self.norm(h)))

@@ -38,14 +38,30 @@ from .tree import BallTree, check_power_of_two
 __all__ = ["BallTreeCache", "build_ball_tree", "rotate_points", "rotation_matrix"]
 
 
-def rotation_matrix(angle: float, d: int, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
-    """``(d, d)`` rotation by ``angle`` degrees in the plane of the first two axes (identity elsewhere)."""
+def rotation_matrix(
+    angle: float, d: int, dtype: torch.dtype = torch.float32, device=None, *, plane: bool = False
+) -> torch.Tensor:
+    """``(d, d)`` rotation by ``angle`` degrees, as in Erwin's rotated trees.
+
+    ``d = 2``: the rotation of the plane. ``d = 3`` (unless ``plane``): Erwin's product of three Euler
+    rotations by the same angle, ``R = R_z(a) R_y(a) R_x(a)`` (a proper rotation that turns every
+    axis, so every ball is cut along all three directions). Otherwise (``d > 3``, or ``plane=True``,
+    the rotation sciattn used in 3-D before, kept for old checkpoints): the rotation in the plane of
+    the first two axes, identity elsewhere.
+    """
     if d < 2:
         raise ValueError(f"rotate: expected positions with at least 2 dimensions for a rotation angle, got d={d}")
     a = math.radians(float(angle))
+    c, s = math.cos(a), math.sin(a)
+    if d == 3 and not plane:
+        entries = {(0, 0): c * c, (0, 1): s * c * (s - 1), (0, 2): s * (s + c * c),
+                   (1, 0): s * c, (1, 1): s * s * s + c * c, (1, 2): s * c * (s - 1),
+                   (2, 0): -s, (2, 1): s * c, (2, 2): c * c}
+    else:
+        entries = {(0, 0): c, (0, 1): -s, (1, 0): s, (1, 1): c}
     r = torch.eye(d, dtype=dtype, device=device)
     # fill_ takes the Python number as a kernel argument; item assignment would copy a host tensor
-    for (i, j), value in (((0, 0), math.cos(a)), ((0, 1), -math.sin(a)), ((1, 0), math.sin(a)), ((1, 1), math.cos(a))):
+    for (i, j), value in entries.items():
         r[i, j].fill_(value)
     return r
 
@@ -188,8 +204,9 @@ def build_ball_tree(
         pos: ``(B, N, d)`` positions; entries with ``mask == False`` may hold anything (NaN too).
         mask: ``(B, N)`` bool, True for real points (``None``: all real). Every cloud needs one.
         ball_size: ``m``, slots per ball, a power of two.
-        rotate: ``None``; an angle in degrees (rotation in the plane of the first two axes, the
-            cross-ball "rotated tree" of Erwin uses 45); or a ``(d, d)`` matrix ``R``. The tree is
+        rotate: ``None``; an angle in degrees (:func:`rotation_matrix`: the plane in 2-D, Erwin's
+            three Euler rotations in 3-D; the cross-ball "rotated tree" of Erwin uses 45); or a
+            ``(d, d)`` matrix ``R``. The tree is
             built on ``pos @ R.T``; stored positions and centres stay in the input frame.
         padded_size: slots per row ``P`` (a power of two, at least the default
             ``max(2^⌈log2 N⌉, ball_size)``); fixing it gives static shapes across batches.

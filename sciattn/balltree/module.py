@@ -34,6 +34,7 @@ from .._checks import (
 )
 from .build import build_ball_tree
 from .functional import ball_attention
+from .physical import cell_layout, check_length
 from .tree import BallTree, ball_centers, check_power_of_two
 
 __all__ = ["BallAttention", "dense_points_from_pyg", "pyg_from_dense", "check_point_inputs"]
@@ -64,6 +65,12 @@ class BallAttention(nn.Module):
         n_heads: heads ``H``.
         spatial_dims: ``d`` of the positions.
         ball_size: points per ball ``m`` (a power of two); clouds smaller than a ball form one ball.
+            This is Erwin's published *point-count* ball: it shrinks as the sampling is refined, so the
+            layer's output depends on the resolution. ``None`` with ``ball_diameter`` set: physical balls.
+        ball_diameter: physical mode (a length in the units of ``pos``): a ball is the tree node at
+            the shallowest depth whose nodes are at most this wide (:mod:`sciattn.balltree.physical`),
+            so it keeps its size and gains points under refinement, and with quadrature ``weights``
+            the ball sums converge. Exclusive with ``ball_size``.
         rpe: add the centroid-offset position encoding ``W_pe (p_i - c_β)``.
         distance_bias: add ``-σ_h ‖p_i - p_j‖`` with learnable ``σ_h`` (initialised to ``sigma_init``).
         backend: force a ball-attention backend (``"sdpa"``, ``"flex"``, ``"reference"``).
@@ -78,8 +85,9 @@ class BallAttention(nn.Module):
         dim: int,
         n_heads: int,
         spatial_dims: int = 3,
-        ball_size: int = 64,
+        ball_size: int | None = 64,
         *,
+        ball_diameter: float | None = None,
         rpe: bool = True,
         distance_bias: bool = True,
         sigma_init: float = 1.0,
@@ -91,9 +99,18 @@ class BallAttention(nn.Module):
         if dim % n_heads:
             raise ValueError(f"n_heads: expected a divisor of dim={dim}, got {n_heads}")
         check_positive_int("spatial_dims", spatial_dims)
-        check_power_of_two("ball_size", ball_size)
+        if ball_diameter is not None:
+            if ball_size is not None:
+                raise ValueError(f"ball_size: expected None with ball_diameter={ball_diameter!r} (a ball is either "
+                                 f"a point count or a physical size), got {ball_size!r}")
+            ball_diameter = check_length("ball_diameter", ball_diameter)
+        elif ball_size is None:
+            raise ValueError("ball_size: expected a power of two, or None with a ball_diameter, got None without one")
+        else:
+            check_power_of_two("ball_size", ball_size)
         check_backend_name("ball", backend)
         self.dim, self.n_heads, self.spatial_dims, self.ball_size = dim, n_heads, spatial_dims, ball_size
+        self.ball_diameter = ball_diameter
         self.head_dim = dim // n_heads
         self.backend = backend
         self.qkv = nn.Linear(dim, 3 * dim)
@@ -101,33 +118,61 @@ class BallAttention(nn.Module):
         self.pe = nn.Linear(spatial_dims, dim) if rpe else None
         self.sigma = nn.Parameter(torch.full((n_heads,), float(sigma_init))) if distance_bias else None
 
-    def position_encoding(self, h: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, ball: int) -> torch.Tensor:
-        """``h + W_pe (p - c_β)`` for real points (padding rows unchanged)."""
+    def position_encoding(self, h: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, ball: int,
+                          centres: torch.Tensor | None = None) -> torch.Tensor:
+        """``h + W_pe (p - c_β)`` for real points (padding rows unchanged); ``c_β`` the centroid of the ball's
+        real points, or ``centres`` ``(B, P, d)`` per slot (physical mode: the ball's geometric centre,
+        which does not move under refinement, where the centroid of a sample does)."""
         if self.pe is None:
             return h
-        centre, _ = ball_centers(pos, mask, ball)
-        off = pos - centre.repeat_interleave(ball, dim=1)
+        if centres is None:
+            centre, _ = ball_centers(pos, mask, ball)
+            centres = centre.repeat_interleave(ball, dim=1)
+        off = pos - centres.to(pos.dtype)
         off = torch.where(mask[..., None], off, torch.zeros((), dtype=off.dtype, device=off.device))
         return h + self.pe(off.to(h.dtype))
 
-    def project(self, h: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, ball: int):
+    def project(self, h: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, ball: int,
+                centres: torch.Tensor | None = None):
         """Queries, keys, values ``(B, H, P, D)`` of tree-ordered tokens (after the position encoding)."""
-        h = self.position_encoding(h, pos, mask, ball)
+        h = self.position_encoding(h, pos, mask, ball, centres)
         t = self.qkv(h).unflatten(-1, (3, self.n_heads, self.head_dim))
         return tuple(t.select(2, i).transpose(1, 2) for i in range(3))
 
+    def physical_lengths(self) -> tuple[float, ...]:
+        """The lengths whose node sizes :meth:`attend` takes as ``sizes`` (physical mode): ``(ball_diameter,)``."""
+        return (self.ball_diameter,)
+
+    def physical_layout(self, pos: torch.Tensor, mask: torch.Tensor | None = None, rotate=None):
+        """``(tree, sizes)``: the cell layout of ``pos (B, N, d)`` for :meth:`physical_lengths`
+        (:func:`~sciattn.balltree.physical.cell_layout`) and the node sizes in slots for :meth:`attend`."""
+        layout = cell_layout(pos, mask, self.physical_lengths(), rotate)
+        return layout.tree, tuple(layout.size(i) for i in range(len(layout.depths)))
+
+    def call_ball(self, p: int, sizes: tuple[int, ...] | None) -> int:
+        """The ball used for ``P = p`` tree-ordered tokens: ``sizes[0]`` when given (physical balls chosen
+        by the caller from the geometry), else ``min(ball_size, p)``."""
+        if sizes is not None:
+            return min(int(sizes[0]), p)
+        if self.ball_size is None:
+            raise ValueError("sizes: expected the ball size of a physical-mode layer (ball_diameter="
+                             f"{self.ball_diameter}) chosen from the tree, got None; use forward() or pass sizes")
+        return min(self.ball_size, p)
+
     def attend(
-        self, h: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None = None, weights: torch.Tensor | None = None
+        self, h: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None = None, weights: torch.Tensor | None = None,
+        sizes: tuple[int, ...] | None = None, centres: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Ball attention on tree-ordered tokens ``h (B, P, C)``; the ball is ``min(ball_size, P)``."""
+        """Ball attention on tree-ordered tokens ``h (B, P, C)``; the ball is ``sizes[0]`` (when given)
+        or ``min(ball_size, P)``; ``centres`` ``(B, P, d)``: see :meth:`position_encoding`."""
         b, p, _ = h.shape
-        ball = min(self.ball_size, p)
+        ball = self.call_ball(p, sizes)
         if p % ball:
             raise ValueError(f"h: expected a token count that is a multiple of ball_size={ball}, got {p}")
         if mask is None:
             mask = torch.ones(b, p, dtype=torch.bool, device=h.device)
         pos = pos.to(h.dtype)
-        q, k, v = self.project(h, pos, mask, ball)
+        q, k, v = self.project(h, pos, mask, ball, centres)
         z = ball_attention(q, k, v, pos, ball, mask=mask, weights=weights, sigma=self.sigma,
                            scale=1.0 / math.sqrt(self.head_dim), backend=self.backend)
         return self.proj(z.transpose(1, 2).flatten(2))
@@ -139,23 +184,27 @@ class BallAttention(nn.Module):
         mask: torch.Tensor | None = None,
         weights: torch.Tensor | None = None,
         tree: BallTree | None = None,
+        sizes: tuple[int, ...] | None = None,
     ) -> torch.Tensor:
+        """``tree``/``sizes``: a prebuilt tree (physical mode: the ``(tree, sizes)`` of :meth:`physical_layout`)."""
         check_point_inputs(x, pos, mask, weights, self.dim, self.spatial_dims)
         check_input_dtype("x", x, self)
         check_floating("pos", pos, "a floating-point tensor (any precision)")
         check_finite_at("x", x, None if mask is None else mask[..., None])
-        if tree is None:
+        if tree is None and self.ball_diameter is not None:
+            tree, sizes = self.physical_layout(pos, mask)
+        elif tree is None:
             tree = build_ball_tree(pos, mask, self.ball_size)
         elif tree.perm.shape[0] != x.shape[0] or tree.n_points != x.shape[1]:
             raise ValueError(f"tree: expected a tree of {x.shape[0]} clouds of {x.shape[1]} points, got one of "
                              f"{tree.perm.shape[0]} clouds of {tree.n_points} points")
         w = None if weights is None else tree.values_to_tree(weights.to(x.dtype))
-        out = self.attend(tree.to_tree(x), tree.pos, tree.mask, w)
+        out = self.attend(tree.to_tree(x), tree.pos, tree.mask, w, sizes=sizes)
         return tree.from_tree(out)
 
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, n_heads={self.n_heads}, spatial_dims={self.spatial_dims}, "
-                f"ball_size={self.ball_size}, rpe={self.pe is not None}, distance_bias={self.sigma is not None}")
+                f"ball_size={self.ball_size}, ball_diameter={self.ball_diameter}, rpe={self.pe is not None}, distance_bias={self.sigma is not None}")
 
 
 def dense_points_from_pyg(data) -> dict[str, torch.Tensor]:

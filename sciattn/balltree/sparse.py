@@ -45,6 +45,7 @@ from torch import nn
 from .._checks import check_positive_int
 from .functional import ball_attention, prepare_key_logweights
 from .module import BallAttention
+from .physical import check_length
 from .tree import ball_centers, check_power_of_two
 
 __all__ = ["BallSparseAttention", "safe_softmax", "pool_blocks", "select_blocks", "selected_attention"]
@@ -62,11 +63,13 @@ def safe_softmax(s: torch.Tensor) -> torch.Tensor:
 def pool_blocks(t: torch.Tensor, slot_logits: torch.Tensor, logw: torch.Tensor, block: int) -> torch.Tensor:
     """Pool ``(B, H, P, D)`` into ``(B, H, P/b, D)``: weights ``softmax_j(a_slot(j) + log w_j)`` per block.
 
-    ``slot_logits``: ``(H, b)``; ``logw``: ``(B, P)`` with ``-inf`` for excluded tokens. Blocks with
-    no admissible token pool to zero.
+    ``slot_logits``: ``(H, b)``, or None for the quadrature mean ``Σ_j w_j t_j / Σ_j w_j``; ``logw``:
+    ``(B, P)`` with ``-inf`` for excluded tokens. Blocks with no admissible token pool to zero.
     """
     b_, h, p, d = t.shape
-    a = slot_logits[:, :block].to(t.dtype).view(1, h, 1, block) + logw.view(b_, 1, p // block, block)
+    a = logw.view(b_, 1, p // block, block)
+    if slot_logits is not None:  # None: the quadrature mean Σ w_j t_j / Σ w_j (physical blocks)
+        a = slot_logits[:, :block].to(t.dtype).view(1, h, 1, block) + a
     alpha = safe_softmax(a)
     return (alpha.unsqueeze(-1) * t.view(b_, h, p // block, block, d)).sum(-2)
 
@@ -139,6 +142,12 @@ class BallSparseAttention(BallAttention):
         coarse_queries: compressed branch with pooled queries (``O((P/b)²)``) instead of every
             query attending to all block tokens (``O(P²/b)``).
         exclude_own_ball: never select blocks of the query's own ball (the local branch has them).
+        ball_diameter, block_diameter: physical mode (lengths in the units of ``pos``; ``ball_size``,
+            ``block_size`` and ``group_size`` then None): the ball, the block and the query group are
+            the tree nodes at most this wide (the group is the block), chosen per call from the tree
+            (:mod:`sciattn.balltree.physical`); blocks pool by their quadrature mean (no per-slot
+            weights, since a block's point count varies). The published point-count sizes shrink
+            under refinement, so the published layer depends on the resolution.
         distance_bias: distance biases ``σ_l, σ_c, σ_s`` in the local, compressed and selected branches.
 
     Shapes:
@@ -151,53 +160,87 @@ class BallSparseAttention(BallAttention):
         dim: int,
         n_heads: int,
         spatial_dims: int = 3,
-        ball_size: int = 64,
+        ball_size: int | None = 64,
         *,
-        block_size: int = 8,
+        block_size: int | None = 8,
         group_size: int | None = None,
         top_k: int = 4,
         coarse_queries: bool = True,
         exclude_own_ball: bool = True,
+        ball_diameter: float | None = None,
+        block_diameter: float | None = None,
         rpe: bool = True,
         distance_bias: bool = True,
         sigma_init: float = 1.0,
         backend: str | None = None,
     ) -> None:
-        super().__init__(dim, n_heads, spatial_dims, ball_size, rpe=rpe, distance_bias=distance_bias,
-                         sigma_init=sigma_init, backend=backend)
-        group_size = block_size if group_size is None else group_size
-        for name, val in (("block_size", block_size), ("group_size", group_size)):
-            check_power_of_two(name, val)
-            if val > ball_size:
-                raise ValueError(f"{name}: expected a power of two <= ball_size={ball_size}, got {val}")
+        super().__init__(dim, n_heads, spatial_dims, ball_size, ball_diameter=ball_diameter, rpe=rpe,
+                         distance_bias=distance_bias, sigma_init=sigma_init, backend=backend)
+        if ball_diameter is not None:
+            for name, val in (("block_size", block_size), ("group_size", group_size)):
+                if val is not None:
+                    raise ValueError(f"{name}: expected None in physical mode (ball_diameter={ball_diameter}), "
+                                     f"got {val}")
+            if block_diameter is None:
+                raise ValueError("block_diameter: expected a length with ball_diameter (physical mode), got None")
+            block_diameter = check_length("block_diameter", block_diameter)
+            if block_diameter > self.ball_diameter:
+                raise ValueError(f"block_diameter: expected a length <= ball_diameter={self.ball_diameter}, "
+                                 f"got {block_diameter}")
+        else:
+            if block_diameter is not None:
+                raise ValueError(f"block_diameter: expected None with point-count balls (ball_size={ball_size}), "
+                                 f"got {block_diameter}")
+            if block_size is None:
+                raise ValueError("block_size: expected a power of two with ball_size (point-count mode), got None")
+            group_size = block_size if group_size is None else group_size
+            for name, val in (("block_size", block_size), ("group_size", group_size)):
+                check_power_of_two(name, val)
+                if val > ball_size:
+                    raise ValueError(f"{name}: expected a power of two <= ball_size={ball_size}, got {val}")
         check_positive_int("top_k", top_k)
         self.block_size, self.group_size, self.top_k = block_size, group_size, top_k
+        self.block_diameter = block_diameter
         self.coarse_queries, self.exclude_own_ball = bool(coarse_queries), bool(exclude_own_ball)
-        self.pool_logits = nn.Parameter(torch.zeros(3, n_heads, block_size))  # q, k, v slot weights
+        # q, k, v slot weights (point-count blocks only: a physical block has no fixed slots)
+        self.pool_logits = None if ball_diameter is not None else nn.Parameter(torch.zeros(3, n_heads, block_size))
         self.sigma_compressed = nn.Parameter(torch.full((n_heads,), float(sigma_init))) if distance_bias else None
         self.sigma_selected = nn.Parameter(torch.full((n_heads,), float(sigma_init))) if distance_bias else None
         self.gate = nn.Linear(dim, 3 * n_heads)
         nn.init.zeros_(self.gate.weight)
         nn.init.zeros_(self.gate.bias)  # every branch starts at weight 1/2
 
-    def sizes(self, p: int) -> tuple[int, int, int]:
-        """``(ball, block, group)`` used for ``P = p`` tokens (each clamped to the token count)."""
+    def sizes(self, p: int, given: tuple[int, ...] | None = None) -> tuple[int, int, int]:
+        """``(ball, block, group)`` used for ``P = p`` tokens (each clamped to the token count);
+        ``given``: ``(ball, block)`` or ``(ball, block, group)`` chosen from the tree (physical mode)."""
+        if given is not None:
+            ball = min(int(given[0]), p)
+            blk = min(int(given[1]) if len(given) > 1 else ball, ball)
+            return ball, blk, min(int(given[2]) if len(given) > 2 else blk, ball)
+        if self.ball_size is None:
+            raise ValueError("sizes: expected the (ball, block) sizes of a physical-mode layer chosen from the "
+                             "tree, got None; use forward() or pass sizes")
         ball = min(self.ball_size, p)
         return ball, min(self.block_size, ball), min(self.group_size, ball)
 
+    def physical_lengths(self) -> tuple[float, ...]:
+        """``(ball_diameter, block_diameter)``: the ball, and the block that is also the query group."""
+        return (self.ball_diameter, self.block_diameter)
+
     def branches(
-        self, h: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None = None, weights: torch.Tensor | None = None
+        self, h: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None = None, weights: torch.Tensor | None = None,
+        sizes: tuple[int, ...] | None = None, centres: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per-head outputs ``(B, H, P, D)`` of the local, compressed and selected branches (tree order)."""
         bsz, p, _ = h.shape
-        ball, blk, grp = self.sizes(p)
+        ball, blk, grp = self.sizes(p, sizes)
         if p % ball:
             raise ValueError(f"h: expected a token count that is a multiple of ball_size={ball}, got {p}")
         if mask is None:
             mask = torch.ones(bsz, p, dtype=torch.bool, device=h.device)
         pos = pos.to(h.dtype)
         scale = 1.0 / math.sqrt(self.head_dim)
-        q, k, v = self.project(h, pos, mask, ball)
+        q, k, v = self.project(h, pos, mask, ball, centres)
         local = ball_attention(q, k, v, pos, ball, mask=mask, weights=weights, sigma=self.sigma,
                                scale=scale, backend=self.backend)
         zero = torch.zeros((), dtype=h.dtype, device=h.device)
@@ -207,12 +250,14 @@ class BallSparseAttention(BallAttention):
         logq = torch.where(mask, zero, torch.full((), -math.inf, dtype=h.dtype, device=h.device))
 
         # Compressed branch: block tokens, their measure and centroids.
-        kc = pool_blocks(k, self.pool_logits[1], logw, blk)
-        vc = pool_blocks(v, self.pool_logits[2], logw, blk)
+        slots = (None, None, None) if self.pool_logits is None else tuple(self.pool_logits)
+        kc = pool_blocks(k, slots[1], logw, blk)
+        vc = pool_blocks(v, slots[2], logw, blk)
         lwc = torch.logsumexp(logw.view(bsz, p // blk, blk), dim=-1)  # log Σ w, -inf if empty
         cen, _ = ball_centers(pos, mask, blk)
         if self.coarse_queries:
-            qc = pool_blocks(q, self.pool_logits[0], logq, blk)
+            # physical blocks: a query block is the quadrature mean of its queries, as keys and values
+            qc = pool_blocks(q, slots[0], logq if self.pool_logits is not None else logw, blk)
             s = torch.matmul(qc, kc.transpose(-1, -2)) * scale + lwc[:, None, None, :]
             if self.sigma_compressed is not None:
                 s = s - self.sigma_compressed.view(1, -1, 1, 1).to(s.dtype) * _pair_distances(cen, cen).unsqueeze(1)
@@ -247,14 +292,15 @@ class BallSparseAttention(BallAttention):
         return local, compressed, selected
 
     def attend(
-        self, h: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None = None, weights: torch.Tensor | None = None
+        self, h: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None = None, weights: torch.Tensor | None = None,
+        sizes: tuple[int, ...] | None = None, centres: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Gated sum of the three branches and the output projection, in tree order ``(B, P, C)``."""
-        outs = self.branches(h, pos, mask, weights)
+        outs = self.branches(h, pos, mask, weights, sizes, centres)
         g = torch.sigmoid(self.gate(h)).view(h.shape[0], h.shape[1], 3, self.n_heads)  # (B, P, 3, H)
         z = sum(g[:, :, r].transpose(1, 2).unsqueeze(-1) * o for r, o in enumerate(outs))
         return self.proj(z.transpose(1, 2).flatten(2))
 
     def extra_repr(self) -> str:
         return (super().extra_repr() + f", block_size={self.block_size}, group_size={self.group_size}, "
-                f"top_k={self.top_k}, coarse_queries={self.coarse_queries}, exclude_own_ball={self.exclude_own_ball}")
+                f"block_diameter={self.block_diameter}, top_k={self.top_k}, coarse_queries={self.coarse_queries}, exclude_own_ball={self.exclude_own_ball}")
