@@ -294,6 +294,8 @@ def report(rows, args, cuda, date, machine, torch_version, note, conv=None) -> N
     command = "python benchmarks/multipole_scaling.py" + (f" --device {args.device}" if cuda else "")
     if getattr(args, "threads", 1) != 1 and not cuda:
         command += f" --threads {args.threads}"
+    if list(getattr(args, "methods", METHODS)) != list(METHODS):
+        command += " --methods " + " ".join(args.methods)
     summary = {"benchmark": "multipole_scaling", "date": date, "device": args.device, "malloc_env": malloc,
                "machine": machine, "torch": torch_version, "command": command,
                "layer": "64 channels, 4 heads, batch 1", "configurations": {m: LABELS[m] for m in METHODS},
