@@ -33,9 +33,10 @@ VARIANTS = {
     "codano": [dict(mixer="spectral", mixer_modes=4), dict(learn_temperature=True), dict(qkv="pointwise")],
     "erwin": [dict(rotate=None), dict(rpe=False, distance_bias=False), dict(c_hidden=[8, 16, 16], ball_sizes=8,
                                                                              enc_depths=[1, 2, 1], dec_depths=[1, 1],
-                                                                             strides=[2, 2])],
+                                                                             strides=[2, 2]),
+              dict(ball_sizes=None, strides=None)],  # physical balls (ball_mode inferred)
     "bsa_transformer": [dict(coarse_queries=False), dict(exclude_own_ball=False), dict(rotate=None),
-                        dict(depth=3, group_size=4)],
+                        dict(depth=3, group_size=4), dict(ball_size=None, block_size=None)],
     "spherical_transformer": [dict(n_layers=2)],
     "planar_transformer": [dict(n_layers=2)],
     "transolver": [dict(spatial_dims=1), dict(spatial_dims=3, mlp_ratio=2)],
