@@ -243,7 +243,7 @@ def test_shipped_darcy64_mano_exports_every_multiple_of_64(tmp_path):
     program = torch.export.load(tmp_path / "mano.pt2").module()
     g = torch.Generator().manual_seed(5)
     diffs = {}
-    for b, shape in zip((2, 2, 2), ((128, 128), (256, 256), (192, 128))):  # batch 1: the default-layer test
+    for b, shape in zip((2, 1, 1), ((128, 128), (256, 256), (192, 128))):
         x = torch.randn(b, 1, *shape, generator=g) * 2 + 1
         ref = _eager_grid(model, xn, yn, x)
         out = program(x)
