@@ -257,6 +257,34 @@ def test_shipped_darcy64_mano_exports_every_multiple_of_64(tmp_path):
     assert max(diffs.values()) <= ATOL, diffs
 
 
+# MANO at its default layer configuration (physical pyramid: window_fraction 1/8, coarse_cells 8, local window 3;
+# one block of width 16 for time): key grids 64, 32, 16, 8 are reshapes on every n = 64·K (K >= 2), so one program
+# takes 128, 192, 256, ... at any batch size and refuses 96 (not a multiple) and 64 (K = 1).
+def test_mano_at_its_default_exports_every_multiple_of_64(tmp_path):
+    cfg = dict(in_channels=1, out_channels=1, width=16, n_layers=1, n_heads=2)
+    run, model, xn, yn = _run(tmp_path, "mano", cfg, sample_shape=(64, 64),
+                              domain={"kind": "grid", "shape": [64, 64]}, train_resolution=(64, 64))
+    assert model.blocks[0].attn.pyramid == "physical"
+    assert model.export_size_multiple == (64, 64) and model.export_size_range == [(128, None), (128, None)]
+    info = export_run(run, tmp_path / "mano.pt2", input_dtype="float32")
+    assert info["dynamic_dims"] == [0, 2, 3] and info["fixed_resolution"] is None, info["note"]
+    program = torch.export.load(tmp_path / "mano.pt2").module()
+    g = torch.Generator().manual_seed(6)
+    diffs = {}
+    for b, shape in zip((2, 1, 1), ((128, 128), (192, 128), (256, 256))):
+        x = torch.randn(b, 1, *shape, generator=g) * 2 + 1
+        ref = _eager_grid(model, xn, yn, x)
+        out = program(x)
+        assert out.shape == ref.shape == (b, 1, *shape)
+        diffs["x".join(map(str, shape))] = float((out - ref).abs().max())
+    for shape in ((96, 96), (64, 64)):
+        with pytest.raises(Exception, match="Guard failed|size"):
+            program(torch.randn(1, 1, *shape))
+    DIFFS["mano (default)"] = diffs
+    print(f"\nmano (default): max |exported - eager| {diffs}")
+    assert max(diffs.values()) <= ATOL, diffs
+
+
 # Cao's 2-D layout (examples/configs/darcy16_galerkin.toml): conv blocks and attention on a 16x16 latent grid, the
 # band-limited spectral regressor evaluated on the input grid. Restriction onto the latent grid slices (exactly) when
 # every size is a multiple of 16, so the program declares sizes 16 * K: one program for 16, 32, 48, ...
