@@ -65,7 +65,8 @@ class BSATransformer(nn.Module):
             ball; default 8).
         group_size: points mode: queries sharing one selection (None: ``block_size``).
         ball_diameter, block_diameter: physical mode: lengths in the units of ``pos`` (defaults 0.32
-            and 0.12, for domains of size about 1).
+            and 0.12, 0.25 in 3-D, for domains of size about 1: 32 balls of 8 blocks in the unit square,
+            256 balls of 2 blocks in the unit cube; the compressed branch costs ``O(#blocks²)``).
         top_k: selected blocks per query group.
         coarse_queries, exclude_own_ball: see :class:`~sciattn.balltree.BallSparseAttention`.
         mlp_ratio: SwiGLU hidden width as a multiple of ``width``.
@@ -122,7 +123,8 @@ class BSATransformer(nn.Module):
                     raise ValueError(f"{name}: expected None with ball_mode='physical' (sizes set by ball_diameter "
                                      f"and block_diameter), got {value!r}")
             ball_diameter = 0.32 if ball_diameter is None else ball_diameter
-            block_diameter = 0.12 if block_diameter is None else block_diameter
+            if block_diameter is None:  # about 256 blocks in a unit square, 512 in a unit cube (compressed: O(#blocks²))
+                block_diameter = 0.12 if spatial_dims <= 2 else 0.25
         if rotate and spatial_dims < 2:
             raise ValueError(f"rotate: expected 0 or None for spatial_dims={spatial_dims} (rotations need d >= 2), got {rotate}")
         self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims

@@ -18,6 +18,16 @@ For features ``a`` at positions ``p`` (a padded batch of clouds), in ball-tree o
   + LayerNorm; the parent sits at the centroid of its real children and weighs their total weight.
 * **Unpool** (eq. 13): ``skip + Linear([h_parent, offsets] -> s·c_i)`` reshaped to the children, LayerNorm.
 
+These are the published, point-count balls (``ball_mode="points"``): a ball holds ``ball_sizes[i]`` points, so
+it shrinks as the sampling is refined and **the output depends on the resolution**. The default physical mode
+(``ball_mode="physical"``) replaces the tree by cells of fixed physical size
+(:mod:`sciattn.balltree.physical`): level ``i``'s balls are the cells at most ``ball_diameters[i]`` across,
+pooling takes the quadrature mean ``Σ_j w_j h_j / Σ_j w_j`` of each cell at most ``pool_diameters[i]`` across
+(:class:`PhysicalPool`; :class:`PhysicalUnpool` maps the parent to each child with one shared map), and the
+position encoding is relative to the ball cell's geometric centre. With quadrature weights ``w`` these are
+quadratures of ``∫_{ball} κ v dμ`` and ``∫_{cell} h dμ / μ(cell)`` over regions that do not move under
+refinement, so the output converges (``tests/operators/test_pointset_convergence.py``).
+
 Differences from the Erwin code, on purpose: the tree is built on the device with tensor ops
 (no host sync) and cached by the caller if the geometry is static (:meth:`Erwin.build_trees`);
 padding is masked everywhere (attention keys, centroids, pooling, no BatchNorm — LayerNorm keeps

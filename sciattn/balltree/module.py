@@ -8,7 +8,9 @@ For a padded batch of clouds in ball-tree order, per block:
     y_i = W_o z_i
 
 with ``q, k, v`` projections of ``h``, ``c_β`` the centroid of the *real* points of ball ``β``
-and ``w_j`` the quadrature weights of the keys. Unlike the Erwin code, padding never enters a
+and ``w_j`` the quadrature weights of the keys. With ``ball_size`` (Erwin's published point count) a
+ball shrinks as points are added, so the layer depends on the resolution; with ``ball_diameter`` a
+ball is a cell of fixed physical size (:mod:`sciattn.balltree.physical`) and the ball sums converge. Unlike the Erwin code, padding never enters a
 centroid, a softmax or an output, and ``σ`` is trained (it is never under ``no_grad``).
 
 Also the torch_geometric adapters of the point-set data contract: :func:`dense_points_from_pyg`
