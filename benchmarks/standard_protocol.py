@@ -259,16 +259,24 @@ def _channels(cfg) -> tuple[Any, int]:
     return train, c_out
 
 
-def count_for(operator: str, base_cfg, train, c_out: int, width: int) -> int:
-    """Parameters of ``operator`` at ``width`` with the channels the trainer would fill in."""
+def build_model(operator: str, base_cfg, train, c_out: int, width: int):
+    """``operator`` at ``width``, built as the trainer builds it (channels, ``spatial_dims``, ``variables``
+    filled in from the data by :func:`sciattn.train.run._model_params`)."""
     from sciattn.operators.registry import create_operator
     from sciattn.train.config import load_config
-    from sciattn.train.run import _model_params, count_parameters
+    from sciattn.train.run import _model_params
 
     raw = base_cfg.to_dict()
     raw["model"] = {"name": operator, **model_at(operator, width)}
     cfg = load_config(raw)
-    return count_parameters(create_operator(operator, **_model_params(cfg, train, c_out)))
+    return create_operator(operator, **_model_params(cfg, train, c_out))
+
+
+def count_for(operator: str, base_cfg, train, c_out: int, width: int) -> int:
+    """Parameters of ``operator`` at ``width`` with the channels the trainer would fill in."""
+    from sciattn.train.run import count_parameters
+
+    return count_parameters(build_model(operator, base_cfg, train, c_out, width))
 
 
 def match_width(operator: str, base_cfg, train, c_out: int, target: int) -> tuple[int, int]:
@@ -426,7 +434,6 @@ def scaling(params: dict[str, Any]) -> list[dict]:
     import numpy as np
     import torch
 
-    from sciattn.operators.registry import create_operator
     from sciattn.train.config import load_config
 
     torch.set_num_threads(1)
@@ -444,7 +451,7 @@ def scaling(params: dict[str, Any]) -> list[dict]:
             width, n_params = match_width(op, base_cfg, train, c_out, target)
             key, _ = WIDTH_KEYS[op]
             torch.manual_seed(0)
-            model = create_operator(op, in_channels=1, out_channels=1, spatial_dims=2, **model_at(op, width))
+            model = build_model(op, base_cfg, train, c_out, width)
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
             ms = []
             for r in sizes:

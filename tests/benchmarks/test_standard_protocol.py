@@ -108,6 +108,12 @@ def test_equal_parameter_widths(tmp_path):
         # no neighbouring width on the step is closer to the target
         for w in (width - step, width + step):
             assert abs(sp.count_for(op, cfg, train, c_out, w) - 100_000) >= abs(n - 100_000)
+    # operators whose arguments come from the data (codano's variables) build as the trainer builds them
+    import torch
+
+    model = sp.build_model("codano", cfg, train, c_out, 4)
+    out = model(torch.randn(1, 1, 16, 16))
+    assert out.shape == (1, 1, 16, 16) and torch.isfinite(out).all()
 
 
 def test_default_operators_and_datasets():
