@@ -23,12 +23,24 @@ the finest key grid has ``m_0 = c / f`` cells per axis, level ``ℓ`` has ``m_�
   The mean is taken before the (shared, affine) K/V projections: ``W x̄ + b`` is exactly the mean
   of ``W x_j + b`` because the weights of a mean sum to one (bias included); only ``qk_norm``'s
   LayerNorm, which is not affine, is applied after pooling, to the pooled keys.
-* Queries stay at the input cells ``x_i``. For level ``ℓ`` the query in key cell ``j`` attends to the
-  ``Π c_a`` cells of the sliding window starting at ``clamp(j - c//2, 0, m_ℓ - c)`` per axis, with
-  scores ``q_i·k̄_c / sqrt(D) + log ω_c (+ b_h(δ))``: a query crossing a key-cell boundary trades one
-  row of key cells, not a whole block, and the coarsest level (one window) is global,
+* Queries stay at the input cells ``x_i``. For level ``ℓ`` each key cell ``c`` (centre ``y_c``) enters
+  the query's softmax with the window weight ``φ_ℓ(x_i, y_c)`` as a quadrature weight, scores
+  ``q_i·k̄_c / sqrt(D) + log ω_c + log φ_ℓ(x_i, y_c) (+ b_h(δ))``: the discretisation of
 
-      A_ℓ(x_i) = Σ_{c ∈ W_ℓ(i)} ω_c e^{s_ic} v̄_c / Σ_{c ∈ W_ℓ(i)} ω_c e^{s_ic} .
+      A_ℓ(x) = ∫ φ_ℓ(x, y) e^{s(x,y)} v_ℓ(y) dy / ∫ φ_ℓ(x, y) e^{s(x,y)} dy ,
+      A_ℓ(x_i) = Σ_c φ_ℓ(x_i, y_c) ω_c e^{s_ic} v̄_c / Σ_c φ_ℓ(x_i, y_c) ω_c e^{s_ic} .
+
+  ``φ_ℓ = Π_a φ_a`` per axis, a window of ``c`` key cells sliding with the query and clamped to the
+  domain. Tapered (``window_taper="linear"``, default): with ``u = x m_ℓ - 1/2`` (the query between
+  key-cell centres ``j + 1/2`` and ``j + 3/2``, ``θ = u - j``) the blend ``(1-θ) W(j) + θ W(j+1)`` of
+  the clamped windows ``W(j)`` starting at ``clamp(j - c//2, 0, m_ℓ - c)``: ``c + 1`` key cells per
+  axis, the two at the edges weighted ``1-θ`` and ``θ``, so a key enters and leaves the window with
+  weight going continuously to 0 and the output is continuous in ``x`` (in the interior ``φ_a`` is the
+  trapezoid ``clamp((c+1)/2 - |m_ℓ(x - y) - o|, 0, 1)``, ``o = 1/2`` for even ``c``, 0 for odd; near the
+  boundary, where the window is clamped, it stops sliding and ``φ`` is frozen at the hard window).
+  Hard (``window_taper="none"``): ``φ = 1`` on the ``Π c_a`` cells of the window of the query's key
+  cell ``j``, 0 elsewhere, so the output jumps where a query crosses a key-cell edge. The coarsest
+  level (one window) is global either way (``φ = 1``).
 
 * The local term covers what lies below the finest key scale ``1/m_0``: softmax attention of each
   query over the clamped sliding window of ``local_window`` input cells per axis (3 by default,
@@ -46,8 +58,10 @@ Discretisation: for a smooth field the key cell means converge at second order a
 fields with them; the key sets depend on the query position only, so at fixed weights the
 output converges under refinement (``benchmarks/multipole_scaling.py`` measures it).
 
-Cost: per query ``Σ_ℓ Π c_ℓ + Π local_window`` keys (4·64 + 9 = 265 in 2-D by default), a fixed
-number: time and memory linear in the cell count. The levels run as fused
+Cost: per query ``Σ_ℓ Π c_ℓ + Π local_window`` keys with hard windows (4·64 + 9 = 265 in 2-D), with
+the taper ``Π (c_ℓ + 1)`` on every level but the global one (3·81 + 64 + 9 = 316 in 2-D by default), a
+fixed number: time and memory linear in the cell count (the computed halo is ``tile + c + 1`` key cells
+per axis instead of ``tile + c - 1``, see below). The levels run as fused
 ``F.scaled_dot_product_attention`` calls over groups of queries: the queries of a tile of key cells
 (one key cell when it holds 8 or more input cells per axis) attend to the tile's halo of key cells,
 masked to each query's own window (``n`` a multiple of ``m_ℓ``: the groups are a reshape, otherwise
@@ -161,6 +175,7 @@ __all__ = ["MultipoleAttention"]
 
 POOLS = ("avg", "conv")
 PYRAMIDS = ("physical", "input")
+WINDOW_TAPERS = ("linear", "none")
 UNPOOLS = ("nearest", "linear", "transposed")
 _LINEAR_MODES = {1: "linear", 2: "bilinear", 3: "trilinear"}
 _DEFAULT_LEVEL_CAPACITY = 16
@@ -199,6 +214,10 @@ class MultipoleAttention(nn.Module):
             size, ``window_fraction`` default ``1/8`` and ``coarse_cells`` default 8, see the module
             docstring) or ``"input"`` (the earlier levels pooled from the input grid: ``window`` in
             cells, default 8, or ``window_fraction`` with optional ``coarse_cells``).
+        window_taper: physical pyramid only: ``"linear"`` (``None``, the default: tapered windows, a key
+            enters and leaves a query's window with weight going continuously to 0, see the module
+            docstring) or ``"none"`` (hard windows: the layer before 2026-12-02's taper, whose output
+            jumps where a query crosses a key-cell edge).
 
     Shapes:
         x: ``(B, C, *n)``; weights: ``(*n)`` or ``(B, *n)`` quadrature weights (uniform if None);
@@ -224,6 +243,7 @@ class MultipoleAttention(nn.Module):
         backend: str | None = None,
         local_window: int | Sequence[int] | None = None,
         pyramid: str | None = None,
+        window_taper: str | None = None,
     ) -> None:
         super().__init__()
         check_positive_int("dim", dim)
@@ -260,6 +280,12 @@ class MultipoleAttention(nn.Module):
             raise ValueError(f"local_window: expected None or 0 with pyramid='input' (the local term belongs to the "
                              f"physical pyramid), got {local_window!r}")
         self.pyramid = pyramid
+        if window_taper is not None:
+            check_choice("window_taper", window_taper, WINDOW_TAPERS)
+            if pyramid != "physical" and window_taper != "none":
+                raise ValueError(f"window_taper: expected None or 'none' with pyramid='input' (the taper belongs to "
+                                 f"the physical pyramid), got {window_taper!r}")
+        self.window_taper = (window_taper or "linear") if pyramid == "physical" else "none"
         if window is not None and window_fraction is not None:
             raise ValueError(
                 f"window_fraction: expected None when window is given, got window={window!r}, "
@@ -699,7 +725,7 @@ class MultipoleAttention(nn.Module):
             if self.k_norm is not None:
                 k = self.k_norm(k)
             logw = torch.where(wm > 0, torch.log(torch.where(wm > 0, wm, 1.0)), neg)
-            a = level_attention(q, k, v, logw, c, scale, bias)
+            a = level_attention(q, k, v, logw, c, scale, bias, taper=self.window_taper == "linear")
             out = torch.addcmul(out, a, self.level_weight[i].to(a.dtype).view(h, 1))
         r = out.flatten(-2)  # (B, *n, C) head-major
         if self.gate_proj is not None:
@@ -709,7 +735,7 @@ class MultipoleAttention(nn.Module):
     def extra_repr(self) -> str:
         win = f"window={self.window}" if self.window is not None else f"window_fraction={self.window_fraction}"
         if self.pyramid == "physical":
-            win += f", local_window={self.local_window}"
+            win += f", local_window={self.local_window}, window_taper={self.window_taper!r}"
         return (f"dim={self.dim}, n_heads={self.n_heads}, spatial_dims={self.spatial_dims}, pyramid={self.pyramid!r}, "
                 f"{win}, "
                 f"pool_factor={self.pool_factor}, pool={self.pool!r}, unpool={self.unpool!r}, "

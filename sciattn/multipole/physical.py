@@ -11,17 +11,28 @@ grid that does not depend on ``n``.
   key cell containing their centre). When ``n < m`` along an axis the key cell instead takes the
   input cell containing its centre and an equal share of its weight (``ω_j / #``), so the measure
   is kept.
-* :func:`level_attention`: every query attends to the ``Π c_a`` key cells of a sliding window of
-  its key cell ``j`` clamped to the domain (start ``clamp(j - c//2, 0, m - c)`` per axis),
+* :func:`level_attention`: every query attends to the key cells of a sliding window clamped to the
+  domain, each key cell ``c`` weighted by the window weight ``φ(x_i, y_c) = Π_a φ_a`` (a quadrature weight,
+  ``log φ`` added to the scores next to ``log ω_c``),
 
   .. math::
-      A_ℓ(x_i) = \frac{\sum_{c ∈ W_ℓ(i)} ω_c\, e^{s(q_i, \bar k_c) + b_{ic}}\, \bar v_c}
-                      {\sum_{c ∈ W_ℓ(i)} ω_c\, e^{s(q_i, \bar k_c) + b_{ic}}},
+      A_ℓ(x_i) = \frac{\sum_c φ(x_i, y_c)\, ω_c\, e^{s(q_i, \bar k_c) + b_{ic}}\, \bar v_c}
+                      {\sum_c φ(x_i, y_c)\, ω_c\, e^{s(q_i, \bar k_c) + b_{ic}}},
 
+  the discretisation of ``∫ φ(x, y) e^{s(q(x), k(y))} v(y) dy / ∫ φ(x, y) e^{s(q(x), k(y))} dy``. Tapered
+  windows (default, :func:`taper_weights`): per axis the blend ``(1-θ) W(j) + θ W(j+1)`` of the clamped windows
+  (start ``clamp(j - c//2, 0, m - c)``) of the two key cells whose centres bracket the query, ``θ`` its position
+  between them: ``c + 1`` key cells, the two edge ones weighted ``1-θ`` and ``θ``, so a key enters and leaves
+  the window with weight going continuously to 0 (in the interior the trapezoid
+  ``clamp((c+1)/2 - |x - y - o|, 0, 1)``, ``x - y`` in key cells, ``o = 1/2`` for even ``c``); where the window
+  is clamped by the domain boundary it stops sliding and ``φ`` is frozen at the hard window. Hard windows
+  (``taper=False``): ``φ = [y_c ∈ W(j)]`` for the query's key cell ``j``, ``Π c_a`` key cells. Both are
   computed by fused SDPA over groups of queries (those of a tile of key cells, against the tile's
   halo of key cells masked to each query's window), in chunks, so memory stays ``O(N + m^d c^d)``.
 * :func:`local_attention`: the near field below the key grids' scale, each query against a clamped
-  sliding window of ``l`` input cells per axis (the same grouped computation with ``m = n``).
+  sliding window of ``l`` input cells per axis (the same grouped computation with ``m = n``). Its queries sit
+  on the key-cell centres (``θ = 0``), where the tapered window is the hard one, so it has no key-cell edges
+  to smooth: the window moves by one cell between every pair of neighbouring queries alike.
 
 Shapes (channels last, heads before the head dimension): ``q (B, *n, H, D)``; level keys/values
 ``(B, *m, H, D)``/``(B, *m, H, E)``; log-weights ``(B, *m)`` (``-inf`` excludes a key); outputs
@@ -37,7 +48,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-__all__ = ["physical_levels", "pool_to_grid", "level_attention", "local_attention", "window_starts"]
+__all__ = ["physical_levels", "pool_to_grid", "level_attention", "local_attention", "window_starts", "taper_weights"]
 
 # Score entries per SDPA call on the CPU (as sciattn._blocked_sdpa.CPU_SCORES_PER_CALL).
 CPU_SCORES_PER_CALL = 1 << 20
@@ -126,15 +137,21 @@ def _tile(n, m: int, c: int) -> int:
     return best
 
 
-def _axis_tables(n, m: int, c: int, tile: int, device, dtype):
+def _axis_tables(n, m: int, c: int, tile: int, device, dtype, taper: bool = False):
     """Per-axis tables of one level: query groups ``(t, g)`` (input cells of each tile of ``tile`` key cells;
-    ``None`` when they are a reshape), their validity, the key halo ``(t, h)`` of each tile, the admissible
-    (query, halo key) pairs ``(t, g, h)`` (the query's clamped sliding window; ``None`` when every pair is) and
-    the displacements ``(t, g, h)`` from query to key centre in window units (``None`` unless ``need_delta``)."""
+    ``None`` when they are a reshape), their validity, the key halo ``(t, h)`` of each tile, the log window
+    weights of the (query, halo key) pairs ``(t, g, h)`` (hard: 0 inside the query's clamped sliding window,
+    ``-inf`` outside, ``None`` when every pair is inside; tapered: ``log φ``, see :func:`taper_weights`) and
+    the displacements ``(t, g, h)`` from query to key centre in window units."""
     t = m // tile
-    halo = min(m, tile + c - 1)
     starts = window_starts(m, c, device)  # (m,)
-    hs = starts[torch.arange(t, device=device) * tile].clamp(max=m - halo)  # (t,)
+    first = torch.arange(t, device=device) * tile
+    if taper and m > c:  # the windows of the key cells before and after the tile's too (the blend's two windows)
+        halo = min(m, tile + c + 1)
+        hs = starts[(first - 1).clamp(min=0)].clamp(max=m - halo)
+    else:
+        halo = min(m, tile + c - 1)
+        hs = starts[first].clamp(max=m - halo)  # (t,)
     keys = hs[:, None] + torch.arange(halo, device=device)  # (t, halo)
     if _divides(n, m):
         r = n // m
@@ -145,20 +162,50 @@ def _axis_tables(n, m: int, c: int, tile: int, device, dtype):
         owner = _axis_owner(n, m, device) // tile
         counts = torch.bincount(owner, minlength=t)
         g = int(counts.max())
-        first = torch.cumsum(counts, 0) - counts  # owner is non-decreasing
-        qidx = first[:, None] + torch.arange(g, device=device)
+        begin = torch.cumsum(counts, 0) - counts  # owner is non-decreasing
+        qidx = begin[:, None] + torch.arange(g, device=device)
         valid = torch.arange(g, device=device) < counts[:, None]
         qidx = torch.where(valid, qidx, 0)
         reshape = False
     xq = (qidx.to(dtype) + 0.5) * m / n  # query positions in key cells, (t, g)
-    cell = xq.floor().clamp(0, m - 1).long()  # the query's key cell
-    st = starts[cell]  # (t, g)
-    allowed = None
-    if tile > 1:
-        allowed = (keys[:, None, :] >= st[..., None]) & (keys[:, None, :] < st[..., None] + c)
+    logphi = None
+    if taper and m > c:
+        logphi = taper_weights(xq, keys, m, c).log()  # (t, g, halo), -inf outside
+    elif tile > 1:
+        cell = xq.floor().clamp(0, m - 1).long()  # the query's key cell
+        st = starts[cell]  # (t, g)
+        inside = (keys[:, None, :] >= st[..., None]) & (keys[:, None, :] < st[..., None] + c)
+        logphi = torch.where(inside, 0.0, -math.inf).to(dtype)
     delta = (xq[..., None] - (keys[:, None, :].to(dtype) + 0.5)) / c
-    return dict(t=t, g=g, halo=halo, qidx=qidx, valid=valid, reshape=reshape, keys=keys, allowed=allowed,
+    return dict(t=t, g=g, halo=halo, qidx=qidx, valid=valid, reshape=reshape, keys=keys, logphi=logphi,
                 delta=delta)
+
+
+def taper_weights(xq: torch.Tensor, keys: torch.Tensor, m: int, c: int) -> torch.Tensor:
+    r"""Tapered window weights ``φ (t, g, h)`` along one axis of the queries at ``xq (t, g)`` (positions in key
+    cells, ``[0, m]``) on the key cells ``keys (t, h)``: with ``u = x - 1/2`` (position between key-cell centres),
+    ``j = floor(u)``, ``θ = u - j``, the blend of the clamped windows of the key cells on either side,
+
+    .. math:: φ(x, y) = (1 - θ)\,[y ∈ W(j)] + θ\,[y ∈ W(j + 1)],
+              \quad W(j) = \{s(j), …, s(j) + c - 1\},\ s(j) = clamp(clamp(j, 0, m-1) - ⌊c/2⌋, 0, m - c),
+
+    continuous in ``x``: ``c - 1`` keys of weight 1 and the two edge keys of weight ``1 - θ`` and ``θ``, which
+    reach 0 as the window slides past them (``c + 1`` keys). Away from the domain boundary it is the trapezoid
+    ``φ = clamp((c+1)/2 - |x - y - o|, 0, 1)`` (``o = 1/2`` for even ``c``, 0 for odd; ``x - y`` in key cells),
+    translation invariant, with ``Σ_y φ = c``. Where the window is clamped by the boundary both windows are the
+    same, so ``φ`` is the hard window there (the window stops sliding and the taper is frozen), still continuous.
+    At queries on key-cell centres (``θ = 0``: e.g. the local term, ``m = n``) it is the hard window."""
+    u = xq - 0.5
+    j = u.floor()
+    theta = (u - j)[..., None]
+    starts = window_starts(m, c, xq.device)
+    j = j.long()
+    s0 = starts[j.clamp(0, m - 1)][..., None]
+    s1 = starts[(j + 1).clamp(0, m - 1)][..., None]
+    k = keys[:, None, :]
+    in0 = ((k >= s0) & (k < s0 + c)).to(xq.dtype)
+    in1 = ((k >= s1) & (k < s1 + c)).to(xq.dtype)
+    return (1 - theta) * in0 + theta * in1
 
 
 def level_attention(
@@ -171,6 +218,7 @@ def level_attention(
     bias: Callable[[list[torch.Tensor]], torch.Tensor] | None = None,
     scores_per_call: int | None = None,
     tiles: Sequence[int] | None = None,
+    taper: bool = True,
 ) -> torch.Tensor:
     """One level of the physical pyramid (module docstring): ``q (B, *n, H, D)`` against key cells
     ``k (B, *m, H, D)``, ``v (B, *m, H, E)``, ``logw (B, *m)``, sliding windows of ``window`` cells.
@@ -179,13 +227,15 @@ def level_attention(
     whose queries share exactly its window): a group attends to the halo of its tile's windows, masked to each
     query's own window, through one fused SDPA batch entry. ``bias``: optional score bias, a function of the
     per-axis displacements ``δ_a`` (query position minus key cell centre, in units of the window; tensors
-    broadcasting to ``(Mc, G_1..G_d, P_1..P_d)``) returning ``(H, Mc, G, P)``. Returns ``(B, H, *n, E)``."""
+    broadcasting to ``(Mc, G_1..G_d, P_1..P_d)``) returning ``(H, Mc, G, P)``. ``taper``: the tapered windows
+    (module docstring, :func:`taper_weights`; ``log Π_a φ_a`` added to the scores, the halo two key cells longer
+    per axis), else the hard windows. Returns ``(B, *n, H, E)``."""
     b, h = q.shape[0], q.shape[-2]
     n, m, d = tuple(q.shape[1:-2]), tuple(k.shape[1:-2]), q.dim() - 3
     dev, e, dq = q.device, v.shape[-1], q.shape[-1]
     if tiles is None:
         tiles = [_tile(na, ma, ca) for na, ma, ca in zip(n, m, window)]
-    ax = [_axis_tables(na, ma, ca, ta, dev, q.dtype) for na, ma, ca, ta in zip(n, m, window, tiles)]
+    ax = [_axis_tables(na, ma, ca, ta, dev, q.dtype, taper) for na, ma, ca, ta in zip(n, m, window, tiles)]
     groups, g, p = math.prod(a["t"] for a in ax), math.prod(a["g"] for a in ax), math.prod(a["halo"] for a in ax)
 
     def combine(tables, strides):  # per-axis (t_a, x_a) index tables -> flat (T, X) over the d axes
@@ -213,7 +263,7 @@ def level_attention(
         qval = qval.expand(*[a["t"] for a in ax], *[a["g"] for a in ax]).reshape(groups, g)
         qf = q.flatten(1, d)
     kf, vf, lf = k.flatten(1, d), v.flatten(1, d), logw.flatten(1)
-    masked = any(a["allowed"] is not None for a in ax)
+    masked = any(a["logphi"] is not None for a in ax)
     group_axes = [torch.arange(groups, device=dev) // math.prod(a2["t"] for a2 in ax[i + 1:]) % ax[i]["t"]
                   for i in range(d)]
 
@@ -258,12 +308,12 @@ def level_attention(
             lc = lf.index_select(1, kflat).reshape(b, mc, 1, p).to(q.dtype)
         qc = qall[ci].reshape(b * mc, g, h, dq).transpose(1, 2)  # (B·Mc, H, G, D)
         if masked:
-            ok = None
-            for t in per_pair("allowed", start, stop, None):
+            lphi = None  # Σ_a log φ_a: the product of the per-axis window weights (hard: 0 / -inf)
+            for t in per_pair("logphi", start, stop, None):
                 if t is not None:
-                    ok = t if ok is None else ok & t
-            ok = ok.expand(mc, *[a["g"] for a in ax], *[a["halo"] for a in ax]).reshape(mc, g, p)
-            lc = lc + torch.where(ok, 0.0, -math.inf).to(q.dtype)  # (B, Mc, G, P)
+                    lphi = t if lphi is None else lphi + t
+            lphi = lphi.expand(mc, *[a["g"] for a in ax], *[a["halo"] for a in ax]).reshape(mc, g, p)
+            lc = lc + lphi.to(q.dtype)  # (B, Mc, G, P)
         empty = torch.isinf(lc).all(-1)  # (B, Mc, G|1): no admissible key
         lc = torch.where(empty[..., None], torch.zeros((), dtype=lc.dtype, device=dev), lc)
         if bias is None:
@@ -295,7 +345,7 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: tor
     n = q.shape[1:-2]
     lw = [min(wa, na) if isinstance(na, int) else wa for wa, na in zip(window, n)]
     if all(isinstance(na, int) for na in n):
-        return level_attention(q, k, v, logw, lw, scale)
+        return level_attention(q, k, v, logw, lw, scale, taper=False)  # queries on key centres: φ is hard
     return _local_offsets(q, k, v, logw, lw, scale)
 
 

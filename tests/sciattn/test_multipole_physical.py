@@ -2,7 +2,9 @@
 
 The reference (``_dense_reference``) rebuilds every level from the docstring's formulas with dense matrices:
 per-axis assignment matrices of input cells to key cells (or of key cells to the input cell holding their
-centre, ``n < m``), the clamped sliding window of each query's key cell as a dense mask, the relative-position
+centre, ``n < m``), the window weights φ of each query as a dense matrix (``_window_weight``: the trapezoid of
+the query's clamped position for the default linear taper, the clamped sliding window of its key cell for hard
+windows) added as ``log φ`` to the scores, the relative-position
 bias by explicit multilinear interpolation, and the local term as a masked softmax over the clamped window of
 input cells. Nothing is shared with the implementation but the layer's parameters.
 """
@@ -51,6 +53,29 @@ def _interp(table, r, delta):
     return out
 
 
+def _window_weight(taper: str, xq: torch.Tensor, kpos: torch.Tensor, m, c) -> torch.Tensor:
+    """(N, M) window weights φ(x_i, y_c) = Π_a φ_a of one level, from the definitions.
+
+    Hard: 1 on the c cells starting at clamp(j - c//2, 0, m - c), j the query's key cell. Linear taper: the
+    trapezoid φ_a = clamp((c+1)/2 - |u - k - o|, 0, 1) of the query's position u = x m - 1/2 between key-cell
+    centres (k the key cell, o = c//2 - (c-1)/2), with u clamped to [c//2, m - c + c//2] (the positions whose
+    window is not clamped by the domain: beyond them the window stops sliding and φ is frozen); φ = 1 on a level
+    that one window holds (m = c)."""
+    phi = torch.ones(xq.shape[0], kpos.shape[0], dtype=F64)
+    for a in range(xq.shape[1]):
+        ma, ca = m[a], c[a]
+        if taper == "none":
+            j = torch.floor(xq[:, a] * ma)
+            start = (j - ca // 2).clamp(0, ma - ca)
+            inside = (kpos[None, :, a] >= start[:, None]) & (kpos[None, :, a] < start[:, None] + ca)
+            phi = phi * inside.to(F64)
+        else:
+            u = (xq[:, a] * ma - 0.5).clamp(ca // 2, ma - ca + ca // 2)
+            o = ca // 2 - (ca - 1) / 2
+            phi = phi * ((ca + 1) / 2 - (u[:, None] - kpos[None, :, a] - o).abs()).clamp(0.0, 1.0)
+    return phi
+
+
 def _dense_reference(layer: MultipoleAttention, x: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
     b, c_in, *n = x.shape
     d, h, dh = len(n), layer.n_heads, layer.head_dim
@@ -88,12 +113,9 @@ def _dense_reference(layer: MultipoleAttention, x: torch.Tensor, weights: torch.
         if layer.k_norm is not None:
             k = layer.k_norm(k)
         kpos = torch.tensor(list(itertools.product(*[range(a) for a in m])), dtype=F64)  # (M, d)
-        allowed = torch.ones(big_n, big_m, dtype=torch.bool)
-        for a in range(d):
-            j = torch.floor(xq[:, a] * m[a])
-            start = (j - c[a] // 2).clamp(0, m[a] - c[a])
-            allowed &= (kpos[None, :, a] >= start[:, None]) & (kpos[None, :, a] < start[:, None] + c[a])
-        s = q @ k.transpose(-1, -2) / math.sqrt(dh) + torch.log(wc)[:, None, None, :]
+        phi = _window_weight(layer.window_taper, xq, kpos, m, c)  # (N, M)
+        allowed = phi > 0
+        s = q @ k.transpose(-1, -2) / math.sqrt(dh) + torch.log(wc)[:, None, None, :] + torch.log(phi)
         if layer.rel_bias_table is not None:
             bias = torch.zeros(h, big_n, big_m, dtype=F64)
             kc = (kpos + 0.5) / torch.tensor(m, dtype=F64)
@@ -141,12 +163,43 @@ def test_matches_dense_reference_2d_with_weights(shape, extras):
     torch.testing.assert_close(layer(x), _dense_reference(layer, x, None), rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("shape", [(16, 8), (12, 10)])
+def test_hard_windows_match_dense_reference_2d(shape):
+    layer = _layer(2, window_fraction=0.25, coarse_cells=2, window_taper="none", rel_pos_bias=1)
+    assert layer.window_taper == "none"
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(2, 4, *shape, dtype=F64, generator=g)
+    w = torch.rand(2, *shape, dtype=F64, generator=g) + 0.1
+    torch.testing.assert_close(layer(x, weights=w), _dense_reference(layer, x, w), rtol=1e-10, atol=1e-10)
+    tapered = _layer(2, window_fraction=0.25, coarse_cells=2, rel_pos_bias=1)
+    assert (tapered(x, weights=w) - layer(x, weights=w)).abs().max() > 1e-3  # the taper changes the output
+
+
+def test_taper_weights_are_continuous_and_frozen_at_the_boundary():
+    """φ_a as a function of the query position: continuous (steps of 1e-6 change it by O(1e-6)), c - 1 keys of
+    weight 1 and two edge keys summing to 1 away from the boundary, the hard clamped window near it."""
+    from sciattn.multipole.physical import taper_weights
+
+    m, c = 16, 4
+    x = torch.linspace(0, m, 16001, dtype=F64)[None]  # positions in key cells
+    keys = torch.arange(m)[None]
+    phi = taper_weights(x, keys, m, c)[0]  # (P, m)
+    assert (phi[1:] - phi[:-1]).abs().max() < 2e-3 + 1e-9  # steps of 1e-3 key cells
+    assert torch.allclose(phi.sum(-1), torch.full((x.shape[1],), float(c), dtype=F64))
+    interior = (x[0] > c // 2 + 0.5) & (x[0] < m - c + c // 2 + 0.5)
+    assert ((phi[interior] > 0).sum(-1) == c + 1).any() and ((phi[interior] == 1).sum(-1) >= c - 1).all()
+    frozen = phi[x[0] < c // 2 + 0.5]
+    assert torch.equal(frozen, torch.cat([torch.ones(frozen.shape[0], c), torch.zeros(frozen.shape[0], m - c)], 1)
+                       .to(F64))
+
+
 @pytest.mark.parametrize("shape,kw", [((20,), dict(window_fraction=0.25, coarse_cells=2, rel_pos_bias=3)),
                                       ((37,), dict(window_fraction=0.125, coarse_cells=3, local_window=5)),
                                       ((6, 5, 4), dict(window_fraction=0.5, coarse_cells=2, rel_pos_bias=1)),
                                       ((8, 4, 4), dict(window_fraction=0.5, coarse_cells=2, local_window=(3, 1, 2)))])
-def test_matches_dense_reference_1d_and_3d(shape, kw):
-    layer = _layer(len(shape), **kw)
+@pytest.mark.parametrize("taper", ["linear", "none"])
+def test_matches_dense_reference_1d_and_3d(shape, kw, taper):
+    layer = _layer(len(shape), window_taper=taper, **kw)
     g = torch.Generator().manual_seed(4)
     x = torch.randn(2, 4, *shape, dtype=F64, generator=g)
     w = torch.rand(*shape, dtype=F64, generator=g) + 0.1
@@ -200,10 +253,12 @@ def test_chunked_and_tiled_level_attention_equal_one_call_per_key_cell():
         q = torch.randn(2, *n, 3, 4, dtype=F64, generator=g)
         k, v = (torch.randn(2, *m, 3, 4, dtype=F64, generator=g) for _ in range(2))
         logw = torch.randn(2, *m, dtype=F64, generator=g)
-        one = level_attention(q, k, v, logw, window, 0.5, scores_per_call=1 << 30, tiles=(1,) * len(n))
-        for tiles in (None, (2,) * len(n), (4,) * len(n)):
-            out = level_attention(q, k, v, logw, window, 0.5, scores_per_call=1, tiles=tiles)
-            torch.testing.assert_close(out, one, rtol=1e-12, atol=1e-12)
+        for taper in (True, False):
+            one = level_attention(q, k, v, logw, window, 0.5, scores_per_call=1 << 30, tiles=(1,) * len(n),
+                                  taper=taper)
+            for tiles in (None, (2,) * len(n), (4,) * len(n)):
+                out = level_attention(q, k, v, logw, window, 0.5, scores_per_call=1, tiles=tiles, taper=taper)
+                torch.testing.assert_close(out, one, rtol=1e-12, atol=1e-12)
 
 
 def test_one_layer_converges_under_refinement_of_a_smooth_field():
@@ -234,6 +289,8 @@ def test_one_layer_converges_under_refinement_of_a_smooth_field():
         (dict(local_window=-1), "local_window"),
         (dict(coarse_cells=0), "coarse_cells"),
         (dict(window_fraction=0.0), "window_fraction: expected a float"),
+        (dict(window_taper="cosine"), "window_taper"),
+        (dict(window=4, window_taper="linear"), "window_taper: expected None or 'none' with pyramid='input'"),
     ],
 )
 def test_errors_name_the_argument(kwargs, match):
