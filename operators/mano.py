@@ -117,11 +117,12 @@ class _Block(nn.Module):
 
 
 def layer_kwargs(*, pyramid, window, window_fraction, coarse_cells, local_window, pool_factor, pool, unpool,
-                 max_levels, **extra) -> dict:
+                 max_levels, window_taper=None, **extra) -> dict:
     """The :class:`~sciattn.multipole.MultipoleAttention` arguments of one MANO block. ``window`` (cells) selects
     the layer's input pyramid with cell-counted windows, so the physical sizes (``window_fraction``,
     ``coarse_cells``, ``local_window``) are not passed with it; ``pyramid="input"`` with ``window_fraction`` is
-    the layer's earlier fraction modes (no local term); ``extra`` (bias, gate, QK-norm) passes through."""
+    the layer's earlier fraction modes (no local term, no window taper); ``extra`` (bias, gate, QK-norm) passes
+    through."""
     common = dict(pool_factor=pool_factor, pool=pool, unpool=unpool, max_levels=max_levels, **extra)
     if window is not None:
         return dict(pyramid="input", window=window, window_fraction=None, coarse_cells=None, **common)
@@ -129,7 +130,7 @@ def layer_kwargs(*, pyramid, window, window_fraction, coarse_cells, local_window
         return dict(pyramid="input", window=None, window_fraction=window_fraction, coarse_cells=coarse_cells,
                     **common)
     return dict(pyramid=pyramid, window=None, window_fraction=window_fraction, coarse_cells=coarse_cells,
-                local_window=local_window, **common)
+                local_window=local_window, window_taper=window_taper, **common)
 
 
 class MultipoleOperatorBase(nn.Module):
@@ -224,6 +225,9 @@ class MANO(MultipoleOperatorBase):
             ``"physical"`` or ``"input"`` (the earlier levels pooled from the input grid; a checkpoint stored
             before this key existed loads with ``"input"``, see ``train/checkpoint.py``); with ``"input"`` and
             ``window_fraction`` the layer's earlier fraction modes (``local_window`` is not used).
+        window_taper: the physical pyramid's windows, ``None`` (the layer's default, ``"linear"``: tapered,
+            continuous in the query position) or ``"none"`` (hard windows; a checkpoint stored before this key
+            existed loads with ``"none"``, see ``train/checkpoint.py``). Not used by the input pyramid.
     """
 
     def __init__(
@@ -245,13 +249,14 @@ class MANO(MultipoleOperatorBase):
         unpool: str = "nearest",
         max_levels: int | None = None,
         pyramid: str | None = None,
+        window_taper: str | None = None,
     ) -> None:
         super().__init__()
         check_common(in_channels, out_channels, spatial_dims, width, n_layers, mlp_ratio)
         self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
         attn = layer_kwargs(window=window, window_fraction=window_fraction, coarse_cells=coarse_cells,
                             local_window=local_window, pool_factor=pool_factor, pool=pool, unpool=unpool,
-                            max_levels=max_levels, pyramid=pyramid)
+                            max_levels=max_levels, pyramid=pyramid, window_taper=window_taper)
         self.lift = _PointwiseLinear(in_channels + spatial_dims, width)
         self.blocks = nn.ModuleList(
             _Block(width, n_heads, spatial_dims, _PointwiseMLP(width, mlp_ratio * width, width), attn)

@@ -192,7 +192,7 @@ class MANOExtended(MultipoleOperatorBase):
 
     Args:
         in_channels, out_channels, spatial_dims, width, n_layers, n_heads, mlp_ratio, window_fraction,
-        coarse_cells, local_window, window, pool_factor, pool, unpool, max_levels, pyramid: as
+        coarse_cells, local_window, window, pool_factor, pool, unpool, max_levels, pyramid, window_taper: as
             :class:`~.mano.MANO`.
         lift_stencil: odd stencil width of the lift per axis (``1``: pointwise MLP).
         lift_spacing: stencil spacing as a fraction of the domain (a length; ``None``: one cell, which
@@ -228,6 +228,7 @@ class MANOExtended(MultipoleOperatorBase):
         unpool: str = "nearest",
         max_levels: int | None = None,
         pyramid: str | None = None,
+        window_taper: str | None = None,
         lift_stencil: int = 3,
         lift_spacing: float | None = 0.015625,
         rel_pos_bias: int = 8,
@@ -259,7 +260,8 @@ class MANOExtended(MultipoleOperatorBase):
         self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
         attn = layer_kwargs(window=window, window_fraction=window_fraction, coarse_cells=coarse_cells,
                             local_window=local_window, pool_factor=pool_factor, pool=pool, unpool=unpool,
-                            max_levels=max_levels, pyramid=pyramid, rel_pos_bias=rel_pos_bias, gate=gate,
+                            max_levels=max_levels, pyramid=pyramid, window_taper=window_taper,
+                            rel_pos_bias=rel_pos_bias, gate=gate,
                             qk_norm=qk_norm)
         if lift_stencil == 1:
             self.lift = _PointwiseMLP(in_channels + spatial_dims, width, width)

@@ -209,10 +209,17 @@ def migrate_multipole_pyramid(name: str, config: dict[str, Any]) -> tuple[str, d
     """``(name, config)`` with ``pyramid="input"`` filled into a ``mano`` / ``mano_extended`` config stored before
     the key existed: :class:`~sciattn.multipole.MultipoleAttention` then pooled every level from the input grid
     (``window`` cells, or ``window_fraction`` with optional ``coarse_cells``), while the same values now select
-    the physical pyramid. Decided by the key's absence; a config that holds it (``None`` included) is kept."""
-    if name not in ("mano", "mano_extended") or "pyramid" in config:
+    the physical pyramid. Decided by the key's absence; a config that holds it (``None`` included) is kept.
+    Likewise ``window_taper="none"`` is filled in when that key is absent: configs stored before it existed
+    (with ``pyramid="physical"`` or ``None`` since 2026-12-02) meant the hard windows, while the layer's default
+    is now the tapered one (the input pyramid ignores the key)."""
+    if name not in ("mano", "mano_extended"):
         return name, config
-    return name, {**config, "pyramid": "input"}
+    if "pyramid" not in config:
+        config = {**config, "pyramid": "input"}
+    if "window_taper" not in config:
+        config = {**config, "window_taper": "none"}
+    return name, config
 
 
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu"):

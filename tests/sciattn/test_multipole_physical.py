@@ -340,3 +340,40 @@ def test_a_mano_config_stored_before_the_pyramid_key_rebuilds_the_input_pyramid(
     assert back.blocks[0].attn.pyramid == "physical"
     with torch.no_grad():
         torch.testing.assert_close(back(x), new(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["mano", "mano_extended"])
+def test_a_physical_config_stored_before_the_taper_key_loads_with_hard_windows(tmp_path, name):
+    """Configs saved with ``pyramid="physical"`` (2026-12-02, before ``window_taper``) meant the hard windows: they
+    load with ``window_taper="none"`` and reproduce their outputs exactly; a config written now keeps the taper."""
+    from sciattn.operators import create_operator
+    from sciattn.pde_data.normalizers import UnitGaussianNormalizer
+    from sciattn.train.checkpoint import load_model, save_checkpoint
+
+    kw = dict(in_channels=1, out_channels=1, width=8, n_layers=1, n_heads=2)
+    if name == "mano_extended":
+        kw.update(head_width=4, head_modes=4, head_layers=1, rel_pos_bias=2)
+    torch.manual_seed(0)
+    legacy = create_operator(name, pyramid="physical", window_taper="none", **kw)
+    with torch.no_grad():
+        for p in legacy.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    x = torch.randn(1, 1, 64, 64)
+    with torch.no_grad():
+        want = legacy(x)
+    assert legacy.config["window_taper"] == "none"
+    legacy.config = {k: v for k, v in legacy.config.items() if k != "window_taper"}
+    norm = UnitGaussianNormalizer(torch.zeros(1, 1, 1, 1), torch.ones(1, 1, 1, 1))
+    loaded, *_ = load_model(save_checkpoint(tmp_path / "old.pt", model=legacy, x_normalizer=norm, y_normalizer=norm))
+    assert loaded.blocks[0].attn.window_taper == "none"
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), want, rtol=0, atol=0)
+        tapered = create_operator(name, pyramid="physical", **kw)
+        tapered.load_state_dict(legacy.state_dict())
+        assert (tapered(x) - want).abs().max() > 1e-6  # the default (tapered) layer would not reproduce them
+    new = create_operator(name, **kw)
+    assert "window_taper" in new.config and new.blocks[0].attn.window_taper == "linear"
+    back, *_ = load_model(save_checkpoint(tmp_path / "new.pt", model=new, x_normalizer=norm, y_normalizer=norm))
+    assert back.blocks[0].attn.window_taper == "linear"
+    with torch.no_grad():
+        torch.testing.assert_close(back(x), new(x), rtol=0, atol=0)
