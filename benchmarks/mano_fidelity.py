@@ -5,14 +5,16 @@ Two parts, both at initialisation (seeded weights, eval mode, float64 on the CPU
 * **Block artefacts of one layer** (:class:`~sciattn.multipole.MultipoleAttention`, 16 channels, 4 heads, 1-D,
   the smooth input of ``tests/sciattn/test_multipole_artefacts.py``): the largest jump of the output between
   neighbouring cells across stride edges (a key cell of the finest level at the default; a window for
-  ``window`` in cells) and inside, and the relative change of the output under a shift of the input by the
+  ``window`` in cells) and inside, at the default (tapered windows) and with ``window_taper="none"`` (hard
+  windows), and the relative change of the output under a shift of the input by the
   stride, at the cells in [n/4, 3n/4).
 * **The operator** (``mano`` at its defaults, 2-D, one smooth input sampled on nested node grids ``i / n``):
   the convergence figures ``e_n = max |y_256 - y_n| / max |y_256|`` at the nodes shared with ``n = 64, 128``,
   the relative L2 change of the 64² output against the default with the same weights (where the variant has
   the same parameters), parameters and the time of one forward pass at 128². Each variant switches one
   difference back towards the MANO code (the reference notes' §1.2; the paper's hyperparameters were not
-  available): cell-counted non-overlapping windows, the layer's earlier input pyramid with pooled queries and
+  available): hard windows sliding by whole key cells (``window_taper="none"``), cell-counted non-overlapping
+  windows, the layer's earlier input pyramid with pooled queries and
   upsampling, the code's ``1/(j+1)`` level damping, no local near-field term, no coordinates in the lift; and
   ``mano_extended`` at its defaults for comparison.
 
@@ -123,8 +125,10 @@ def prototype_artefacts(n: int, soft: bool) -> dict:
 
 
 LAYERS = {
-    "default (physical pyramid)": {},
+    "default (physical pyramid, tapered windows)": {},
     "default, finest level only": {"max_levels": 1},
+    "hard windows (window_taper='none', the default before the taper)": {"window_taper": "none"},
+    "hard windows, finest level only": {"window_taper": "none", "max_levels": 1},
     "window=8 cells (the earlier default)": {"window": 8},
     "window=8 cells, one level": {"window": 8, "max_levels": 1},
 }
@@ -156,6 +160,7 @@ def _no_coordinates(model) -> None:
 
 OPERATORS = {
     "mano (default)": ("mano", {}, None),
+    "hard windows (window_taper='none', the default before the taper)": ("mano", {"window_taper": "none"}, None),
     "window=8 cells (MANO code's windows, non-overlapping)": ("mano", {"window": 8}, None),
     "input pyramid, window_fraction=1/8 (pooled queries, upsampling)": ("mano", {"pyramid": "input"}, None),
     "level weights 1/(j+1) (MANO code)": ("mano", {}, _damped),
@@ -200,8 +205,9 @@ def markdown(result: dict) -> str:
              "One layer (16 channels, 4 heads, 1-D smooth input): jumps between neighbouring cells and the change "
              "under a shift by the stride (cells in [n/4, 3n/4)):", "",
              "The last rows are a dense 1-D reference of the same pyramid (its own random weights, no output "
-             "projection): with the layer's hard windows, and with soft-edged windows (the two edge key cells "
-             "weighted `1-θ` and `θ` by the query's position between key-cell centres), a proposal, not the layer.",
+             "projection): with hard windows, and with soft-edged windows (the two edge key cells weighted `1-θ` "
+             "and `θ` by the query's position between key-cell centres), the proposal the layer's default "
+             "`window_taper=\"linear\"` now implements.",
              "",
              "| layer | n | stride (cells) | edge jump | inside jump | edge / inside | change under a stride shift |",
              "|---|---|---|---|---|---|---|"]
@@ -227,7 +233,8 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     layers = [{"variant": v, **layer_artefacts(kw, n)} for n in (256, 512) for v, kw in LAYERS.items()]
-    layers += [{"variant": "dense reference, " + ("soft-edged windows (proposal)" if soft else "hard windows (as the layer)"),
+    layers += [{"variant": "dense reference, " + ("soft-edged windows (as the default)" if soft
+                                                  else "hard windows (as window_taper='none')"),
                 **prototype_artefacts(n, soft)} for n in (256, 512) for soft in (False, True)]
     for r in layers:
         print(json.dumps(r), flush=True)
