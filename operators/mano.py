@@ -26,18 +26,20 @@ the max difference from the 256² output at the nodes shared with n², relative 
 e_64 = 2.5%, e_128 = 1.0%):
 
 * levels: key grids of fixed physical size chosen at run time, queries at full resolution against clamped
-  windows sliding by one key cell, instead of ``log_s(image_size)`` levels in cells fixed at construction with
+  tapered windows sliding with the query, instead of ``log_s(image_size)`` levels in cells fixed at construction with
   pooled queries and upsampling. The MANO code's cell-counted, non-overlapping windows (``window=8``) give
   e_64 = 20.6%, e_128 = 8.3%. The layer's earlier input pyramid (``pyramid="input"``) gives 2.1% and 0.7%, at a
   per-query cost that grows with the grid. Either one changes the 64² output by 15.4% (relative L2).
   The code's overlapping stride-1 Unfold/Fold windows are not implemented;
-* block artefacts: on a smooth 1-D input one layer jumps 0.29 across key-cell edges against 0.04 inside
-  (7x; 13x at 512 cells), and a shift by the stride changes it by 4.0%. With ``window=8`` cells it jumps 2.09
-  against 0.008 (250x) and changes by 29% under a shift by one window (``tests/sciattn/test_multipole_artefacts.py``;
-  the issue's target, an edge jump within about 2x of the inside one, is not met);
+* block artefacts: the layer's windows are tapered (``window_taper="linear"``: the two edge key cells weighted by
+  the query's position between key-cell centres), so on a smooth 1-D input one layer jumps as much across
+  key-cell edges as inside (0.089 / 0.089, ratio 1.0 at 256 and 512 cells) and a shift by the stride changes it by
+  0.6%; hard windows (``window_taper="none"``) jump 7x (13x at 512 cells) and change by 4.0%. With ``window=8``
+  cells it jumps 2.09 against 0.008 (250x) and changes by 29% under a shift by one window
+  (``tests/sciattn/test_multipole_artefacts.py``);
 * learned per-head level weights initialised to 1, instead of the code's fixed ``1/(j+1)`` damping (which
   changes the 64² output by 31.5%; e_n 3.9% / 1.8%);
-* a 3-cell local near-field term (without it: output change 8.9%, e_n 1.9% / 0.6%);
+* a 3-cell local near-field term (without it: output change 8.9%, e_n 1.8% / 0.6%);
 * quadrature-weighted keys (identical to unweighted keys on grids that are multiples of 64);
 * the lift reads the grid coordinates ``x`` besides ``a`` (the sources we could read do not say whether the
   official Darcy script concatenates them; without them: output change 18.7%, e_n 2.4% / 1.1%);
