@@ -6,7 +6,8 @@ peak memory (resident set high-water mark of a fresh subprocess per case, above 
 forward passes under ``no_grad``, and after forward+backward), so cases do not share allocations.
 Methods:
 
-* ``multipole``: :class:`~sciattn.multipole.MultipoleAttention` at its default (physical pyramid);
+* ``multipole``: :class:`~sciattn.multipole.MultipoleAttention` at its default (physical pyramid, tapered
+  windows);
 * ``multipole_cells8``: ``window=8`` cells (the input pyramid, resolution-dependent);
 * ``multipole_fraction``: ``pyramid="input", window_fraction=1/8`` (level 0 windows of ``n/8`` cells);
 * ``galerkin``: :class:`~sciattn.GalerkinAttention`; ``dense_sdpa``: global SDPA over all cells, only while
@@ -19,6 +20,7 @@ seed, on a smooth 64-channel field sampled at cell centres of 64², 128² and 25
 averaged onto the coarse cells and ``e_n = ||y_n - R_n y_256|| / ||R_n y_256||``.
 
     python benchmarks/multipole_scaling.py [--sizes 64 128 256 512 1024] [--device cpu] [--threads 1]
+    python benchmarks/multipole_scaling.py --methods multipole --merge   # rerun the default, keep the others' rows
 
 On the CPU, glibc serves every allocation above 32 MiB with a fresh ``mmap`` whose pages fault in
 on first touch; from 512² on, each ``(B, H, N, D)`` tensor of the layer crosses that line and the
@@ -49,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("multipole", "multipole_cells8", "multipole_fraction", "galerkin", "dense_sdpa")
 MULTIPOLE = {"multipole": {}, "multipole_cells8": {"window": 8},
              "multipole_fraction": {"pyramid": "input", "window_fraction": 0.125}}
-LABELS = {"multipole": "multipole, default (physical pyramid)", "multipole_cells8": "multipole, window=8 cells",
+LABELS = {"multipole": "multipole, default (physical pyramid, tapered windows)", "multipole_cells8": "multipole, window=8 cells",
           "multipole_fraction": "multipole, pyramid='input', window_fraction=1/8", "galerkin": "Galerkin",
           "dense_sdpa": "dense SDPA"}
 
@@ -197,6 +199,9 @@ def main() -> None:
                     help="rebuild the results from the JSON rows a run printed (e.g. one stopped by a time limit)")
     ap.add_argument("--log-meta", nargs=3, metavar=("DATE", "MACHINE", "TORCH"), default=None,
                     help="with --from-log: date, device name and torch version of the logged run")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the rows and convergence of the methods not run from the existing results file "
+                         "(the note names their run); with --methods, to rerun one configuration")
     args = ap.parse_args()
     cuda = args.device.startswith("cuda")
     if args.dense_max is None:
@@ -257,8 +262,32 @@ def main() -> None:
                else f"{platform.machine()}, {platform.processor() or 'cpu'}, {os.cpu_count()} cores, "
                     f"{args.threads} torch thread(s) per case")
     note = ("Not measured (over --max-seconds, or the process failed): " + "; ".join(skipped) + ".") if skipped else None
+    if args.merge:
+        rows, conv, note = merge_previous(args, rows, conv, note)
     report(rows, args, cuda, datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), machine,
            torch.__version__, note, conv)
+
+
+def merge_previous(args, rows, conv, note):
+    """``(rows, conv, note)`` with the rows and convergence figures of the methods not in ``--methods`` taken from
+    the existing results file (in ``METHODS`` order), and a note naming the run they come from."""
+    stem = "multipole_scaling_cuda" if args.device.startswith("cuda") else "multipole_scaling"
+    path = args.results / f"{stem}.json"
+    if not path.exists():
+        return rows, conv, note
+    old = json.loads(path.read_text())
+    kept = [r for r in old["rows"] if r["method"] not in args.methods]
+    if not kept:
+        return rows, conv, note
+    order = {m: i for i, m in enumerate(METHODS)}
+    rows = sorted(kept + rows, key=lambda r: (order[r["method"]], r["side"]))
+    merged = {m: e for m, e in (old.get("convergence") or {}).items() if m not in args.methods}
+    merged.update(conv)
+    conv = {m: merged[m] for m in sorted(merged, key=order.get)}
+    methods = sorted({r["method"] for r in kept}, key=order.get)
+    extra = (f"Rows of {', '.join(LABELS[m] for m in methods)} kept from the run of {old['date']} "
+             f"(`{old.get('command', '')}`); {', '.join(LABELS[m] for m in args.methods)} rerun.")
+    return rows, conv, extra if note is None else f"{extra} {note}"
 
 
 def _mem(r, key="peak_rss_mb"):
@@ -296,6 +325,8 @@ def report(rows, args, cuda, date, machine, torch_version, note, conv=None) -> N
         command += f" --threads {args.threads}"
     if list(getattr(args, "methods", METHODS)) != list(METHODS):
         command += " --methods " + " ".join(args.methods)
+    if getattr(args, "merge", False):
+        command += " --merge"
     summary = {"benchmark": "multipole_scaling", "date": date, "device": args.device, "malloc_env": malloc,
                "machine": machine, "torch": torch_version, "command": command,
                "layer": "64 channels, 4 heads, batch 1", "configurations": {m: LABELS[m] for m in METHODS},
