@@ -46,7 +46,8 @@ the finest key grid has ``m_0 = c / f`` cells per axis, level ``ℓ`` has ``m_�
   query over the clamped sliding window of ``local_window`` input cells per axis (3 by default,
   ``0`` disables it; quadrature-weighted keys). Its extent is ``local_window / n``, shrinking under
   refinement, so on a continuous field it converges to the pointwise value ``v(x_i)`` at first order
-  in ``1/n``: the one resolution-dependent piece, and a vanishing one.
+  in ``1/n``: the one resolution-dependent piece, and a vanishing one. It needs no taper: its queries
+  sit on its key cells' centres, where the tapered window equals the hard one.
 * ``out = local + Σ_ℓ γ_{ℓ,h} A_ℓ`` (all at the full-resolution queries; nothing is upsampled),
   learned per-head level weights ``γ`` initialised to 1, then ``y = W_o out`` (gated by
   ``SiLU(W_g x)`` with ``gate=True``).
@@ -69,7 +70,8 @@ padded groups), in chunks of about ``2^20`` scores on the CPU; the keys of a lev
 (``groups × halo`` cells: fixed on the key levels, about ``1.6 N`` for the local term, which runs the
 same way on the input grid) and split into chunks, so the backward pass stays linear too
 (:mod:`sciattn.multipole.physical`). Under ``torch.export`` the sizes ``n = K·m_0``
-(``K >= 2``) make every level a reshape, so one traced program takes all of them
+(``K >= 2``) make every level a reshape (the taper's per-query weights are computed from the
+symbolic sizes), so one traced program takes all of them
 (:meth:`MultipoleAttention.export_unit`).
 
 Differences from the MANO paper's method (and code): queries at full resolution against every
