@@ -44,22 +44,25 @@ __all__ = ["BSATransformer"]
 
 @register_operator("bsa_transformer")
 class BSATransformer(nn.Module):
-    """Flat ball-sparse-attention transformer on point clouds, physical balls (default) or BSA's point counts.
+    """Flat ball-sparse-attention transformer on point clouds, BSA's point counts (default) or physical balls.
 
-    Two modes (``ball_mode``): ``"physical"`` (default when no point counts are given): the ball, the
+    Two modes (``ball_mode``): ``"physical"`` (when ``ball_diameter`` / ``block_diameter`` is given): the ball, the
     block (compressed / selectable) and the query group are the tree nodes at most ``ball_diameter``
     and ``block_diameter`` across, chosen from the geometry at every call, blocks pool by their
     quadrature mean, so the points per ball and block grow with the density and the output converges
     under refinement; ``"points"``: BSA as published, ``ball_size`` / ``block_size`` / ``group_size``
-    points, which shrink as points are added, so **its output depends on the resolution** (issue 26:
-    38% / 18% from 16,384 points at 1,024 / 4,096 points at init).
+    points, which shrink as points are added, so **its output depends on the resolution**. The physical
+    mode does not converge either: its top-k block selection is discontinuous in the geometry
+    (``benchmarks/pointcloud_refinement.py``, at init: points 5.0% / 2.3% at 1,024 / 4,096 points from the
+    16,384-point output, physical 3.6% / 3.1%), and it trains about 6x slower; hence the default is
+    BSA as published.
 
     Args:
         in_channels, out_channels: point features in and out.
         spatial_dims: ``d`` of the positions.
         width: channels; depth: number of blocks; n_heads: heads.
-        ball_mode: ``"physical"``, ``"points"`` or None (``"points"`` if ``ball_size`` or ``block_size``
-            is given; old configs store them, so they stay published BSA).
+        ball_mode: ``"physical"``, ``"points"`` or None (``"physical"`` if ``ball_diameter`` or
+            ``block_diameter`` is given and no point count, else ``"points"``).
         ball_size: points mode: points per ball of the local branch (power of two; default 64).
         block_size: points mode: points per compressed / selectable block (power of two dividing the
             ball; default 8).
@@ -109,7 +112,10 @@ class BSATransformer(nn.Module):
         for name, value in (("in_channels", in_channels), ("out_channels", out_channels), ("width", width),
                             ("depth", depth), ("spatial_dims", spatial_dims), ("mlp_ratio", mlp_ratio)):
             check_positive_int(name, value)
-        self.ball_mode = resolve_ball_mode(ball_mode, ball_size is not None or block_size is not None)
+        # Default: BSA's point counts. Its physical mode does not converge (top-k block selection is
+        # discontinuous) and trains about 6x slower, so it is chosen only by asking for it or giving a diameter.
+        diameters = ball_diameter is not None or block_diameter is not None
+        self.ball_mode = resolve_ball_mode(ball_mode, ball_size is not None or block_size is not None or not diameters)
         if self.ball_mode == "points":
             for name, value in (("ball_diameter", ball_diameter), ("block_diameter", block_diameter)):
                 if value is not None:
