@@ -1,4 +1,4 @@
-"""Copy benchmark result tables into README.md and docs/*.md, so their numbers always come from a results file.
+"""Copy benchmark result tables into README.md and docs/**/*.md, so their numbers always come from a results file.
 
 A page marks each table block as::
 
@@ -64,8 +64,11 @@ def fill(readme: str, results_dir: Path) -> str:
 
 
 def pages() -> list[Path]:
-    """The pages whose result blocks are filled: README.md and every docs/*.md."""
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    """The pages whose result blocks are filled: README.md and every docs/**/*.md (not under ``_``-folders such
+    as ``docs/_build``)."""
+    docs = ROOT / "docs"
+    return [ROOT / "README.md", *sorted(p for p in docs.rglob("*.md")
+                                        if not any(part.startswith("_") for part in p.relative_to(docs).parts))]
 
 
 def main(argv: list[str] | None = None) -> int:

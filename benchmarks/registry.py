@@ -77,3 +77,14 @@ register(Benchmark(
           "(docs/benchmarks.md)",
     plot=("points", "var_ratio_to_coarsest", "method"), log_axes=(True, True),
 ))
+
+from . import convergence  # noqa: E402
+
+register(Benchmark(
+    name="convergence", run=convergence.run, schema=convergence.SCHEMA, params=convergence.PARAMS,
+    quick=convergence.QUICK, columns=convergence.COLUMNS, labels=convergence.LABELS, notes=convergence.notes,
+    description="Every grid operator of the registry at its defaults under grid refinement, e_n against a finer "
+                "reference grid;",
+    claim="every grid operator at its defaults is discretisation-convergent: e128 ≤ 0.6·e64 and ≤ 5% "
+          "(docs/concepts/convergence.md)",
+))

@@ -1,5 +1,8 @@
 """Registry contract: every grid operator at its default configuration is discretisation-convergent.
 
+The measurement is :func:`benchmarks.convergence.relative_errors` (one implementation, shared with
+``python -m benchmarks run convergence``, whose rows docs/concepts/convergence.md shows).
+
 Generated from :func:`sciattn.operators.list_operators`: an operator registered with ``input_kind="grid"`` is
 covered as soon as it registers. For each one, at initialisation (``torch.manual_seed(0)``), in eval mode,
 float32, batch 1, the constructor filled only with its required arguments (``REQUIRED``; an unknown required
@@ -21,74 +24,23 @@ marked slow; measured at the defaults (2026-12-02, ``relative_errors``): galerki
 
 from __future__ import annotations
 
-import inspect
-import math
-
 import pytest
 import torch
 
-from sciattn.operators import create_operator, list_operators
-from sciattn.operators.registry import operator_kind, operator_parameters
+from benchmarks.convergence import (  # the one implementation, shared with `python -m benchmarks run convergence`
+    FIRST_ORDER,
+    REFERENCE,
+    TOLERANCE,
+    MissingConvention,
+    relative_errors,
+)
+from benchmarks.convergence import takes as _takes
+from sciattn.operators import list_operators
+from sciattn.operators.registry import operator_kind
 
-# Required constructor arguments, filled by convention (one scalar field in, one out).
-REQUIRED = {"in_channels": 1, "out_channels": 1, "variables": ["u"]}
-SIZES = (32, 64, 128)
-REFERENCE = 256
-FIRST_ORDER = 0.6  # e_128 <= 0.6 e_64
 # 2-D cases over ~10 s on one busy CPU thread (measured 2026-12-02: codano 10 s, mano_extended 26 s; mano 15 s,
 # galerkin_transformer 4 s stay in the default run): marked slow, their 1-D cases run by default.
 SLOW_2D = {"codano", "mano_extended"}
-TOLERANCE = 0.05  # e_128 <= 5%
-
-
-def _config(name: str, spatial_dims: int) -> dict:
-    params = operator_parameters(name)
-    required = [k for k, p in params.items() if p.default is inspect.Parameter.empty
-                and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
-    unknown = [k for k in required if k not in REQUIRED]
-    if unknown:
-        pytest.fail(f"operator {name!r}: required constructor argument(s) {unknown} have no entry in REQUIRED of "
-                    f"{__name__}; add a convention value there (known: {sorted(REQUIRED)})")
-    config = {k: REQUIRED[k] for k in required}
-    if spatial_dims != 2:
-        config["spatial_dims"] = spatial_dims
-    return config
-
-
-def _takes(name: str, spatial_dims: int) -> bool:
-    if spatial_dims == 2:
-        return True
-    params = operator_parameters(name)
-    return "spatial_dims" in params
-
-
-def _smooth(n: int, d: int) -> torch.Tensor:
-    t = (torch.arange(n, dtype=torch.float64) + 0.5) / n
-    axes = torch.meshgrid(*([t] * d), indexing="ij")
-    u = sum(math.sin(1.0 + a) * torch.sin(2 * math.pi * (a + 1) * x + a) for a, x in enumerate(axes))
-    u = u + math.prod(torch.cos(2 * math.pi * x) for x in axes)
-    return u[None, None].float()
-
-
-def _restrict(y: torch.Tensor, n: int) -> torch.Tensor:
-    """Cell means of ``y (B, C, *N)`` on the grid of ``n`` cells per axis (``N`` a multiple of ``n``)."""
-    d = y.dim() - 2
-    r = y.shape[-1] // n
-    split = [s for _ in range(d) for s in (n, r)]
-    return y.reshape(*y.shape[:2], *split).mean(tuple(3 + 2 * a for a in range(d)))
-
-
-def relative_errors(name: str, spatial_dims: int = 2) -> dict[int, float]:
-    """``{n: e_n}`` of the operator ``name`` at its defaults (module docstring)."""
-    torch.manual_seed(0)
-    model = create_operator(name, **_config(name, spatial_dims)).float().eval()
-    with torch.no_grad():
-        ref = model(_smooth(REFERENCE, spatial_dims))
-        errs = {}
-        for n in SIZES:
-            coarse = _restrict(ref, n)
-            errs[n] = float((model(_smooth(n, spatial_dims)) - coarse).norm() / coarse.norm())
-    return errs
 
 
 def _cases():
@@ -111,7 +63,10 @@ def _cases():
 @pytest.mark.parametrize("name,spatial_dims", _cases())
 def test_default_operator_converges_under_grid_refinement(name, spatial_dims):
     torch.set_num_threads(1)
-    errs = relative_errors(name, spatial_dims)
+    try:
+        errs = relative_errors(name, spatial_dims)
+    except MissingConvention as e:
+        pytest.fail(str(e.args[0]))
     msg = (f"{name} ({spatial_dims}-D, defaults, init): relative difference to the {REFERENCE}-cell output "
            f"at shared cells {', '.join(f'e{n}={e:.4f}' for n, e in errs.items())}")
     assert errs[128] <= FIRST_ORDER * errs[64], msg + f"; expected e128 <= {FIRST_ORDER} e64 (first order)"
