@@ -23,6 +23,15 @@ import math
 REQUIRED = {"in_channels": 1, "out_channels": 1, "variables": ["u"]}
 SIZES = (32, 64, 128)
 REFERENCE = 256
+# 3-D: the same contract two refinements lower (8³, 16³, 32³ against 64³); 128³ at the defaults is not affordable on
+# one CPU thread. First order is asserted; the 5% bound at 32³ is reported, not asserted (32³ is the 3-D analogue
+# of 32², where no operator is asked to be within 5% either).
+SIZES_3D = (8, 16, 32)
+REFERENCE_3D = 64
+# Not run in 3-D: the multipole operators' default finest key grid is 64³ cells, whatever the input, so one forward at
+# the 64³ reference costs minutes per layer on one CPU thread (a mano_extended run was stopped after 7 minutes).
+NOT_IN_3D = {"mano": "finest key grid 64³ at the defaults: minutes per forward on one CPU thread",
+             "mano_extended": "finest key grid 64³ at the defaults: minutes per forward on one CPU thread"}
 FIRST_ORDER = 0.6  # e_finest <= 0.6 e_previous
 TOLERANCE = 0.05  # e_finest <= 5%
 
@@ -101,11 +110,12 @@ def relative_errors(name: str, spatial_dims: int = 2, sizes=SIZES, reference: in
 
 # ---- the harness entry (benchmarks/registry.py) ------------------------------------------------------------------
 
-SCHEMA = {"operator": "str", "dims": "int", "sizes": "list", "reference": "int", "e32": "float?", "e64": "float?",
-          "e128": "float?", "ratio": "float", "verdict": "str"}
-PARAMS = {"operators": None, "dims": [2, 1], "sizes": list(SIZES), "reference": REFERENCE}
+SCHEMA = {"operator": "str", "dims": "int", "sizes": "list", "reference": "int", "e8": "float?", "e16": "float?",
+          "e32": "float?", "e64": "float?", "e128": "float?", "ratio": "float", "verdict": "str"}
+PARAMS = {"operators": None, "dims": [2, 1, 3], "sizes": list(SIZES), "reference": REFERENCE,
+          "sizes_3d": list(SIZES_3D), "reference_3d": REFERENCE_3D}
 QUICK = {"dims": [1], "sizes": [32, 64], "reference": 128}
-COLUMNS = ("operator", "dims", "e32", "e64", "e128", "ratio", "verdict")
+COLUMNS = ("operator", "dims", "e8", "e16", "e32", "e64", "e128", "ratio", "verdict")
 LABELS = {"dims": "dims", "ratio": "ratio (finest / previous)"}
 
 
@@ -117,19 +127,23 @@ def run(params: dict) -> list[dict]:
     reference = int(params["reference"])
     names = params["operators"] or grid_operators()
     rows = []
+    sizes_2d, reference_2d = sizes, reference
     for name in names:
         for d in params["dims"]:
-            if not takes(name, int(d)):
+            if not takes(name, int(d)) or (int(d) == 3 and name in NOT_IN_3D):
                 continue
+            three = int(d) == 3
+            sizes = [int(n) for n in params.get("sizes_3d", SIZES_3D)] if three else sizes_2d
+            reference = int(params.get("reference_3d", REFERENCE_3D)) if three else reference_2d
             errs = relative_errors(name, int(d), sizes, reference)
             fine, prev = errs[sizes[-1]], errs[sizes[-2]]
             ratio = fine / prev
-            ok = fine <= FIRST_ORDER * prev and fine <= TOLERANCE
+            ok = fine <= FIRST_ORDER * prev and (three or fine <= TOLERANCE)
             verdict = "meets" if ok else (f"fails ({'ratio > ' + str(FIRST_ORDER) if ratio > FIRST_ORDER else ''}"
                                           f"{', ' if ratio > FIRST_ORDER and fine > TOLERANCE else ''}"
                                           f"{'e > ' + format(TOLERANCE, '.0%') if fine > TOLERANCE else ''})")
             rows.append({"operator": name, "dims": int(d), "sizes": sizes, "reference": reference,
-                         **{f"e{n}": errs.get(n) for n in (32, 64, 128)}, "ratio": ratio, "verdict": verdict})
+                         **{f"e{n}": errs.get(n) for n in (8, 16, 32, 64, 128)}, "ratio": ratio, "verdict": verdict})
             print(f"{name} {d}-D: {', '.join(f'e{n}={e:.4g}' for n, e in errs.items())}, ratio {ratio:.3f}, {verdict}",
                   flush=True)
     return rows
@@ -143,4 +157,5 @@ def notes(records: list[dict]) -> str:
             f"arguments `in_channels=1, out_channels=1`), smooth input at cell centres; `e_n`: relative Frobenius "
             f"difference of the output on `n` cells per axis to the {ref}-cell output restricted by cell means. "
             f"Contract (`tests/operators/test_discretisation_convergence.py`): e{sizes[-1]} ≤ {FIRST_ORDER}·"
-            f"e{sizes[-2]} and e{sizes[-1]} ≤ {TOLERANCE:.0%}. {met} of {len(records)} cases meet it.")
+            f"e{sizes[-2]} and e{sizes[-1]} ≤ {TOLERANCE:.0%}; in 3-D ({'³, '.join(map(str, SIZES_3D))}³ against "
+            f"{REFERENCE_3D}³) first order only, the size of e32 is reported. {met} of {len(records)} cases meet it.")
