@@ -51,16 +51,9 @@ import math
 import torch
 from torch import nn
 
-from sciattn._checks import (
-    check_dim,
-    check_finite,
-    check_input_dtype,
-    check_min_grid,
-    check_positive_int,
-    check_rank,
-)
-from sciattn.domain import Grid
+from sciattn._checks import check_positive_int
 
+from ._token_inputs import check_grid_input
 from .registry import register_operator
 
 __all__ = ["FactFormer"]
@@ -205,13 +198,7 @@ class FactFormer(nn.Module):
     def forward(self, x, *, y=None):
         """``y`` is accepted and ignored (neuraloperator's ``Trainer`` calls ``model(**sample)``)."""
         del y
-        d = self.spatial_dims
-        check_rank("x", x, 2 + d, f"(B, C_in={self.in_channels}, {d} spatial axes)")
-        check_dim("x", x, 1, self.in_channels, "input channels")
-        check_input_dtype("x", x, self, "operator")
-        check_min_grid("x", x, "FactFormer", "one node per axis has no spacing: its quadrature weights are undefined")
-        check_finite("x", x)
-        grid = Grid.from_field(x, d)
+        grid = check_grid_input(self, x, "FactFormer")
         nodes, _ = grid.nodes_and_weights(x.dtype, x.device)
         coords, weights = [], []
         for n in grid.shape:

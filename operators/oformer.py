@@ -59,17 +59,9 @@ import math
 import torch
 from torch import nn
 
-from sciattn._checks import (
-    check_dim,
-    check_finite,
-    check_input_dtype,
-    check_min_grid,
-    check_positive_int,
-    check_quadrature_weights,
-    check_rank,
-)
-from sciattn.domain import Grid, PointCloud
+from sciattn._checks import check_dim, check_finite, check_positive_int, check_rank
 
+from ._token_inputs import grid_tokens, point_tokens, to_grid, zero_padding
 from .registry import register_operator
 
 __all__ = ["OFormer"]
@@ -255,38 +247,13 @@ class OFormer(nn.Module):
         return self._forward_points(x, pos, weights, mask, query_pos)
 
     def _forward_grid(self, x, query_pos=None):
-        d = self.spatial_dims
-        check_rank("x", x, 2 + d, f"(B, C_in={self.in_channels}, {d} spatial axes)")
-        check_dim("x", x, 1, self.in_channels, "input channels")
-        check_input_dtype("x", x, self, "operator")
-        check_min_grid("x", x, "OFormer", "one node per axis has no spacing: its quadrature weights are undefined")
-        check_finite("x", x)
-        grid = Grid.from_field(x, d)
-        nodes, w = grid.nodes_and_weights(x.dtype, x.device)
-        b = x.shape[0]
-        w = (w / w.sum()).expand(b, -1)
-        out = self.encode(x.flatten(2).transpose(1, 2), nodes.expand(b, *nodes.shape), w, query_pos)
+        a, pos, w, grid = grid_tokens(self, x, "OFormer")
+        out = self.encode(a, pos, w, query_pos)
         if query_pos is not None:
             return out
-        return out.transpose(1, 2).reshape(b, self.out_channels, *grid.shape)
+        return to_grid(out, self, grid)
 
     def _forward_points(self, x, pos, weights, mask, query_pos=None):
-        check_rank("x", x, 3, f"(B, N, C_in={self.in_channels})")
-        check_dim("x", x, -1, self.in_channels, "input channels")
-        cloud = PointCloud(pos, weights, mask)
-        if cloud.ndim != self.spatial_dims:
-            raise ValueError(f"pos: expected {self.spatial_dims} coordinates per point, got {cloud.ndim}")
-        if x.shape[:2] != pos.shape[:2]:
-            raise ValueError(f"x: expected (B, N) = {tuple(pos.shape[:2])} to match pos, got {tuple(x.shape[:2])}")
-        check_input_dtype("x", x, self, "operator")
-        check_quadrature_weights("weights", weights, mask, need_mass=True)
-        keep = None if mask is None else mask[..., None]
-        check_finite("x", x, keep)
-        if mask is not None:
-            zero = torch.zeros((), dtype=x.dtype, device=x.device)
-            x, pos = torch.where(keep, x, zero), torch.where(keep, pos.to(x.dtype), zero)
-        w = PointCloud(pos, weights, mask).quadrature_weights().to(x.dtype)
-        out = self.encode(x, pos.to(x.dtype), w, query_pos)
-        if mask is not None and query_pos is None:
-            out = torch.where(keep, out, torch.zeros((), dtype=out.dtype, device=out.device))
-        return out
+        x, pos, w, keep = point_tokens(self, x, pos, weights, mask, weights_in_pos_dtype=True)
+        out = self.encode(x, pos, w, query_pos)
+        return out if query_pos is not None else zero_padding(out, keep)

@@ -1,0 +1,85 @@
+"""Grid and point-set inputs as tokens: the input checks and the quadrature weights, shared by the token operators.
+
+A grid field ``x`` ``(B, C_in, *spatial)`` becomes tokens ``(B, N, C_in)`` at the nodes of
+:class:`sciattn.domain.Grid` (C order) with its cell volumes, normalised, as weights; a point set ``x``
+``(B, N, C_in)`` with ``pos`` ``(B, N, d)``, optional ``weights`` and ``mask`` ``(B, N)`` is checked and its
+padding zeroed. ``op`` is the operator: it has ``in_channels``, ``out_channels`` and ``spatial_dims``; ``name``
+is its name in error messages.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from sciattn._checks import (
+    check_dim,
+    check_finite,
+    check_input_dtype,
+    check_min_grid,
+    check_quadrature_weights,
+    check_rank,
+)
+from sciattn.domain import Grid, PointCloud
+
+__all__ = ["check_grid_input", "grid_tokens", "point_tokens", "to_grid", "zero_padding"]
+
+
+def check_grid_input(op: nn.Module, x: torch.Tensor, name: str) -> Grid:
+    """Checks a grid field ``x`` ``(B, C_in, *spatial)`` for ``op``; returns its :class:`Grid`."""
+    d = op.spatial_dims
+    check_rank("x", x, 2 + d, f"(B, C_in={op.in_channels}, {d} spatial axes)")
+    check_dim("x", x, 1, op.in_channels, "input channels")
+    check_input_dtype("x", x, op, "operator")
+    check_min_grid("x", x, name, "one node per axis has no spacing: its quadrature weights are undefined")
+    check_finite("x", x)
+    return Grid.from_field(x, d)
+
+
+def grid_tokens(op: nn.Module, x: torch.Tensor, name: str):
+    """``(a (B, N, C_in), pos (B, N, d), w (B, N), grid)`` of a grid field; ``w`` sums to one per sample."""
+    grid = check_grid_input(op, x, name)
+    nodes, w = grid.nodes_and_weights(x.dtype, x.device)
+    b = x.shape[0]
+    w = (w / w.sum()).expand(b, -1)
+    return x.flatten(2).transpose(1, 2), nodes.expand(b, *nodes.shape), w, grid
+
+
+def to_grid(out: torch.Tensor, op: nn.Module, grid: Grid) -> torch.Tensor:
+    """Tokens ``(B, N, C_out)`` back to the field ``(B, C_out, *spatial)``."""
+    return out.transpose(1, 2).reshape(out.shape[0], op.out_channels, *grid.shape)
+
+
+def point_tokens(op: nn.Module, x, pos, weights, mask, *, weights_in_pos_dtype: bool = False):
+    """``(x, pos, w, keep)`` of a point set: padding zeroed in ``x`` and ``pos`` (cast to ``x.dtype``), ``w``
+    ``(B, N)`` summing to one over the real points, ``keep`` ``(B, N, 1)`` (``None`` without a mask).
+
+    ``weights_in_pos_dtype``: without a mask, normalise the weights in the dtype of the given ``pos`` (then cast
+    to ``x.dtype``), as GNOT and OFormer do; otherwise in ``x.dtype``."""
+    check_rank("x", x, 3, f"(B, N, C_in={op.in_channels})")
+    check_dim("x", x, -1, op.in_channels, "input channels")
+    cloud = PointCloud(pos, weights, mask)
+    if cloud.ndim != op.spatial_dims:
+        raise ValueError(f"pos: expected {op.spatial_dims} coordinates per point, got {cloud.ndim}")
+    if x.shape[:2] != pos.shape[:2]:
+        raise ValueError(f"x: expected (B, N) = {tuple(pos.shape[:2])} to match pos, got {tuple(x.shape[:2])}")
+    check_input_dtype("x", x, op, "operator")
+    check_quadrature_weights("weights", weights, mask, need_mass=True)
+    keep = None if mask is None else mask[..., None]
+    check_finite("x", x, keep)
+    if not weights_in_pos_dtype:
+        pos = pos.to(x.dtype)
+    if mask is not None:
+        zero = torch.zeros((), dtype=x.dtype, device=x.device)
+        x, pos = torch.where(keep, x, zero), torch.where(keep, pos.to(x.dtype), zero)
+        if weights is not None:
+            weights = torch.where(mask, weights, torch.zeros((), dtype=weights.dtype, device=weights.device))
+    w = PointCloud(pos, weights, mask).quadrature_weights().to(x.dtype)
+    return x, pos.to(x.dtype), w, keep
+
+
+def zero_padding(out: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """``out`` with zeros where ``keep`` is False (unchanged without a mask)."""
+    if keep is None:
+        return out
+    return torch.where(keep, out, torch.zeros((), dtype=out.dtype, device=out.device))
