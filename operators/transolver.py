@@ -99,7 +99,7 @@ def init_published(module: nn.Module) -> None:
 class TokenOperator(nn.Module):
     """Input plumbing shared by the pointwise-token operators (Transolver, LinearNO, ONO).
 
-    A subclass sets ``in_channels``, ``out_channels``, ``spatial_dims`` and implements
+    A subclass sets ``in_channels``, ``out_channels``, ``spatial_dims`` and defines (there is no base version)
     ``encode(a (B, N, C_in), pos (B, N, d), w (B, N)) -> (B, N, C_out)``, ``w`` summing to one per sample and zero on
     padding. On a grid the tokens are the nodes in C order, ``pos`` the nodes of :class:`sciattn.domain.Grid` and
     ``w`` its cell volumes, normalised.
@@ -107,9 +107,6 @@ class TokenOperator(nn.Module):
 
     input_kind = "grid"
     display_name = "the operator"
-
-    def encode(self, a: torch.Tensor, pos: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # pragma: no cover
-        raise NotImplementedError
 
     def forward(self, x, pos=None, weights=None, mask=None, *, y=None):
         """``y`` is accepted and ignored (neuraloperator's ``Trainer`` calls ``model(**sample)``)."""
