@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         t.add_argument("name")
         t.add_argument("--results", type=Path, default=harness.RESULTS)
         t.add_argument("--run", default=None, help="run_id (default: the last run)")
+        t.add_argument("--where", nargs="+", default=[], metavar="KEY=VALUE",
+                       help="the latest run whose parameters match (row.FIELD=VALUE: only the rows that match)")
         if name == "plot":
             t.add_argument("--out", type=Path, default=None, help="PNG path (default: RESULTS/NAME.png)")
     args = ap.parse_args(argv)
@@ -55,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
             print(harness.markdown_table(bench, records))
             print(f"{len(records)} rows appended to {harness.results_path(args.name, args.out)}")
             return 0
-        records = harness.latest_run(harness.read_rows(harness.results_path(args.name, args.results)), args.run)
+        records = harness.latest_run(harness.read_rows(harness.results_path(args.name, args.results)), args.run,
+                                     where=harness.parse_where(args.where))
         if args.cmd == "table":
             print(harness.markdown_table(bench, records), end="")
             return 0

@@ -19,6 +19,8 @@ from __future__ import annotations
 import inspect
 import math
 
+from .harness import Benchmark
+
 # Required constructor arguments, filled by convention (one scalar field in, one out).
 REQUIRED = {"in_channels": 1, "out_channels": 1, "variables": ["u"]}
 SIZES = (32, 64, 128)
@@ -159,3 +161,15 @@ def notes(records: list[dict]) -> str:
             f"Contract (`tests/operators/test_discretisation_convergence.py`): e{sizes[-1]} ≤ {FIRST_ORDER}·"
             f"e{sizes[-2]} and e{sizes[-1]} ≤ {TOLERANCE:.0%}; in 3-D ({'³, '.join(map(str, SIZES_3D))}³ against "
             f"{REFERENCE_3D}³) first order only, the size of e32 is reported. {met} of {len(records)} cases meet it.")
+
+
+BENCHMARKS = (
+    Benchmark(
+        name="convergence", run=run, schema=SCHEMA, params=PARAMS,
+        quick=QUICK, columns=COLUMNS, labels=LABELS, notes=notes,
+        description="Every grid operator of the registry at its defaults under grid refinement, e_n against a finer "
+                    "reference grid;",
+        claim="every grid operator at its defaults is discretisation-convergent: e128 ≤ 0.6·e64 and ≤ 5% "
+              "(docs/concepts/md)",
+    ),
+)

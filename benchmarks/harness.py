@@ -39,7 +39,7 @@ META_FIELDS = ("benchmark", "run_id", "date", "hardware", "versions", "command",
 
 __all__ = [
     "Benchmark", "SchemaError", "register", "get", "names", "REGISTRY", "validate_row", "metadata",
-    "append_rows", "read_rows", "latest_run", "markdown_table", "run_benchmark", "results_path", "plot_rows",
+    "append_rows", "read_rows", "latest_run", "select", "parse_where", "markdown_table", "run_benchmark", "results_path", "plot_rows",
 ]
 
 
@@ -266,9 +266,59 @@ def read_rows(path: Path | str) -> list[dict[str, Any]]:
     return out
 
 
-def latest_run(records: list[dict[str, Any]], run_id: str | None = None, full: bool = False) -> list[dict[str, Any]]:
+def parse_where(pairs: list[str] | tuple[str, ...], what: str = "--where") -> dict[str, Any]:
+    """``["key=value", ...]`` as a dict; each value is read as JSON, else kept as a string
+    (``operator=gnot`` and ``operator="gnot"`` are the same); a ``row.`` prefix selects on a row field."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{what}: expected KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def select(records: list[dict[str, Any]], where: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The records whose parameters match ``where`` (``{param: value}``; a key ``row.FIELD`` matches a row
+    field instead). A parameter no record has is an error naming it."""
+    if not where:
+        return records
+    known = {k for r in records for k in r["params"]} | {f"row.{k}" for r in records for k in r["row"]}
+    for key in where:
+        if records and key not in known:
+            raise ValueError(f"where: expected a parameter of these runs {sorted(k for k in known if '.' not in k)} "
+                             f"or row.FIELD, got {key!r}")
+
+    def match(r: dict[str, Any]) -> bool:
+        for key, value in where.items():
+            got = r["row"].get(key[4:]) if key.startswith("row.") else r["params"].get(key)
+            if got != value:
+                return False
+        return True
+
+    return [r for r in records if match(r)]
+
+
+def latest_run(records: list[dict[str, Any]], run_id: str | None = None, full: bool = False,
+               where: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The records of run ``run_id`` (default: the last run appended; with ``full``, the last one not made
-    with the ``--quick`` budget, if any), in their order."""
+    with the ``--quick`` budget, if any), in their order. ``where`` (see :func:`select`) first keeps the
+    runs whose parameters match, and then the rows of the chosen run that match a ``row.`` key."""
+    if where:
+        params_where = {k: v for k, v in where.items() if not k.startswith("row.")}
+        row_where = {k: v for k, v in where.items() if k.startswith("row.")}
+        select(records, where if records else None)  # names an unknown key
+        pool = select(records, params_where)
+        if not pool:
+            raise ValueError(f"where: no run has the parameters {params_where}")
+        chosen = latest_run(pool, run_id, full)
+        chosen = select(chosen, row_where)
+        if not chosen:
+            raise ValueError(f"where: no row of run {pool[-1]['run_id']} matches {row_where}")
+        return chosen
     if not records:
         return []
     if run_id is None:

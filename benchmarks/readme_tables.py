@@ -7,6 +7,12 @@ A page marks each table block as::
                     from its rows by the harness; for a result not yet on the harness, by NAME.md)
     <!-- /results:NAME -->
 
+A block may select the run by its parameters, and the rows by their fields (values read as JSON,
+else as strings; see :func:`benchmarks.harness.select`)::
+
+    <!-- results:refinement operator=gnot init=published -->
+    <!-- results:kernels device=cuda row.op=galerkin -->
+
     python benchmarks/readme_tables.py           # rewrite the pages in place
     python benchmarks/readme_tables.py --check   # exit 1 if a page is out of date
 """
@@ -19,7 +25,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCK = re.compile(r"(<!-- results:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /results:(?P=name) -->)", re.S)
+BLOCK = re.compile(r"(<!-- results:(?P<name>[\w.-]+)(?P<where>(?: [\w.]+=[^\s>]+)*) -->\n)(?P<body>.*?)"
+                   r"(<!-- /results:(?P=name) -->)", re.S)
 
 
 def demo_table(metrics: dict) -> str:
@@ -33,14 +40,17 @@ def demo_table(metrics: dict) -> str:
     return "\n".join(lines)
 
 
-def harness_table(name: str, rows: Path) -> str:
+def harness_table(name: str, rows: Path, where: str = "") -> str:
     """The Markdown the harness generates from the rows in ``rows`` of the latest run not made with the
-    ``--quick`` budget (the latest quick one when there is no other)."""
+    ``--quick`` budget (the latest quick one when there is no other) among those matching ``where``
+    (``"key=value key=value"``)."""
     if str(ROOT) not in sys.path:  # run as a script: make the benchmarks package importable
         sys.path.append(str(ROOT))
     from benchmarks import harness
 
-    return harness.markdown_table(harness.get(name), harness.latest_run(harness.read_rows(rows), full=True))
+    selector = harness.parse_where(where.split(), what=f"<!-- results:{name}{where} -->")
+    return harness.markdown_table(harness.get(name),
+                                  harness.latest_run(harness.read_rows(rows), full=True, where=selector))
 
 
 def fill(readme: str, results_dir: Path) -> str:
@@ -49,16 +59,17 @@ def fill(readme: str, results_dir: Path) -> str:
     def sub(m: re.Match) -> str:
         rows = results_dir / f"{m.group('name')}.jsonl"
         if rows.is_file():
-            return m.group(1) + harness_table(m.group("name"), rows).rstrip("\n") + "\n" + m.group(4)
+            table = harness_table(m.group("name"), rows, m.group("where"))
+            return m.group(1) + table.rstrip("\n") + "\n" + m.group(5)
         path = results_dir / f"{m.group('name')}.md"
         if m.group("name") == "demo_metrics":
             import json
 
             table = demo_table(json.loads((results_dir / "demo_metrics.json").read_text()))
-            return m.group(1) + table + "\n" + m.group(4)
+            return m.group(1) + table + "\n" + m.group(5)
         if not path.is_file():
             raise FileNotFoundError(f"README block {m.group('name')!r}: expected results file {path}, not found")
-        return m.group(1) + path.read_text().rstrip("\n") + "\n" + m.group(4)
+        return m.group(1) + path.read_text().rstrip("\n") + "\n" + m.group(5)
 
     return BLOCK.sub(sub, readme)
 

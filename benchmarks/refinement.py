@@ -7,6 +7,8 @@ the measurement; this module only declares its parameters and rows).
 
 from __future__ import annotations
 
+from .harness import Benchmark
+
 SCHEMA = {"operator": "str", "init": "str", "grading": "float", "n": "int", "points": "int", "rule": "str",
           "vs_finest": "float", "vs_continuum": "float"}
 PARAMS = {"operator": "transolver", "grading": 3.0, "reference": 384, "seed": 0, "init": "published"}
@@ -31,3 +33,16 @@ def notes(records: list[dict]) -> str:
             f"differences at the shared nodes of the coarsest set; continuum = integrals on a {p['reference']}² "
             "uniform midpoint grid. `quadrature`: trapezoid weights of the graded nodes; `uniform`: the published "
             "equal-weight average.")
+
+
+BENCHMARKS = (
+    Benchmark(
+        name="refinement", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK,
+        columns=COLUMNS, labels=LABELS, notes=notes,
+        description="Point-set operator on nested graded point sets under refinement, quadrature weights against the "
+                    "published uniform average;",
+        claim="quadrature weights converge to the continuum value, the uniform average keeps a bias "
+              "(docs/operators/transolver.md, linear_no.md, ono.md, gnot.md, oformer.md)",
+        plot=("points", "vs_continuum", "rule"), log_axes=(True, True),
+    ),
+)

@@ -48,9 +48,8 @@ Usage (registered in the harness as ``standard_protocol`` and ``standard_protoco
     python -m benchmarks run standard_protocol_scaling [--quick]
     python -m benchmarks table standard_protocol
 
-or the same through this script: ``python benchmarks/standard_protocol.py --budget medium [--dataset D]
-[--data DIR] [--operators ...] [--seeds ...] [--epochs E] ...`` and ``--scaling [--sizes ...]``. The harness
-appends the rows (with date, hardware, versions, command and parameters) to
+Each operator and seed trains in its own subprocess (``python -m benchmarks.standard_protocol --worker``). The
+harness appends the rows (with date, hardware, versions, command and parameters) to
 ``benchmarks/results/standard_protocol.jsonl`` / ``standard_protocol_scaling.jsonl`` atomically; tables are
 generated from the rows (:func:`notes` adds the issue's verdicts).
 """
@@ -70,6 +69,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from .harness import Benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "standard_protocol"
@@ -368,8 +369,10 @@ def run(params: dict[str, Any]) -> list[dict]:
             spec = {"config": run_config(p, op, model_at(op, width), seed), "run_dir": str(out / f"{op}_seed{seed}")}
             row = {**common, **empty, "operator": op, "seed": int(seed), "width_key": key, "width": int(width)}
             env = {**os.environ, "OMP_NUM_THREADS": "1"}
-            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)],
-                                  capture_output=True, text=True, env=env, timeout=p.get("timeout", 3600))
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+            proc = subprocess.run([sys.executable, "-m", "benchmarks.standard_protocol", "--worker", json.dumps(spec)],
+                                  capture_output=True, text=True, env=env, cwd=ROOT,
+                                  timeout=p.get("timeout", 3600))
             if proc.returncode != 0:
                 tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
                 rows.append({**row, "error": f"exit {proc.returncode}: {tail[0]}"})
@@ -501,50 +504,36 @@ def scaling_notes(records: list[dict]) -> str:
             + ("all ≤ 1.15" if not bad_last else "above 1.15: " + ", ".join(bad_last)) + ".")
 
 
-def _harness():
-    try:
-        from benchmarks import harness
-    except ImportError:  # run as a script: the repository root is not on the path
-        sys.path.insert(0, str(ROOT))
-        from benchmarks import harness
-    return harness
-
-
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--budget", choices=sorted(BUDGETS))
-    ap.add_argument("--quick", action="store_true", help="the quick CPU budget")
-    ap.add_argument("--dataset", help=f"{list(DATASETS)} or geofno:{{{','.join(GEOFNO)}}}")
-    ap.add_argument("--data", dest="data_dir", help="Geo-FNO data folder (geofno:NAME datasets)")
-    ap.add_argument("--operators", nargs="+")
-    ap.add_argument("--seeds", type=int, nargs="+")
-    ap.add_argument("--epochs", type=int)
-    ap.add_argument("--batch-size", type=int)
-    ap.add_argument("--lr", type=float)
-    ap.add_argument("--params-target", type=int)
-    ap.add_argument("--n-train", type=int)
-    ap.add_argument("--n-test", type=int)
-    ap.add_argument("--resolution", type=int)
-    ap.add_argument("--zero-shot", type=int, nargs="*")
-    ap.add_argument("--fine-resolution", type=int)
-    ap.add_argument("--scaling", action="store_true", help="the time-per-step scaling entry instead")
-    ap.add_argument("--sizes", type=int, nargs="+")
-    ap.add_argument("--reps", type=int)
-    ap.add_argument("--out", help="run folders (default: a temporary folder)")
-    ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
+    """The training worker of one operator and seed (``python -m benchmarks.standard_protocol --worker SPEC``),
+    run in its own subprocess by :func:`run`; the benchmark itself runs through the harness
+    (``python -m benchmarks run standard_protocol [--quick] [--set budget='"medium"']``)."""
+    ap = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
+    ap.add_argument("--worker", required=True, help="the JSON spec of one run")
     args = ap.parse_args(argv)
-    if args.worker:
-        print(json.dumps(worker(json.loads(args.worker))), flush=True)
-        return
-    harness = _harness()
-    name = NAME + ("_scaling" if args.scaling else "")
-    keys = harness.get(name).params
-    overrides = {k: v for k, v in vars(args).items() if k in keys and v is not None}
-    command = "python benchmarks/standard_protocol.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    records = harness.run_benchmark(name, quick=args.quick, results=args.results, overrides=overrides,
-                                    command=command.strip())
-    print(harness.markdown_table(harness.get(name), records))
+    print(json.dumps(worker(json.loads(args.worker))), flush=True)
+
+
+BENCHMARKS = (
+    Benchmark(
+        name="standard_protocol", run=run, schema=SCHEMA,
+        params=PARAMS, quick=QUICK, columns=COLUMNS,
+        labels=LABELS, notes=notes,
+        description="Standard protocol (issue 24): every registered operator and FNO through train_run on the same "
+                    "data, seeds and budget, widths matched to one parameter target;",
+        claim="Transolver and LinearNO below the Galerkin Transformer and FNO at equal parameters; 2x zero-shot within "
+              "1.5x (docs/benchmarks.md)",
+    ),
+    Benchmark(
+        name="standard_protocol_scaling", run=scaling, schema=SCALING_SCHEMA,
+        params=SCALING_PARAMS, quick=SCALING_QUICK,
+        columns=SCALING_COLUMNS, labels=SCALING_LABELS,
+        notes=scaling_notes,
+        description="Milliseconds per training step (batch 1, forward + backward + AdamW) against N = r² per operator, "
+                    "widths matched to one parameter target;",
+        claim="time per step grows at most like N^1.15 except quadratic baselines (docs/benchmarks.md)",
+    ),
+)
 
 
 if __name__ == "__main__":

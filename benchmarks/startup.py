@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 
+from .harness import Benchmark
+
 STATEMENTS = {
     "python -c pass": "pass",
     "import torch": "import torch",
@@ -64,3 +66,12 @@ SCHEMA = {"case": "str", "median_s": "float", "min_s": "float", "repeats": "int"
           "imports_neuralop": "bool?"}
 PARAMS = {"cases": [*STATEMENTS, *CLI], "repeats": 5}
 QUICK = {"cases": ["python -c pass", "import torch", "import sciattn"], "repeats": 1}
+
+
+BENCHMARKS = (
+    Benchmark(
+        name="startup", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK,
+        description="Start-up time in a fresh interpreter (median of the repeats), against plain `import torch`;",
+        claim="import sciattn.train does not import neuraloperator (docs/install.md)",
+    ),
+)

@@ -145,6 +145,46 @@ def test_docs_blocks_of_harness_benchmarks_come_from_the_rows(tmp_path, monkeypa
         assert f"| {rec['row']['n']} | {harness.format_value(rec['row']['err'])} | {rec['row']['label']} |" in filled
 
 
+def test_blocks_and_tables_select_a_run_by_its_parameters_and_rows_by_their_fields(tmp_path, monkeypatch, capsys):
+    from benchmarks.__main__ import main
+
+    first = _toy_rows(tmp_path, monkeypatch)
+    monkeypatch.setitem(harness.REGISTRY, "toy", _toy(params={"sizes": [2, 4, 8], "tag": "a"}))
+    second = harness.run_benchmark("toy", results=tmp_path, overrides={"sizes": [16], "tag": "b"}, command="x")
+    records = harness.read_rows(harness.results_path("toy", tmp_path))
+    assert harness.latest_run(records) == second
+    assert harness.latest_run(records, where={"sizes": [2, 4, 8]}) == first
+    assert harness.latest_run(records, where={"sizes": [2, 4, 8], "row.n": 4}) == [first[1]]
+    with pytest.raises(ValueError, match="where: no run has the parameters {'tag': 'c'}"):
+        harness.latest_run(records, where={"tag": "c"})
+    with pytest.raises(ValueError, match="where: expected a parameter of these runs .*got 'size'"):
+        harness.latest_run(records, where={"size": 2})
+    with pytest.raises(ValueError, match="where: no row of run .* matches {'row.n': 3}"):
+        harness.latest_run(records, where={"tag": "b", "row.n": 3})
+    assert harness.parse_where(["tag=b", 'label="x"', "sizes=[2,4,8]"]) == {"tag": "b", "label": "x",
+                                                                              "sizes": [2, 4, 8]}
+    with pytest.raises(ValueError, match="--where: expected KEY=VALUE, got 'tag'"):
+        harness.parse_where(["tag"])
+
+    tool = runpy.run_path(str(ROOT / "benchmarks" / "readme_tables.py"))
+    page = ("<!-- results:toy sizes=[2,4,8] row.n=8 -->\nold\n<!-- /results:toy -->\n"
+            "<!-- results:toy -->\nold\n<!-- /results:toy -->\n")
+    filled = tool["fill"](page, tmp_path)
+    one, latest = filled.split("<!-- /results:toy -->")[:2]
+    assert "| 8 | 0.1250 | n8 |" in one and "| 2 |" not in one and "| 16 |" not in one
+    assert "| 16 | 0.0625 | n16 |" in latest and "| 8 |" not in latest
+    assert main(["table", "toy", "--results", str(tmp_path), "--where", "tag=b"]) == 0
+    assert "| 16 | 0.0625 | n16 |" in capsys.readouterr().out
+    assert main(["table", "toy", "--results", str(tmp_path), "--where", "tag=z"]) == 2
+    assert "where: no run has the parameters" in capsys.readouterr().err
+
+
+def test_every_benchmark_module_declares_its_benchmarks():
+    from benchmarks import registry
+
+    assert registry.unregistered() == [], "each benchmarks/*.py module runs through the harness (BENCHMARKS)"
+
+
 def test_a_benchmark_may_pivot_its_rows_and_record_package_versions(tmp_path, monkeypatch):
     def pivot(records):
         rows = [r["row"] for r in records]
