@@ -189,7 +189,7 @@ BENCHMARKS = (
         quick=QUICK, table=table, notes=notes, packages=("neuraloperator",),
         description="Codomain-attention logit variance under grid refinement, sciattn against neuraloperator's CODALayer;",
         claim="the quadrature-weighted logits keep their variance under refinement, the anchor's grow with N "
-              "(docs/benchmarks.md)",
+              "(docs/benchmarks/codano.md)",
         plot=("points", "var_ratio_to_coarsest", "method"), log_axes=(True, True),
     ),
 )

@@ -522,7 +522,7 @@ BENCHMARKS = (
         description="Standard protocol (issue 24): every registered operator and FNO through train_run on the same "
                     "data, seeds and budget, widths matched to one parameter target;",
         claim="Transolver and LinearNO below the Galerkin Transformer and FNO at equal parameters; 2x zero-shot within "
-              "1.5x (docs/benchmarks.md)",
+              "1.5x (docs/benchmarks/training.md)",
     ),
     Benchmark(
         name="standard_protocol_scaling", run=scaling, schema=SCALING_SCHEMA,
@@ -531,7 +531,7 @@ BENCHMARKS = (
         notes=scaling_notes,
         description="Milliseconds per training step (batch 1, forward + backward + AdamW) against N = r² per operator, "
                     "widths matched to one parameter target;",
-        claim="time per step grows at most like N^1.15 except quadratic baselines (docs/benchmarks.md)",
+        claim="time per step grows at most like N^1.15 except quadratic baselines (docs/benchmarks/training.md)",
     ),
 )
 
