@@ -5,11 +5,13 @@ autodoc/autosummary over each package's ``__all__`` and a sphinx-gallery of runn
 
 ``SCIATTN_GALLERY_QUICK=1`` makes the gallery scripts read fewer samples and epochs;
 ``SCIATTN_GALLERY_RUN=0`` builds the site without executing them (sphinx-gallery's
-``plot_gallery=False``). Nothing here reaches the network: there is no intersphinx mapping.
+``plot_gallery=False``). Nothing here reaches the network: there is no intersphinx mapping, and maths renders from a local
+MathJax copy when sphinx-mathjax-offline is installed.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import sys
@@ -48,7 +50,11 @@ html_theme = "furo"
 html_title = f"sciattn {release}"
 html_theme_options = {"navigation_with_keys": True}
 
-# Maths renders with MathJax 3 from its CDN (Sphinx's default), so reading it needs the network.
+# Maths renders with MathJax 3. With sphinx-mathjax-offline installed (the dev and docs extras), a copy of
+# MathJax is shipped into _static/mathjax, so the built site renders maths without the network; without it,
+# Sphinx's default loads MathJax from its CDN.
+if importlib.util.find_spec("sphinx-mathjax-offline") is not None:
+    extensions.append("sphinx-mathjax-offline")
 
 # MyST: ```{toctree}``` fences, $...$ maths, heading anchors for `page.md#section` links.
 myst_enable_extensions = ["colon_fence", "dollarmath", "amsmath", "deflist"]

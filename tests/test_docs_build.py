@@ -9,6 +9,7 @@ gallery executed at its full budget.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -100,7 +101,10 @@ def _check_site(html: Path, proc: subprocess.CompletedProcess) -> None:
     assert "WARNING" not in proc.stderr and "ERROR" not in proc.stderr, proc.stderr[-6000:]
     for page in ("index.html", "install.html", "api/index.html", "gallery/index.html", "cli.html"):
         assert (html / page).is_file(), f"{page} missing from the built site"
-    broken = broken_local_links(html)
+    if importlib.util.find_spec("sphinx-mathjax-offline") is not None:  # the dev/docs extras: maths offline
+        mathjax = [t for t in _parse(html / "concepts" / "quadrature.html").targets if "mathjax" in t.lower()]
+        assert mathjax and not any(urlsplit(t).scheme or t.startswith("//") for t in mathjax), mathjax
+    broken = broken_local_links(html)  # includes the local MathJax script
     assert not broken, f"{len(broken)} broken local links, e.g.:\n" + "\n".join(broken[:20])
     # Every public name of every package has an anchor in the API reference.
     ids = set().union(*(_parse(p).ids for p in (html / "api").rglob("*.html")))
