@@ -1,63 +1,54 @@
 """Scaling of ball-tree construction and ball attention against dense attention, on CPU.
 
-Three measurements, N = 2^10 .. 2^18 points by default (uniform in the unit cube, d = 3):
+Three measurements, N = 2^10 .. 2^18 points by default (uniform in the unit cube, d = 3), one row per
+part, method and N:
 
-1. **Tree build**: :func:`sciattn.balltree.build_ball_tree` (tensor ops, batch of 4 clouds) against
-   the C++/OpenMP ``balltree-erwin`` package (import ``balltree``) when it is installed, and against
-   the recursive NumPy transcription :func:`sciattn.balltree.reference.ball_tree_numpy` (pure
-   NumPy, no SciPy; one cloud at a time) up to ``--numpy-max``. The tree computes node centres
-   and radii on first use; a second row times the build with them. balltree-erwin runs in
-   torch's OpenMP runtime with ``--erwin-threads`` threads (default ``--threads``).
-2. **Ball attention** (op ``"ball"``, automatic backend): one head group ``B=1, H=4, D=16`` with
-   balls of ``--ball`` points, distance bias and key weights; forward and forward+backward time
-   (best of ``--reps``) and peak memory (growth of the resident set, read from
-   ``/proc/self/status`` after ``malloc_trim`` and a reset of its high-water mark through
-   ``/proc/self/clear_refs``; Linux/glibc only, NaN elsewhere).
-3. **Dense SDPA** on the same q, k, v (``F.scaled_dot_product_attention``, no mask) up to
-   ``--dense-max`` points, in the same run.
+1. **Tree build** (``part="tree build"``): :func:`sciattn.balltree.build_ball_tree` (tensor ops, a batch of
+   ``batch`` clouds, balls of ``ball``) against the C++/OpenMP ``balltree-erwin`` package (import
+   ``balltree``) when it is installed, and against the recursive NumPy transcription
+   :func:`sciattn.balltree.reference.ball_tree_numpy` (pure NumPy, no SciPy; one cloud at a time) up to
+   ``numpy_max`` points. The tree computes node centres and radii on first use; a second row times the
+   build with them. balltree-erwin runs in torch's OpenMP runtime with ``erwin_threads`` threads (default
+   ``threads``). Field ``seconds``: best of ``reps``, per batch.
+2. **Ball attention** (``part="attention"``, op ``"ball"``, automatic backend): one head group
+   ``B=1, H=4, D=16`` with balls of ``ball`` points, distance bias and key weights; forward and
+   forward+backward time (best of ``reps``, seconds) and peak memory (growth of the resident set in MB, read
+   from ``/proc/self/status`` after ``malloc_trim`` and a reset of its high-water mark through
+   ``/proc/self/clear_refs``; Linux/glibc only, ``None`` elsewhere).
+3. **Dense SDPA** on the same q, k, v (``F.scaled_dot_product_attention``, no mask) up to ``dense_max``
+   points, in the same run.
 
-Fitted exponents come from a least-squares line in log-log over the sizes each method ran at.
+The exponents (time or memory ∝ N^p, a least-squares line in log-log over the sizes each method ran at)
+are fitted from the rows in the table's notes (:func:`exponents`).
 
-glibc serves every allocation above 32 MiB with a fresh ``mmap`` whose pages fault in on first
-touch; from N = 2^17 each ``(B, H, N, D)`` tensor crosses that line, and element-wise work on
-it then costs several times more per point. The committed run therefore sets
-``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` (recorded in the header), which keeps
-such blocks on the reused heap for every method alike; without them the largest sizes time the
-allocator, not the attention::
+glibc serves every allocation above 32 MiB with a fresh ``mmap`` whose pages fault in on first touch; from
+N = 2^17 each ``(B, H, N, D)`` tensor crosses that line, and element-wise work on it then costs several
+times more per point. The committed run therefore sets ``MALLOC_MMAP_THRESHOLD_`` and
+``MALLOC_TRIM_THRESHOLD_`` (each row records them in ``malloc``), which keeps such blocks on the reused heap
+for every method alike; without them the largest sizes time the allocator, not the attention::
 
-    MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=8589934592 \
-        python benchmarks/balltree_scaling.py [--sizes 1024 ... 262144] [--threads 1]
-
-Writes benchmarks/results/balltree_scaling.{json,md}.
+    MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=8589934592 \\
+        python -m benchmarks run balltree_scaling [--quick] [--set sizes='[1024, 4096]'] [--set threads=1]
 """
 
 from __future__ import annotations
 
-import argparse
 import ctypes
-import datetime
 import gc
-import json
-import math
-import os
-import platform
 import time
-from pathlib import Path
 
-import numpy as np
-import torch
-import torch.nn.functional as F
-from _timing import malloc_note, malloc_settings
+from .harness import Benchmark
 
-from sciattn.balltree import ball_attention, build_ball_tree
-from sciattn.balltree.reference import ball_tree_numpy
-
-ROOT = Path(__file__).resolve().parents[1]
+PARTS = ("tree build", "attention")
+HEADS, HEAD_DIM = 4, 16
 
 
-def fit_exponent(ns, values):
+def fit_exponent(ns, values) -> float | None:
+    """Slope of ``log(values)`` against ``log(ns)`` (least squares); ``None`` with fewer than two sizes."""
+    import numpy as np
+
     if len(ns) < 2:
-        return float("nan")
+        return None
     return float(np.polyfit(np.log(ns), np.log(values), 1)[0])
 
 
@@ -87,27 +78,43 @@ def _trim_heap():
         pass
 
 
-def peak_memory_mb(fn):
-    """Peak growth of the resident set while ``fn`` runs (MB), or NaN if the kernel cannot reset it."""
+def peak_memory_mb(fn) -> float | None:
+    """Peak growth of the resident set while ``fn`` runs (MB), or ``None`` if the kernel cannot reset it."""
     gc.collect()
     _trim_heap()
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
     except OSError:
-        return float("nan")
+        return None
     base = _status_kb("VmRSS:")
     fn()
     return (_status_kb("VmHWM:") - base) / 1024
 
 
+def _row(part, method, n, **fields) -> dict:
+    from ._timing import malloc_settings  # (imports torch)
+
+    row = {"part": part, "method": method, "n": n, "batch": None, "ball": None, "seconds": None, "forward_s": None,
+           "forward_backward_s": None, "peak_mb_forward": None, "peak_mb_forward_backward": None,
+           "malloc": malloc_settings()}
+    row.update(fields)
+    return row
+
+
 def _tree_rows(n, batch, ball, reps, numpy_max, balltree, erwin_threads):
+    import torch
+
+    from sciattn.balltree import build_ball_tree
+    from sciattn.balltree.reference import ball_tree_numpy
+
     pos = torch.rand(batch, n, 3, generator=torch.Generator().manual_seed(n))
     build_ball_tree(pos, None, ball)
-    rows = [{"method": "sciattn build_ball_tree (torch)", "n": n, "batch": batch,
-             "seconds": best_time(lambda: build_ball_tree(pos, None, ball), reps)},
-            {"method": "sciattn build_ball_tree + node centres/radii (torch)", "n": n, "batch": batch,
-             "seconds": best_time(lambda: build_ball_tree(pos, None, ball).radii, reps)}]
+    common = {"batch": batch, "ball": ball}
+    rows = [_row("tree build", "sciattn build_ball_tree (torch)", n, **common,
+                 seconds=best_time(lambda: build_ball_tree(pos, None, ball), reps)),
+            _row("tree build", "sciattn build_ball_tree + node centres/radii (torch)", n, **common,
+                 seconds=best_time(lambda: build_ball_tree(pos, None, ball).radii, reps))]
     if balltree is not None:
         flat = pos.reshape(-1, 3).double()
         idx = torch.arange(batch).repeat_interleave(n)
@@ -115,31 +122,30 @@ def _tree_rows(n, batch, ball, reps, numpy_max, balltree, erwin_threads):
         # first): its OpenMP pool is the one torch.set_num_threads sizes.
         torch_threads = torch.get_num_threads()
         torch.set_num_threads(erwin_threads)
-        balltree.build_balltree(flat, idx)
-        rows.append({"method": "balltree-erwin (C++/OpenMP)", "n": n, "batch": batch,
-                     "seconds": best_time(lambda: balltree.build_balltree(flat, idx), reps)})
-        torch.set_num_threads(torch_threads)
+        try:
+            balltree.build_balltree(flat, idx)
+            rows.append(_row("tree build", "balltree-erwin (C++/OpenMP)", n, **common,
+                             seconds=best_time(lambda: balltree.build_balltree(flat, idx), reps)))
+        finally:
+            torch.set_num_threads(torch_threads)
     if n <= numpy_max:
         clouds = [pos[b].numpy() for b in range(batch)]
-        rows.append({"method": "NumPy recursive reference", "n": n, "batch": batch,
-                     "seconds": best_time(lambda: [ball_tree_numpy(c, ball) for c in clouds], 1)})
+        rows.append(_row("tree build", "NumPy recursive reference", n, **common,
+                         seconds=best_time(lambda: [ball_tree_numpy(c, ball) for c in clouds], 1)))
     return rows
 
 
-def bench_trees(sizes, reps, numpy_max, erwin_threads, batch=4, ball=64):
-    try:
-        import balltree
-    except ImportError:
-        balltree = None
-    return [row for n in sizes for row in _tree_rows(n, batch, ball, reps, numpy_max, balltree, erwin_threads)]
+def _attention_row(name, n, ball, reps):
+    import torch
+    import torch.nn.functional as F
 
+    from sciattn.balltree import ball_attention
 
-def _attention_row(name, n, ball, reps, h=4, d=16):
     g = torch.Generator().manual_seed(n)
-    q, k, v = (torch.randn(1, h, n, d, generator=g) for _ in range(3))
+    q, k, v = (torch.randn(1, HEADS, n, HEAD_DIM, generator=g) for _ in range(3))
     pos = torch.rand(1, n, 3, generator=g)
     w = torch.rand(1, n, generator=g) + 0.1
-    sigma = torch.ones(h)
+    sigma = torch.ones(HEADS)
     if name == "ball attention":
         def op(q, k, v):
             return ball_attention(q, k, v, pos, ball, weights=w, sigma=sigma)
@@ -156,87 +162,149 @@ def _attention_row(name, n, ball, reps, h=4, d=16):
 
     fwd()
     fwd_bwd()
-    return {"method": name, "n": n, "ball": ball if name == "ball attention" else None,
-            "forward_s": best_time(fwd, reps), "forward_backward_s": best_time(fwd_bwd, reps),
-            "peak_mb_forward": peak_memory_mb(fwd), "peak_mb_forward_backward": peak_memory_mb(fwd_bwd)}
+    return _row("attention", name, n, ball=ball if name == "ball attention" else None,
+                forward_s=best_time(fwd, reps), forward_backward_s=best_time(fwd_bwd, reps),
+                peak_mb_forward=peak_memory_mb(fwd), peak_mb_forward_backward=peak_memory_mb(fwd_bwd))
 
 
-def bench_attention(sizes, reps, dense_max, ball):
+def _positive_int(params, key, minimum=1):
+    v = params[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise ValueError(f"{key}: expected an integer >= {minimum}, got {v!r}")
+    return v
+
+
+def check(params: dict) -> dict:
+    """``params`` with its values checked (a ValueError names the parameter)."""
+    sizes = params["sizes"]
+    if (not isinstance(sizes, list) or not sizes
+            or any(isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in sizes)):
+        raise ValueError(f"sizes: expected a non-empty list of point counts >= 2, got {sizes!r}")
+    for key in ("ball", "batch", "reps", "threads"):
+        _positive_int(params, key)
+    for key in ("dense_max", "numpy_max"):
+        _positive_int(params, key, 0)
+    if params["erwin_threads"] is not None:
+        _positive_int(params, "erwin_threads")
+    parts = params["parts"]
+    if not isinstance(parts, list) or not parts or any(p not in PARTS for p in parts):
+        raise ValueError(f"parts: expected a non-empty list of {list(PARTS)}, got {parts!r}")
+    return params
+
+
+def run(params: dict) -> list[dict]:
+    import torch
+
+    p = check(params)
+    torch.set_num_threads(p["threads"])
+    erwin_threads = p["threads"] if p["erwin_threads"] is None else p["erwin_threads"]
     rows = []
-    for n in sizes:
-        rows.append(_attention_row("ball attention", n, ball, reps))
-        if n <= dense_max:
-            rows.append(_attention_row("dense SDPA", n, ball, reps))
+    if "tree build" in p["parts"]:
+        try:
+            import balltree
+        except ImportError:
+            balltree = None
+        for n in p["sizes"]:
+            rows += _tree_rows(n, p["batch"], p["ball"], p["reps"], p["numpy_max"], balltree, erwin_threads)
+            print(f"tree build N={n}: " + ", ".join(f"{r['method']} {r['seconds']:.4f} s" for r in rows
+                                                    if r["n"] == n and r["part"] == "tree build"), flush=True)
+    if "attention" in p["parts"]:
+        for n in p["sizes"]:
+            rows.append(_attention_row("ball attention", n, p["ball"], p["reps"]))
+            if n <= p["dense_max"]:
+                rows.append(_attention_row("dense SDPA", n, p["ball"], p["reps"]))
+            print(f"attention N={n}: " + ", ".join(f"{r['method']} {1e3 * r['forward_backward_s']:.1f} ms fwd+bwd"
+                                                   for r in rows if r["n"] == n and r["part"] == "attention"),
+                  flush=True)
     return rows
 
 
-def exponents(rows, key):
-    out = {}
-    for method in dict.fromkeys(r["method"] for r in rows):
-        sel = [r for r in rows if r["method"] == method and r.get(key) == r.get(key) and r.get(key, 0) > 0]
-        out[method] = fit_exponent([r["n"] for r in sel], [r[key] for r in sel])
+# ---- table and notes, from the rows ------------------------------------------------------------------------------
+
+QUANTITIES = (("tree_build_time", "tree build", "seconds"),
+              ("attention_forward_time", "attention", "forward_s"),
+              ("attention_forward_backward_time", "attention", "forward_backward_s"),
+              ("attention_peak_memory_forward_backward", "attention", "peak_mb_forward_backward"))
+
+
+def exponents(rows: list[dict]) -> dict[str, dict[str, float | None]]:
+    """``{quantity: {method: p}}``: the fitted exponent of each quantity of :data:`QUANTITIES` per method,
+    over the rows where it is a positive number."""
+    out: dict[str, dict[str, float | None]] = {}
+    for quantity, part, key in QUANTITIES:
+        sel = [r for r in rows if r["part"] == part]
+        if not sel:
+            continue
+        out[quantity] = {}
+        for method in dict.fromkeys(r["method"] for r in sel):
+            pts = [(r["n"], r[key]) for r in sel if r["method"] == method and r[key] is not None and r[key] > 0]
+            out[quantity][method] = fit_exponent([n for n, _ in pts], [v for _, v in pts])
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[2**k for k in range(10, 19)])
-    ap.add_argument("--ball", type=int, default=64)
-    ap.add_argument("--dense-max", type=int, default=2**14, help="largest N for dense SDPA")
-    ap.add_argument("--numpy-max", type=int, default=2**14, help="largest N for the NumPy tree reference")
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    ap.add_argument("--erwin-threads", type=int, default=None, help="OpenMP threads of balltree-erwin (default: --threads)")
-    ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    erwin_threads = args.threads if args.erwin_threads is None else args.erwin_threads
-    start = time.perf_counter()
-    trees = bench_trees(args.sizes, args.reps, args.numpy_max, erwin_threads)
-    attn = bench_attention(args.sizes, args.reps, args.dense_max, args.ball)
-    meta = {
-        "date": datetime.date.today().isoformat(), "machine": platform.machine(), "torch": torch.__version__,
-        "threads": args.threads, "erwin_threads": erwin_threads, "cpus": os.cpu_count(),
-        "load_average": os.getloadavg(),
-        "malloc_env": malloc_settings(),
-        "command": "python benchmarks/balltree_scaling.py", "wall_s": round(time.perf_counter() - start, 1),
-        "attention": "B=1, H=4, D=16, float32, key weights and distance bias; dense = F.scaled_dot_product_attention",
-        "trees": "batch of 4 clouds, uniform in [0,1]^3, ball_size 64",
-    }
-    result = {
-        "meta": meta, "tree_build": trees, "attention": attn,
-        "exponents": {"tree_build_time": exponents(trees, "seconds"),
-                      "attention_forward_time": exponents(attn, "forward_s"),
-                      "attention_forward_backward_time": exponents(attn, "forward_backward_s"),
-                      "attention_peak_memory_forward_backward": exponents(attn, "peak_mb_forward_backward")},
-    }
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "balltree_scaling.json").write_text(json.dumps(result, indent=2))
-    lines = [
-        f"CPU, {meta['date']}, {meta['machine']}, {meta['threads']} torch thread(s) on {meta['cpus']} shared cores "
-        f"(load average {meta['load_average'][0]:.1f} at the end), torch {meta['torch']}. "
-        f"Command: `{meta['command']}` ({meta['wall_s']} s). " + malloc_note(meta["malloc_env"]),
-        "",
-        f"Tree build ({meta['trees']}; best of repeats, seconds per batch; balltree-erwin with "
-        f"{meta['erwin_threads']} OpenMP thread(s), torch with {meta['threads']}):",
-        "",
-        "| method | N per cloud | seconds |",
-        "|---|---|---|",
-    ]
-    lines += [f"| {r['method']} | {r['n']} | {r['seconds']:.4f} |" for r in trees]
-    lines += ["", f"Attention ({meta['attention']}; ball attention with balls of {args.ball}):", "",
-              "| method | N | forward (ms) | fwd+bwd (ms) | peak MB fwd | peak MB fwd+bwd |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['method']} | {r['n']} | {1e3 * r['forward_s']:.1f} | {1e3 * r['forward_backward_s']:.1f} | "
-              f"{r['peak_mb_forward']:.0f} | {r['peak_mb_forward_backward']:.0f} |" for r in attn]
-    lines += ["", "Fitted exponents (time or memory ∝ N^p, least squares in log-log):", "",
-              "| quantity | method | p |", "|---|---|---|"]
-    for quantity, per in result["exponents"].items():
-        lines += [f"| {quantity} | {m} | {p:.2f} |" for m, p in per.items()]
-    if math.isfinite(args.dense_max) and args.dense_max < max(args.sizes):
-        lines += ["", f"Dense SDPA stops at N = {args.dense_max} to keep the run under 5 minutes."]
-    (args.results / "balltree_scaling.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+def _ms(v):
+    return "—" if v is None else f"{1e3 * v:.1f}"
 
 
-if __name__ == "__main__":
-    main()
+def _mb(v):
+    return "—" if v is None else f"{v:.0f}"
+
+
+def table(records: list[dict]) -> str:
+    rows = [r["row"] for r in records]
+    params = records[0]["params"]
+    lines = []
+    trees = [r for r in rows if r["part"] == "tree build"]
+    if trees:
+        erwin = params.get("erwin_threads") or params.get("threads")
+        lines += [f"Tree build (batch of {trees[0]['batch']} clouds, uniform in [0,1]^3, ball_size {trees[0]['ball']}; "
+                  f"best of repeats, seconds per batch; balltree-erwin with {erwin if erwin else '—'} OpenMP "
+                  f"thread(s), torch with {params.get('threads') or '—'}):", "",
+                  "| method | N per cloud | seconds |", "|---|---|---|"]
+        lines += [f"| {r['method']} | {r['n']} | {r['seconds']:.4f} |" for r in trees]
+    attn = [r for r in rows if r["part"] == "attention"]
+    if attn:
+        ball = next((r["ball"] for r in attn if r["ball"] is not None), params.get("ball"))
+        lines += ["" if lines else None,
+                  f"Attention (B=1, H={HEADS}, D={HEAD_DIM}, float32, key weights and distance bias; dense = "
+                  f"F.scaled_dot_product_attention; ball attention with balls of {ball}):", "",
+                  "| method | N | forward (ms) | fwd+bwd (ms) | peak MB fwd | peak MB fwd+bwd |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {r['method']} | {r['n']} | {_ms(r['forward_s'])} | {_ms(r['forward_backward_s'])} | "
+                  f"{_mb(r['peak_mb_forward'])} | {_mb(r['peak_mb_forward_backward'])} |" for r in attn]
+    return "\n".join(x for x in lines if x is not None) + "\n"
+
+
+def notes(records: list[dict]) -> str:
+    from ._timing import malloc_note
+
+    rows = [r["row"] for r in records]
+    params = records[0]["params"]
+    lines = ["Fitted exponents (time or memory ∝ N^p, least squares in log-log over the rows above):", "",
+             "| quantity | method | p |", "|---|---|---|"]
+    for quantity, per in exponents(rows).items():
+        lines += [f"| {quantity} | {m} | {'—' if p is None else format(p, '.2f')} |" for m, p in per.items()]
+    settings = {tuple(sorted(r["malloc"].items())) for r in rows}
+    lines += ["", " ".join(malloc_note(dict(s)) for s in sorted(settings))]
+    dense = [r["n"] for r in rows if r["method"] == "dense SDPA"]
+    sizes = [r["n"] for r in rows if r["part"] == "attention"]
+    if dense and max(dense) < max(sizes):
+        lines[-1] += f" Dense SDPA stops at N = {params.get('dense_max') or max(dense)} (parameter `dense_max`)."
+    return "\n".join(lines) + "\n"
+
+
+SCHEMA = {"part": "str", "method": "str", "n": "int", "batch": "int?", "ball": "int?", "seconds": "float?",
+          "forward_s": "float?", "forward_backward_s": "float?", "peak_mb_forward": "float?",
+          "peak_mb_forward_backward": "float?", "malloc": "dict"}
+PARAMS = {"sizes": [2**k for k in range(10, 19)], "ball": 64, "batch": 4, "dense_max": 2**14, "numpy_max": 2**14,
+          "reps": 3, "threads": 1, "erwin_threads": None, "parts": list(PARTS)}
+QUICK = {"sizes": [1024, 2048, 4096], "dense_max": 2048, "numpy_max": 2048, "reps": 2}
+
+BENCHMARKS = (
+    Benchmark(
+        name="balltree_scaling", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
+        description="Ball-tree build and ball attention against dense SDPA over N, on CPU;",
+        claim="the tree build and CPU ball attention are linear in N (fitted exponent about 1, 2^10 to 2^18), "
+              "dense attention quadratic; the torch build within 2× of balltree-erwin from 4,096 points per cloud (docs/benchmarks/point_clouds.md)",
+    ),
+)
