@@ -3,109 +3,114 @@
 The published axial kernel sums over each axis without ``1/n`` (Pattern C), so the kernel integral ``Ṽ`` grows like
 ``N = n_1 n_2``; the GroupNorm that follows is scale-invariant, so the published block equals ours with GroupNorm's
 eps divided by ``N²``. Where the variance of ``Ṽ`` is not far above eps (at the published initialisation it is far
-below), that eps is resolution-dependent and so is the output. This script measures, at initialisation and with
-the q/k projections redrawn wider (std ``--qk-std``, a trained-like kernel), the relative difference between the
-output on ``n²`` cells (``n = 32, 64, 128``) and the cell means of the output on ``256²`` cells (the metric of
-``tests/operators/test_discretisation_convergence.py``), for ours (eps 1e-8 on the weighted ``Ṽ``) and the
-published layer (emulated exactly: eps ``1e-8 / N²``).
+below), that eps is resolution-dependent and so is the output. This benchmark measures, at initialisation and with
+the q/k projections redrawn wider (std ``qk_std``, a trained-like kernel), the relative difference between the
+output on ``n²`` cells (``sizes``, default ``n = 32, 64, 128``) and the cell means of the output on ``reference²``
+cells (default 256; the metric of ``tests/operators/test_discretisation_convergence.py``), for ours (eps 1e-8 on
+the weighted ``Ṽ``) and the published layer (emulated exactly: eps ``1e-8 / N²``). One row per q/k
+initialisation, kernel and size.
 
-    python benchmarks/factformer_kernel_refinement.py [--seed 0] [--qk-std 0.05]
-
-Writes rows (date, hardware, versions, command) to ``benchmarks/results/factformer_kernel_refinement.json`` and the
-table ``factformer_kernel_refinement.md`` generated from them.
+    python -m benchmarks run factformer_kernel_refinement [--quick] [--set seed=0] [--set qk_std=0.05]
+                                                          [--set sizes='[32, 64, 128]'] [--set reference=256]
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
-import math
-import platform
-import sys
-import time
-from pathlib import Path
+from typing import Any
 
-import torch
+from .harness import Benchmark
+from .oformer_rope_refinement import restrict, smooth
 
-from sciattn.operators import create_operator
-
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
-SIZES = (32, 64, 128)
-REFERENCE = 256
+SCHEMA = {"init": "str", "kernel": "str", "n": "int", "error": "float"}
+PARAMS = {"seed": 0, "qk_std": 0.05, "sizes": [32, 64, 128], "reference": 256}
+QUICK = {"sizes": [16, 32], "reference": 64}
+KERNELS = (("quadrature (ours)", False), ("bare sum (published)", True))
 
 
-def smooth(n: int) -> torch.Tensor:
-    t = (torch.arange(n, dtype=torch.float64) + 0.5) / n
-    axes = torch.meshgrid(t, t, indexing="ij")
-    u = sum(math.sin(1.0 + a) * torch.sin(2 * math.pi * (a + 1) * x + a) for a, x in enumerate(axes))
-    return (u + math.prod(torch.cos(2 * math.pi * x) for x in axes))[None, None].float()
+def measure(seed: int, qk_std: float | None, published: bool, sizes: tuple[int, ...],
+            reference: int) -> dict[int, float]:
+    """``{n: relative difference of the output on n² cells to the cell means of the reference output}``;
+    ``qk_std`` redraws the q/k projections (``None``: the published initialisation); ``published`` emulates the
+    bare axial sum (GroupNorm eps ``1e-8 / N²``)."""
+    import torch
 
+    from sciattn.operators import create_operator
 
-def restrict(y: torch.Tensor, n: int) -> torch.Tensor:
-    r = y.shape[-1] // n
-    return y.reshape(*y.shape[:2], n, r, n, r).mean((3, 5))
-
-
-@torch.no_grad()
-def measure(seed: int, qk_std: float | None, published: bool) -> dict[str, float]:
     torch.manual_seed(seed)
     model = create_operator("factformer", in_channels=1, out_channels=1).float().eval()
-    if qk_std is not None:
-        for name, p in model.named_parameters():
-            if name.endswith((".q.weight", ".k.weight")):
-                p.normal_(0, qk_std)
+    with torch.no_grad():
+        if qk_std is not None:
+            for name, p in model.named_parameters():
+                if name.endswith((".q.weight", ".k.weight")):
+                    p.normal_(0, qk_std)
 
-    def run(n):
-        for block in model.blocks:
-            block.norm_eps = 1e-8 / (n * n) ** 2 if published else 1e-8
-        return model(smooth(n))
+        def evaluate(n):
+            for block in model.blocks:
+                block.norm_eps = 1e-8 / (n * n) ** 2 if published else 1e-8
+            return model(smooth(n))
 
-    ref = run(REFERENCE)
-    out = {}
-    for n in SIZES:
-        r = restrict(ref, n)
-        out[str(n)] = float((run(n) - r).norm() / r.norm())
+        ref = evaluate(reference)
+        out = {}
+        for n in sizes:
+            r = restrict(ref, n)
+            out[n] = float((evaluate(n) - r).norm() / r.norm())
     return out
 
 
-def markdown(result: dict) -> str:
-    lines = [f"Command: `{result['command']}`; {result['date']}, {result['hardware']}, torch {result['torch']}, "
-             f"{result['threads']} torch threads, {result['seconds']:.0f} s.", "",
-             f"`factformer` at its defaults (seed {result['seed']}); relative L2 difference of the output to the cell "
-             f"means of the {REFERENCE}² output.", "",
-             "| q/k weights | kernel | " + " | ".join(f"{n}²" for n in SIZES) + " |", "|---|---|" + "---|" * len(SIZES)]
-    for row in result["rows"]:
-        lines.append(f"| {row['init']} | {row['kernel']} | " + " | ".join(f"{row['errors'][str(n)]:.2e}" for n in SIZES)
-                     + " |")
+def check_params(params: dict[str, Any]) -> None:
+    """A ValueError naming the parameter for a bad one."""
+    for key, low in (("seed", 0), ("reference", 1)):
+        v = params[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"{key}: expected an integer ≥ {low}, got {v!r}")
+    s = params["qk_std"]
+    if isinstance(s, bool) or not isinstance(s, (int, float)) or not s > 0:
+        raise ValueError(f"qk_std: expected a positive number, got {s!r}")
+    sizes, ref = params["sizes"], params["reference"]
+    if (not isinstance(sizes, list) or not sizes
+            or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 or ref % n for n in sizes)
+            or any(n >= ref for n in sizes)):
+        raise ValueError(f"sizes: expected a non-empty list of grid sizes below reference={ref} that divide it, "
+                         f"got {sizes!r}")
+
+
+def run(params: dict) -> list[dict]:
+    check_params(params)
+    sizes, std = tuple(params["sizes"]), float(params["qk_std"])
+    rows = []
+    for init, qk in (("published init (xavier, gain 0.02)", None), (f"redrawn, std {std:g}", std)):
+        for kernel, published in KERNELS:
+            errors = measure(int(params["seed"]), qk, published, sizes, int(params["reference"]))
+            rows += [{"init": init, "kernel": kernel, "n": n, "error": errors[n]} for n in sizes]
+    return rows
+
+
+def table(records: list[dict]) -> str:
+    """One line per q/k initialisation and kernel, the sizes as columns (three significant digits)."""
+    rows = [r["row"] for r in records]
+    sizes = sorted({r["n"] for r in rows})
+    keys = list(dict.fromkeys((r["init"], r["kernel"]) for r in rows))
+    by = {(r["init"], r["kernel"], r["n"]): r["error"] for r in rows}
+    lines = ["| q/k weights | kernel | " + " | ".join(f"{n}²" for n in sizes) + " |", "|---|---|" + "---|" * len(sizes)]
+    lines += [f"| {init} | {kernel} | " + " | ".join(f"{by[(init, kernel, n)]:.2e}" for n in sizes) + " |"
+              for init, kernel in keys]
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--qk-std", type=float, default=0.05)
-    p.add_argument("--results", type=Path, default=RESULTS)
-    args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    started = time.perf_counter()
-    rows = []
-    for init, std in (("published init (xavier, gain 0.02)", None), (f"redrawn, std {args.qk_std:g}", args.qk_std)):
-        for kernel, published in (("quadrature (ours)", False), ("bare sum (published)", True)):
-            rows.append({"init": init, "kernel": kernel, "errors": measure(args.seed, std, published)})
-    result = {"date": datetime.date.today().isoformat(),
-              "hardware": f"{platform.machine()} {platform.processor() or ''}".strip(), "torch": torch.__version__,
-              "python": platform.python_version(), "threads": torch.get_num_threads(),
-              "command": "python benchmarks/factformer_kernel_refinement.py " + " ".join(sys.argv[1:] if argv is None
-                                                                                      else argv),
-              "seed": args.seed, "qk_std": args.qk_std, "seconds": time.perf_counter() - started, "rows": rows}
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "factformer_kernel_refinement.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.results / "factformer_kernel_refinement.md").write_text(markdown(result))
-    print(markdown(result))
-    return 0
+def notes(records: list[dict]) -> str:
+    p = records[0]["params"]
+    return (f"`factformer` at its defaults (seed {p['seed']}); relative L2 difference of the output to the cell "
+            f"means of the {p['reference']}² output. `bare sum (published)`: the published kernel, emulated exactly "
+            "by GroupNorm eps `1e-8 / N²` on our weighted kernel.")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+BENCHMARKS = (
+    Benchmark(
+        name="factformer_kernel_refinement", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table,
+        notes=notes,
+        description="FactFormer under grid refinement, our quadrature-weighted axial kernel against the published "
+                    "bare sum, at the published and a wider q/k initialisation;",
+        claim="at the published initialisation the bare-sum kernel does not converge and ours does; with wider q/k "
+              "weights both converge (docs/operators/factformer.md)",
+    ),
+)

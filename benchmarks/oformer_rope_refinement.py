@@ -3,120 +3,144 @@
 The published encoder multiplies the coordinates by ``res·[res, res/4, 1, …]`` (``min_freq = 1/res``) before the
 rotary embedding, up to ``res²`` radians per unit length. A kernel that oscillates that fast is not resolved by a
 grid coarser than its frequency, so the quadrature ``Σ_j w_j k_jᵀ v_j`` does not converge until the grid resolves
-it. This script measures, at initialisation (``torch.manual_seed(seed)``, eval, float32), the relative difference
-between the output on ``n²`` cells (``n = 32, 64, 128``) and the cell means of the output on ``256²`` cells, the
-metric of ``tests/operators/test_discretisation_convergence.py``, for
+it. This benchmark measures, at initialisation (``torch.manual_seed(seed)``, eval, float32), the relative
+difference between the output on ``n²`` cells (``sizes``, default ``n = 32, 64, 128``) and the cell means of the
+output on ``reference²`` cells (default 256), the metric of ``tests/operators/test_discretisation_convergence.py``,
+for
 
 - the whole model's output, and
 - each encoder layer's attention term ``GA_l(h)`` alone (the skip paths are pointwise and hide it),
 
-with the default ``rope_scales`` and with the published ``res·[res, res/4, 1, 1]`` at ``res = 64`` (decoder scale 64).
+with the default ``rope_scales`` and with the published ``res·[res, res/4, 1, 1]`` (decoder scale ``res``) at
+``res = 64``. One row per configuration, quantity and size.
 
-    python benchmarks/oformer_rope_refinement.py [--res 64] [--seed 0]
-
-Writes rows (date, hardware, versions, command) to ``benchmarks/results/oformer_rope_refinement.json`` and the
-table ``oformer_rope_refinement.md`` generated from them.
+    python -m benchmarks run oformer_rope_refinement [--quick] [--set res=64] [--set seed=0]
+                                                     [--set sizes='[32, 64, 128]'] [--set reference=256]
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
 import math
-import platform
-import sys
-import time
-from pathlib import Path
+from typing import Any
 
-import torch
+from .harness import Benchmark
 
-from sciattn.operators import create_operator
-
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
-SIZES = (32, 64, 128)
-REFERENCE = 256
+SCHEMA = {"label": "str", "rope_scales": "list", "decoder_rope_scale": "float", "quantity": "str", "n": "int",
+          "error": "float"}
+PARAMS = {"res": 64, "seed": 0, "sizes": [32, 64, 128], "reference": 256}
+QUICK = {"sizes": [8, 16], "reference": 32}
 
 
-def smooth(n: int) -> torch.Tensor:
+def smooth(n: int):
     """The registry convergence test's input at the centres of ``n²`` cells, ``(1, 1, n, n)``."""
+    import torch
+
     t = (torch.arange(n, dtype=torch.float64) + 0.5) / n
     axes = torch.meshgrid(t, t, indexing="ij")
     u = sum(math.sin(1.0 + a) * torch.sin(2 * math.pi * (a + 1) * x + a) for a, x in enumerate(axes))
     return (u + math.prod(torch.cos(2 * math.pi * x) for x in axes))[None, None].float()
 
 
-def restrict(y: torch.Tensor, n: int) -> torch.Tensor:
+def restrict(y, n: int):
+    """Cell means of ``y`` ``(B, C, m, m)`` on ``n²`` cells (``n`` divides ``m``)."""
     r = y.shape[-1] // n
     return y.reshape(*y.shape[:2], n, r, n, r).mean((3, 5))
 
 
-@torch.no_grad()
-def measure(config: dict, seed: int) -> dict:
+def configs(res: int) -> list[tuple[str, dict]]:
+    """``(label, oformer config)``: our defaults, and the published rotary scales at ``res``."""
+    r = float(res)
+    return [("default", {}), ("published", {"rope_scales": [r * r, r * r / 4, r, r], "decoder_rope_scale": r})]
+
+
+def measure(config: dict, seed: int, sizes: tuple[int, ...], reference: int) -> dict[str, dict[int, float]]:
+    """``{quantity: {n: relative difference to the cell means of the reference output}}``; quantities: the
+    ``output`` and each encoder layer's ``attention l`` term."""
+    import torch
+
+    from sciattn.operators import create_operator
+
     torch.manual_seed(seed)
     model = create_operator("oformer", in_channels=1, out_channels=1, **config).float().eval()
-    captured: dict[int, torch.Tensor] = {}
+    captured: dict[int, Any] = {}
     for i, layer in enumerate(model.layers):
         layer.attn.register_forward_hook(lambda mod, args, out, i=i: captured.__setitem__(i, out))
 
-    def run(n):
+    def evaluate(n):
         y = model(smooth(n))
         return {"output": y, **{f"attention {i}": captured[i].transpose(1, 2).reshape(1, -1, n, n)
                                 for i in range(len(model.layers))}}
 
-    ref = run(REFERENCE)
-    out: dict[str, dict[str, float]] = {k: {} for k in ref}
-    for n in SIZES:
-        coarse = run(n)
-        for k, v in coarse.items():
-            r = restrict(ref[k], n)
-            out[k][str(n)] = float((v - r).norm() / r.norm())
+    with torch.no_grad():
+        ref = evaluate(reference)
+        out: dict[str, dict[int, float]] = {k: {} for k in ref}
+        for n in sizes:
+            coarse = evaluate(n)
+            for k, v in coarse.items():
+                r = restrict(ref[k], n)
+                out[k][n] = float((v - r).norm() / r.norm())
     return out
 
 
-def markdown(result: dict) -> str:
-    lines = [f"Command: `{result['command']}`; {result['date']}, {result['hardware']}, torch {result['torch']}, "
-             f"{result['threads']} torch threads, {result['seconds']:.0f} s.", "",
-             f"`oformer` at its defaults except `rope_scales` / `decoder_rope_scale` (seed {result['seed']}, "
-             f"initialisation); relative L2 difference to the cell means of the {REFERENCE}² output.", "",
-             "| rope_scales | decoder scale | quantity | " + " | ".join(f"{n}²" for n in SIZES) + " |",
-             "|---|---|---|" + "---|" * len(SIZES)]
-    for row in result["rows"]:
-        scales = ", ".join(f"{s:g}" for s in row["rope_scales"])
-        for k, errs in row["errors"].items():
-            lines.append(f"| [{scales}] ({row['label']}) | {row['decoder_rope_scale']:g} | {k} | "
-                         + " | ".join(f"{errs[str(n)]:.2e}" for n in SIZES) + " |")
+def check_params(params: dict[str, Any]) -> None:
+    """A ValueError naming the parameter for a bad one."""
+    for key, low in (("res", 1), ("seed", 0), ("reference", 1)):
+        v = params[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"{key}: expected an integer ≥ {low}, got {v!r}")
+    sizes, ref = params["sizes"], params["reference"]
+    if (not isinstance(sizes, list) or not sizes
+            or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 or ref % n for n in sizes)
+            or any(n >= ref for n in sizes)):
+        raise ValueError(f"sizes: expected a non-empty list of grid sizes below reference={ref} that divide it, "
+                         f"got {sizes!r}")
+
+
+def run(params: dict) -> list[dict]:
+    from sciattn.operators import create_operator
+
+    check_params(params)
+    sizes = tuple(params["sizes"])
+    rows = []
+    for label, cfg in configs(params["res"]):
+        model = create_operator("oformer", in_channels=1, out_channels=1, **cfg)
+        scales = [float(layer.attn.rope_scale) for layer in model.layers]
+        errors = measure(cfg, int(params["seed"]), sizes, int(params["reference"]))
+        for quantity, errs in errors.items():
+            rows += [{"label": label, "rope_scales": scales, "decoder_rope_scale": float(model.cross.rope_scale),
+                      "quantity": quantity, "n": n, "error": errs[n]} for n in sizes]
+    return rows
+
+
+def table(records: list[dict]) -> str:
+    """One line per configuration and quantity, the sizes as columns (three significant digits)."""
+    rows = [r["row"] for r in records]
+    sizes = sorted({r["n"] for r in rows})
+    keys = list(dict.fromkeys((r["label"], r["quantity"]) for r in rows))
+    by = {(r["label"], r["quantity"], r["n"]): r for r in rows}
+    lines = ["| rope_scales | decoder scale | quantity | " + " | ".join(f"{n}²" for n in sizes) + " |",
+             "|---|---|---|" + "---|" * len(sizes)]
+    for label, quantity in keys:
+        first = by[(label, quantity, sizes[0])]
+        scales = ", ".join(f"{s:g}" for s in first["rope_scales"])
+        lines.append(f"| [{scales}] ({label}) | {first['decoder_rope_scale']:g} | {quantity} | "
+                     + " | ".join(f"{by[(label, quantity, n)]['error']:.2e}" for n in sizes) + " |")
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--res", type=int, default=64)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--results", type=Path, default=RESULTS)
-    args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    started = time.perf_counter()
-    r = float(args.res)
-    configs = [("default", dict()), ("published", dict(rope_scales=[r * r, r * r / 4, r, r], decoder_rope_scale=r))]
-    rows = []
-    for label, cfg in configs:
-        model = create_operator("oformer", in_channels=1, out_channels=1, **cfg)
-        scales = [layer.attn.rope_scale for layer in model.layers]
-        rows.append({"label": label, "rope_scales": scales, "decoder_rope_scale": model.cross.rope_scale,
-                     "errors": measure(cfg, args.seed)})
-    result = {"date": datetime.date.today().isoformat(),
-              "hardware": f"{platform.machine()} {platform.processor() or ''}".strip(), "torch": torch.__version__,
-              "python": platform.python_version(), "threads": torch.get_num_threads(),
-              "command": "python benchmarks/oformer_rope_refinement.py " + " ".join(sys.argv[1:] if argv is None else argv),
-              "res": args.res, "seed": args.seed, "seconds": time.perf_counter() - started, "rows": rows}
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "oformer_rope_refinement.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.results / "oformer_rope_refinement.md").write_text(markdown(result))
-    print(markdown(result))
-    return 0
+def notes(records: list[dict]) -> str:
+    p = records[0]["params"]
+    return (f"`oformer` at its defaults except `rope_scales` / `decoder_rope_scale` (seed {p['seed']}, "
+            f"initialisation; published scales at res = {p['res']}); relative L2 difference to the cell means of the "
+            f"{p['reference']}² output; `attention l`: encoder layer l's attention term alone.")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+BENCHMARKS = (
+    Benchmark(
+        name="oformer_rope_refinement", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
+        description="OFormer under grid refinement at initialisation, default rotary scales against the published "
+                    "res·[res, res/4, 1, 1];",
+        claim="with the published rotary frequencies the first layer's attention term does not converge until the "
+              "grid resolves them; with the default rope_scales every term converges (docs/operators/oformer.md)",
+    ),
+)

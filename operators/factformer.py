@@ -26,9 +26,9 @@ the published layer with its eps scaled by ``N²`` (``N = n_1⋯n_D``): the tran
 (bare sums, eps ``1e-8·N²``) to 1e-10. Where the variance of ``Ṽ`` is not far above eps the published layer's
 effective eps (``1e-8/N²`` on our scale) depends on the resolution, and so does its output. At the published
 initialisation (q, k xavier with gain 0.02) it is far below eps, and the published block does not converge:
-``python benchmarks/factformer_kernel_refinement.py`` (``benchmarks/results/factformer_kernel_refinement.md``, the
-registry convergence metric against 256²) measures 0.164 / 0.135 / 0.110 at 32² / 64² / 128² for the published
-kernel against 0.102 / 0.044 / 0.015 for ours; with q, k redrawn wider (std 0.05) both converge (0.113 / 0.049 /
+``python -m benchmarks run factformer_kernel_refinement`` (rows in
+``benchmarks/results/factformer_kernel_refinement.jsonl``, the registry convergence metric against 256²) measures
+0.164 / 0.135 / 0.110 at 32² / 64² / 128² for the published kernel against 0.102 / 0.044 / 0.015 for ours; with q, k redrawn wider (std 0.05) both converge (0.113 / 0.049 /
 0.016 and 0.104 / 0.045 / 0.015).
 
 Network: ``u = Lin(a)``; per layer ``u <- u + Lin_l(RFF(x))`` (random Fourier features of the coordinates,

@@ -30,8 +30,8 @@ The published code uses ``w_j = 1`` (the ratio is invariant to a constant, so th
 consistent under uniform refinement of one sampling law, but on a non-uniform mesh it converges to the
 sampling-density-weighted integral, and its zero-padded batches leak padding rows into ``S`` and ``n``
 (thu-ml/GNOT issue 12). Here ``w`` are the grid's cell volumes or the given point weights, zero on padding.
-Measured (``python benchmarks/transolver_refinement.py --operator gnot``, defaults at initialisation, nested graded
-grids ``(i/n)³`` per axis, ``benchmarks/results/gnot_refinement.md``): against the continuum value, the weighted
+Measured (``python -m benchmarks run refinement --set operator='"gnot"'``, defaults at initialisation, nested graded
+grids ``(i/n)³`` per axis, rows in ``benchmarks/results/refinement.jsonl``): against the continuum value, the weighted
 layer's difference falls 7.0e-4 → 9.8e-5 → 2.4e-5 → 6.2e-6 from 16 to 128 nodes per axis, while the published
 uniform average stays at a 0.40 → 0.41 relative bias (it converges, to the density-weighted integral).
 Everything else is pointwise (LayerNorms act on each point's features), so the layer converges under

@@ -13,12 +13,12 @@ Per head of width ``d`` on tokens ``h_i`` with quadrature weights ``w_i`` (``Σ_
 The authors' code (HiPRL/LinearNO ``Standard_PDE_Benchmark/model/LinearAttnNeuralOperator.py``, class ``LinearNO``)
 takes the softmax of ``k`` over the points with equal weights. That is the formula above on a uniform grid; on a
 non-uniform point set it is the sampling-density-weighted integral, which changes when the sampling changes. Here
-``w`` are the grid's cell volumes or the given point weights. Measured (``benchmarks/transolver_refinement.py
---operator linear_no``, defaults, nested graded grids, n = 16 … 128): relative distance to the continuum value
-1.7e-3 → 1.5e-5 with the quadrature, 0.16 → 0.18 with the published equal weights. The ``..._temp`` variant's learnable temperatures
-(per head, init 0.5, clamped to ``[0.01, 1]``) are ``learn_temperature=True``; without it ``τ = 1``. The ``conv``
-variants (3×3 convolution for ``W_in``, a stencil fixed in grid cells, so not resolution-convergent) are not
-offered.
+``w`` are the grid's cell volumes or the given point weights. Measured (``python -m benchmarks run refinement
+--set operator='"linear_no"'``, defaults, nested graded grids, n = 16 … 128): relative distance to the continuum
+value 1.7e-3 → 1.5e-5 with the quadrature, 0.16 → 0.18 with the published equal weights. The ``..._temp``
+variant's learnable temperatures (per head, init 0.5, clamped to ``[0.01, 1]``) are ``learn_temperature=True``;
+without it ``τ = 1``. The ``conv`` variants (3×3 convolution for ``W_in``, a stencil fixed in grid cells, so not
+resolution-convergent) are not offered.
 
 Model (``LinearAttentionNeuralOperator``): ``h = MLP([x, a])`` (``Lin(d + C_in -> 2C) - GELU - Lin(2C -> C)``),
 pre-LN blocks ``h <- h + A(LN(h))``, ``h <- h + MLP(LN(h))``, and ``u = Lin(LN(h))`` after the last block;

@@ -26,8 +26,8 @@ The published code divides ``kᵀv`` by the point count (``w_j = 1/N``, Pattern 
 volumes or the given point weights, zero on padding, so the layer is the same quadrature on any mesh. The
 cross-attention weights the *source* (key/value) points; the queries need none. neuraloperator's port instead
 multiplies the weights onto the output rows along the query axis after the contraction (correct only for a
-scalar ``1/N``); we do not follow it. Measured (``python benchmarks/transolver_refinement.py --operator oformer``,
-defaults at initialisation, nested graded grids ``(i/n)³``, ``benchmarks/results/oformer_refinement.md``): the
+scalar ``1/N``); we do not follow it. Measured (``python -m benchmarks run refinement --set operator='"oformer"'``,
+defaults at initialisation, nested graded grids ``(i/n)³``, rows in ``benchmarks/results/refinement.jsonl``): the
 difference to the continuum value falls 1.6e-3 → 3.6e-4 → 8.8e-5 → 2.2e-5 from 16 to 128 nodes per axis with the
 weights, while the published ``1/N`` average keeps a 3.4e-2 → 3.6e-2 relative bias.
 
@@ -35,7 +35,7 @@ Rotary embedding (``RoPE``): the head width is split into ``spatial_dims`` block
 leftover channels unrotated); block ``a`` rotates channel pairs ``(c, c + m/2)`` by ``θ_k = s · x_a · ω_k`` with
 ``ω_k = 10000^{-2k/m}``. The published encoder uses ``s_l = res·[res, res/4, 1, …]`` (``min_freq = 1/res``), up
 to ``res²`` radians per unit length: a kernel that oscillates faster than coarse grids resolve. Measured at
-initialisation with ``res = 64`` (``benchmarks/oformer_rope_refinement.py``, the registry convergence metric
+initialisation with ``res = 64`` (``python -m benchmarks run oformer_rope_refinement``, the registry convergence metric
 against 256²): the first layer's attention term differs by 1.6e-1 at 32² and still 1.6e-1 at 64² (no convergence
 until 128², 6.1e-3), against 1.3e-2 / 5.4e-3 / 1.7e-3 with our default ``rope_scales`` ``[16, 4, 1, …]``. At
 initialisation the attention terms are small beside the pointwise paths, so the whole output converges in both

@@ -31,8 +31,8 @@ Differences from the published code (xzppp/ONO ``ONOmodel2.py``; the Neural-Solv
 - **Cholesky jitter.** Published: ``jitter`` only after a failed factorisation (1e-6, ×10 up to 10 times). We
   always add ``cov_jitter · tr(Σ)/k`` to the diagonal (relative, default 1e-4): the whitening is then
   differentiable, traceable and bounded when ``ψ`` is nearly rank deficient.
-- Measured on graded point sets (``benchmarks/transolver_refinement.py --operator ono``, defaults, n = 16 … 128):
-  relative distance to the continuum value 4.3e-3 → 7.6e-5 with the quadrature, 0.21 throughout with equal weights
+- Measured on graded point sets (``python -m benchmarks run refinement --set operator='"ono"'``, defaults,
+  n = 16 … 128): relative distance to the continuum value 4.3e-3 → 7.6e-5 with the quadrature, 0.21 throughout with equal weights
   (our layer with ``weights=None``, which already has the mean projection; the bare sum would add its ``N`` growth).
 - **Nyström attention** (the README's Darcy runs) is not offered: its landmarks are means over consecutive blocks of
   tokens and it convolves along the token order, so it is not a quadrature of any integral and depends on the

@@ -15,7 +15,7 @@ The published code (thuml/Transolver ``Physics_Attention.py``, the same in the N
 integral above (our ``w_i`` are the cell volumes, normalised: equal), so there the two agree up to the ``ε`` scale
 (ours is relative to a unit mass, the published one to a mass of ``N``: ``slice_eps = 1e-5 / N`` reproduces it).
 On a non-uniform point set the uniform average converges to the sampling-density-weighted integral, not the one
-above, and changes when the sampling changes. Measured (``benchmarks/transolver_refinement.py``, defaults, nested
+above, and changes when the sampling changes. Measured (``python -m benchmarks run refinement``, defaults, nested
 graded grids ``x = (i/n)³`` of a smooth field, n = 16 … 128 per axis): with quadrature weights the relative distance
 to the operator's continuum value falls from 5.2e-5 to 9.6e-7 (about second order); with the published uniform
 average it stays at 2.4% (2.36e-2 … 2.44e-2): that layer converges under this refinement, but to another operator.
