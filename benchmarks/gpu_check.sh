@@ -2,19 +2,22 @@
 # One prepared check of sciattn on a lent GPU machine (at most about 9 minutes: every step has a limit,
 # and together they fit one 10-minute device call).
 #
-#   bash benchmarks/gpu_check.sh            # results under $OUT (default ./gpu_out)
+#   bash benchmarks/gpu_check.sh            # rows under $RES, packed into $OUT/results.tgz (default ./gpu_out)
 #   STEPS="gpu_targets pytest" bash benchmarks/gpu_check.sh      # only some steps
 #   TUNE=1 bash benchmarks/gpu_check.sh     # also the launch-configuration sweep (about 90 s more)
 #
-# Steps, each with its own time limit so that a hang in one still leaves the others' output:
-# 1. versions: nvidia-smi, python, torch (+ CUDA), triton                   -> versions.txt
-# 2. benchmarks/gpu_targets.py: the kernel targets (Galerkin bandwidth and speed-up, weighted
-#    softmax against flash SDPA, spherical neighbourhood attention at 1°), each checked against
-#    its reference first                                                    -> gpu_targets.{json,md}
-# 3. benchmarks/kernels.py --device cuda: scaling of every backend, 2^14 .. 2^20 -> kernels_cuda.*
-# 4. benchmarks/multipole_scaling.py --device cuda: one multipole layer, 64² .. 1024², dense to 512²
-# 5. benchmarks/balltree_gpu.py: host-sync check, tree build and ball attention scaling
-# 6. benchmarks/gpu_tuning.py (only with TUNE=1): launch-configuration sweep of the Triton kernels
+# Steps, each with its own time limit so that a hang in one still leaves the others' output. Every benchmark
+# runs through the harness (python -m benchmarks run NAME --out $RES) and appends its rows to $RES/NAME.jsonl;
+# the rows carry the date, the hardware (GPU name), the versions (Python, torch, the sciattn commit, Triton
+# where the benchmark uses it) and the command; gpu_targets' first row records the device's SMs, compute
+# capability, memory, CUDA build and driver. Append the returned rows to benchmarks/results/NAME.jsonl.
+# 1. versions: nvidia-smi, python, torch (+ CUDA), triton, available backends   -> $OUT/steps.txt (log only)
+# 2. gpu_targets: the kernel targets (Galerkin bandwidth and speed-up, weighted softmax against flash SDPA,
+#    spherical neighbourhood attention at 1°), each checked against its reference first
+# 3. kernels --set device="cuda": scaling of every backend, 2^14 .. 2^20
+# 4. multipole_scaling --set device="cuda": one multipole layer, 64² .. 1024², dense to 256²
+# 5. balltree_gpu --set device="cuda": host-sync check, tree build and ball attention scaling
+# 6. gpu_tuning (only with TUNE=1): launch-configuration sweep of the Triton kernels
 # 7. pytest of the Triton kernel tests with compiled kernels (TRITON_INTERPRET=0), one process per
 #    file, so that a kernel fault (which poisons the CUDA context) stays inside its file
 # First run (2026-11-30, H200): steps 1-5 took 311 s with the limits then in force; the sweep about 90 s.
@@ -66,18 +69,18 @@ except ImportError as err:
 import sciattn
 sciattn.available_backends()
 EOF
-} > "$RES/versions.txt" 2>&1
-cat "$RES/versions.txt"
+} 2>&1 | tee -a "$OUT/steps.txt"
 pack
 
-step gpu_targets 130 "$PY" benchmarks/gpu_targets.py --out "$RES"
-step kernels 90 "$PY" benchmarks/kernels.py --device cuda --dtype bfloat16 --heads 8 --head-dim 64 \
-    --ops galerkin neighborhood weighted_softmax --backends triton reference sparse sdpa dense_sdpa \
-    --min-n 16384 --max-n 1048576 --dense-max-n 262144 --series-budget 12 --reps 5 --out "$RES"
-step multipole_scaling 40 "$PY" benchmarks/multipole_scaling.py --device cuda --sizes 64 128 256 512 1024 \
-    --dense-max 256 --reps 5 --results "$RES"
-step balltree_gpu 60 "$PY" benchmarks/balltree_gpu.py --reps 5 --results "$RES"
-step gpu_tuning 150 "$PY" benchmarks/gpu_tuning.py --timeout 50 --out "$RES"
+step gpu_targets 130 "$PY" -m benchmarks run gpu_targets --out "$RES"
+step kernels 90 "$PY" -m benchmarks run kernels --out "$RES" --set device='"cuda"' --set dtype='"bfloat16"' \
+    --set heads=8 --set head_dim=64 --set ops='["galerkin", "neighborhood", "weighted_softmax"]' \
+    --set backends='["triton", "reference", "sparse", "sdpa", "dense_sdpa"]' \
+    --set min_n=16384 --set max_n=1048576 --set dense_max_n=262144 --set series_budget=12 --set reps=5
+step multipole_scaling 40 "$PY" -m benchmarks run multipole_scaling --out "$RES" --set device='"cuda"' \
+    --set sizes='[64, 128, 256, 512, 1024]' --set dense_max=256 --set reps=5
+step balltree_gpu 60 "$PY" -m benchmarks run balltree_gpu --out "$RES" --set device='"cuda"' --set reps=5
+step gpu_tuning 150 "$PY" -m benchmarks run gpu_tuning --out "$RES" --set timeout=50
 for f in galerkin_triton softmax_triton neighborhood_triton backend_equivalence; do
     step "pytest_$f" 45 "$PY" -m pytest -q -p no:cacheprovider -rs "tests/sciattn/test_$f.py"
 done

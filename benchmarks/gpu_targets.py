@@ -1,59 +1,80 @@
-"""The kernel issue's GPU targets, measured side by side in one run on one CUDA device.
+"""The kernel targets on one CUDA device, measured side by side in one run.
 
 Each section first checks the kernel against a reference on the same inputs (relative L2 error of
-the output and of every gradient), then times it with CUDA events (median of ``--reps`` after a
-warm-up that absorbs compilation). Sections:
+the output and of every gradient; a ``check`` row), then times it with CUDA events (median of
+``reps`` after a warm-up that absorbs compilation). Sections (``sections`` parameter):
 
-* ``ceilings``: device-to-device copy bandwidth (bytes read + written) and a bf16 8192³ matrix
-  product, so that bandwidth fractions use this card's measured ceiling as well as the datasheet.
+* ``ceilings``: device-to-device copy bandwidth (bytes read + written) and a bf16 ``matmul_n``³
+  matrix product, so that bandwidth fractions use this card's measured ceiling as well as the datasheet.
 * ``galerkin``: fused Triton Galerkin attention (per-head LayerNorm of K and V fused, quadrature
-  weights) at ``N = 2^20``, bf16, 8 heads × 64. Forward bandwidth = the bytes that must move (read
-  q, k, v and the weights once, write the output once) / forward time. Forward+backward against the
-  plain-PyTorch ``reference`` backend on the same inputs.
+  weights) at ``N = n`` (2^20), bf16, 8 heads × 64. Forward bandwidth = the bytes that must move (read
+  q, k, v and the weights once, write the output once) / forward time. Forward and forward+backward
+  against the plain-PyTorch ``reference`` backend on the same inputs.
 * ``weighted_softmax``: the Triton weighted-softmax kernel (key quadrature weights as a log bias;
   and with the learned distance bias) against PyTorch's flash SDPA without bias
-  (``SDPBackend.FLASH_ATTENTION``) at the same shape. Forward at ``N = 2^20`` when the predicted
-  time fits ``--max-call-s``; forward+backward at ``--softmax-bwd-n``.
+  (``SDPBackend.FLASH_ATTENTION``) at the same shape. Forward at 2^16 and at ``n`` when the time
+  predicted from the 2^16 probe (quadratic) fits ``max_call_s``; forward+backward at ``softmax_bwd_n``.
 * ``sphere_neighborhood``: :class:`sciattn.spherical.SphericalNeighborhoodAttention` with its
   q/k/v/output projections, batch 1, 64 channels, one head, fp32, on the 1° equiangular grid
-  (180 × 360) at θ = 0.017 and 0.03 rad: forward, and backward alone (events around
+  (``sphere_shape`` 180 × 360) at θ = 0.017 and 0.03 rad: forward, and backward alone (events around
   ``backward()``), the quantities of torch-harmonics' published module-level benchmark
   (H100 80GB, fp32: θ=0.017 fwd 0.550 / bwd 1.115 ms, θ=0.03 fwd 0.801 / bwd 1.781 ms; its
-  ``benchmarks/reference_results.csv``), which are printed beside ours as published figures,
-  not rerun here.
+  ``benchmarks/reference_results.csv``), which are carried in the rows as published figures, not rerun.
 
-    python benchmarks/gpu_targets.py --out benchmarks/results      # needs CUDA and Triton
+The first row (section ``device``) records the device, its SM count, compute capability, memory, the CUDA
+version torch was built with and the driver (``nvidia-smi``). The notes give each target's verdict
+(:data:`TARGETS`), computed from the rows. A section that raises is one row with its ``error``; the others run.
 
-Writes ``gpu_targets.json`` and ``gpu_targets.md`` under ``--out`` (after every section, so a run
-killed part-way keeps what it measured).
+    python -m benchmarks run gpu_targets [--quick] [--set sections='["galerkin"]'] [--set n=262144]
+
+Needs CUDA and Triton (``device: "cpu"`` only tests the script under ``TRITON_INTERPRET=1`` with tiny sizes,
+and needs Triton installed). Rows are appended to ``benchmarks/results/gpu_targets.jsonl``.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
 import math
-import platform
+import os
 import statistics
-import sys
+import subprocess
 import time
 import traceback
-from pathlib import Path
+from typing import Any
 
-import torch
-import torch.nn.functional as F
-from _timing import median_ms
+from .harness import Benchmark, format_value
 
-ROOT = Path(__file__).resolve().parents[1]
 DATASHEET_HBM_TBPS = {"H200": 4.8, "H100": 3.35}  # vendor datasheets (SXM parts), for the second fraction
 PUBLISHED_TH_H100 = {0.017: (0.550, 1.115), 0.03: (0.801, 1.781)}  # torch-harmonics, fp32, 1°, ms (fwd, bwd)
+SECTIONS = ("ceilings", "galerkin", "sphere_neighborhood", "weighted_softmax")
+SOFTMAX_VARIANTS = ("flash_sdpa_no_bias", "triton_weights", "triton_weights_distance")
 
+#: The verdicts of the notes: (section, statement). Each is decided from the rows of one run:
+#: ``galerkin``: the Triton kernel's forward and forward+backward are faster than the PyTorch reference on the
+#: same inputs; ``weighted_softmax``: the Triton kernel with weights only takes at most flash SDPA's (no bias)
+#: time at every N and pass timed; ``sphere_neighborhood``: the layer's forward and backward take at most
+#: torch-harmonics' published H100 times at both θ.
+TARGETS = {
+    "galerkin": "Triton Galerkin kernel faster than the PyTorch reference (forward and forward+backward)",
+    "weighted_softmax": "Triton weighted softmax (weights only) no slower than flash SDPA without bias",
+    "sphere_neighborhood": "spherical neighbourhood layer no slower than torch-harmonics' published H100 times",
+}
 
-DEV = "cuda"  # --device; "cpu" (with TRITON_INTERPRET=1 and tiny sizes) only to test this script
+SCHEMA = {
+    "section": "str", "case": "str", "pass": "str?", "N": "int?", "dtype": "str?", "ms": "float?",
+    "rate": "float?", "unit": "str?", "speedup_vs_reference": "float?", "over_flash": "float?",
+    "published_ms": "float?", "rel_err": "dict?", "skipped": "str?", "error": "str?", "info": "dict?",
+}
+PARAMS = {"device": "cuda", "sections": list(SECTIONS), "n": 2**20, "softmax_bwd_n": 2**18, "max_call_s": 12.0,
+          "reps": 20, "check_n": 8192, "copy_elems": 2**30, "matmul_n": 8192, "sphere_shape": [180, 360]}
+QUICK = {"n": 2**16, "softmax_bwd_n": 2**14, "reps": 3, "check_n": 2048, "copy_elems": 2**26, "matmul_n": 2048,
+         "sphere_shape": [90, 180]}
+
+DEV = "cuda"  # set by run() from the device parameter
 
 
 def _sync() -> None:
+    import torch
+
     if DEV == "cuda":
         torch.cuda.synchronize()
 
@@ -62,6 +83,8 @@ class _Timer:
     """Milliseconds between ``start()`` and ``stop()``: CUDA events on CUDA, the host clock on CPU."""
 
     def start(self):
+        import torch
+
         if DEV == "cuda":
             self.a, self.b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             self.a.record()
@@ -69,6 +92,8 @@ class _Timer:
             self.t0 = time.perf_counter()
 
     def stop(self) -> float:
+        import torch
+
         if DEV == "cuda":
             self.b.record()
             torch.cuda.synchronize()
@@ -78,10 +103,14 @@ class _Timer:
 
 def event_ms(fn, reps: int, warmup: int = 1) -> float:
     """Median milliseconds of ``fn()`` over ``reps`` runs (CUDA events on CUDA)."""
+    from ._timing import median_ms
+
     return median_ms(fn, reps, warmup, cuda=DEV == "cuda")
 
 
-def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+def rel_err(got, want) -> float:
+    import torch
+
     got, want = got.detach().double(), want.detach().double()
     if not torch.isfinite(got).all():
         return float("nan")
@@ -89,27 +118,54 @@ def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 def _rand(*shape, gen, device, dtype, scale=1.0, shift=0.0, grad=True):
+    import torch
+
     t = (scale * torch.randn(*shape, generator=gen) + shift).to(device=device, dtype=dtype)
     return t.requires_grad_(grad)
 
 
 # ----------------------------------------------------------------------------------------------
+# The sections: each returns the dict the rows are made from (:func:`rows_from`).
+
+
+def device_info() -> dict:
+    """Name, SMs, capability, memory, CUDA build and driver of the device (CPU: the test mode)."""
+    import platform
+
+    import torch
+
+    if DEV != "cuda":
+        return {"device_name": f"CPU ({platform.machine()}), script test only", "sms": 0}
+    p = torch.cuda.get_device_properties(0)
+    driver = None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        driver = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return {"device_name": p.name, "sms": p.multi_processor_count, "capability": f"sm_{p.major}{p.minor}",
+            "memory_GiB": round(p.total_memory / 2**30, 1), "cuda": torch.version.cuda, "nvidia_driver": driver}
 
 
 def ceilings(cfg) -> dict:
-    x = torch.randn(cfg.copy_elems, device=DEV, dtype=torch.float32)  # 4 GiB by default
+    import torch
+
+    x = torch.randn(cfg["copy_elems"], device=DEV, dtype=torch.float32)  # 4 GiB by default
     y = torch.empty_like(x)
-    ms = event_ms(lambda: y.copy_(x), cfg.reps, warmup=2)
+    ms = event_ms(lambda: y.copy_(x), cfg["reps"], warmup=2)
     copy_tbps = 2 * x.numel() * 4 / (ms * 1e-3) / 1e12
-    m = cfg.matmul_n
+    m = cfg["matmul_n"]
     a = torch.randn(m, m, device=DEV, dtype=torch.bfloat16)
     b = torch.randn(m, m, device=DEV, dtype=torch.bfloat16)
-    mm_ms = event_ms(lambda: a @ b, cfg.reps, warmup=3)
+    mm_ms = event_ms(lambda: a @ b, cfg["reps"], warmup=3)
     return {"copy_TBps": copy_tbps, "copy_bytes": 2 * x.numel() * 4, "copy_ms": ms,
-            "bf16_matmul_n": m, "bf16_matmul_TFLOPs": 2 * m**3 / (mm_ms * 1e-3) / 1e12}
+            "bf16_matmul_n": m, "bf16_matmul_ms": mm_ms, "bf16_matmul_TFLOPs": 2 * m**3 / (mm_ms * 1e-3) / 1e12}
 
 
 def galerkin(cfg, copy_tbps: float | None) -> dict:
+    import torch
+
     from sciattn.galerkin.functional import KVNorm, galerkin_attention
 
     dt, dev = torch.bfloat16, DEV
@@ -131,28 +187,28 @@ def galerkin(cfg, copy_tbps: float | None) -> dict:
 
     out = {}
     # correctness: triton in bf16 against the reference in float32 on the same (bf16-rounded) values
-    x = inputs(cfg.check_n, dt, seed=1)
+    x = inputs(cfg["check_n"], dt, seed=1)
     ref_x = {k: t.detach().float().requires_grad_(t.requires_grad) for k, t in x.items()}
     got, want = call(x, "triton"), call(ref_x, "reference")
     cot = torch.randn_like(want)
     leaves = [k for k, t in x.items() if t.requires_grad]
     g1 = torch.autograd.grad(got, [x[k] for k in leaves], cot.to(dt))
     g2 = torch.autograd.grad(want, [ref_x[k] for k in leaves], cot)
-    out["check_N"] = cfg.check_n
+    out["check_N"] = cfg["check_n"]
     out["rel_err"] = {"out": rel_err(got, want), **{f"grad_{k}": rel_err(a, b) for k, a, b in zip(leaves, g1, g2)}}
     del x, ref_x, got, want, g1, g2
 
-    n = cfg.n
+    n = cfg["n"]
     x = inputs(n, dt)
     leaves = [t for t in x.values() if t.requires_grad]
     with torch.no_grad():
-        fwd = {b: event_ms(lambda b=b: call(x, b), cfg.reps, warmup=2) for b in ("triton", "reference")}
+        fwd = {b: event_ms(lambda b=b: call(x, b), cfg["reps"], warmup=2) for b in ("triton", "reference")}
     cot = torch.randn(1, h, n, d, device=dev, dtype=dt)
 
     def fb(b):
         torch.autograd.grad(call(x, b), leaves, cot)
 
-    both = {b: event_ms(lambda b=b: fb(b), cfg.reps, warmup=2) for b in ("triton", "reference")}
+    both = {b: event_ms(lambda b=b: fb(b), cfg["reps"], warmup=2) for b in ("triton", "reference")}
     tensor_bytes = n * h * d * 2
     must_move = 4 * tensor_bytes + n * 2 + 4 * h * d * 2  # q, k, v read, out written; weights; LN params
     tbps = must_move / (fwd["triton"] * 1e-3) / 1e12
@@ -172,6 +228,8 @@ def galerkin(cfg, copy_tbps: float | None) -> dict:
 
 
 def weighted_softmax(cfg) -> dict:
+    import torch
+    import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from sciattn.weighted_softmax import weighted_softmax_attention
@@ -196,7 +254,7 @@ def weighted_softmax(cfg) -> dict:
 
     out = {"check": {}}
     for distance in (False, True):
-        x = inputs(cfg.check_n // 4, seed=2)
+        x = inputs(cfg["check_n"] // 4, seed=2)
         ref_x = {k: t.detach().float().requires_grad_(t.requires_grad) for k, t in x.items()}
         got, want = ours(x, distance), ours(ref_x, distance, "reference")
         cot = torch.randn_like(want)
@@ -204,32 +262,33 @@ def weighted_softmax(cfg) -> dict:
         g1 = torch.autograd.grad(got, [x[k] for k in names], cot.to(dt))
         g2 = torch.autograd.grad(want, [ref_x[k] for k in names], cot)
         out["check"]["distance" if distance else "weights"] = {
-            "N": cfg.check_n // 4, "out": rel_err(got, want), **{f"grad_{k}": rel_err(a, b) for k, a, b in zip(names, g1, g2)}}
+            "N": cfg["check_n"] // 4, "out": rel_err(got, want),
+            **{f"grad_{k}": rel_err(a, b) for k, a, b in zip(names, g1, g2)}}
 
     variants = {"flash_sdpa_no_bias": flash, "triton_weights": lambda x: ours(x, False),
                 "triton_weights_distance": lambda x: ours(x, True)}
     rows = []
     # forward: predict the cost at N from a probe at 2^16 (quadratic), run when it fits
-    probe_n = min(2**16, cfg.n)
+    probe_n = min(2**16, cfg["n"])
     x = inputs(probe_n)
     with torch.no_grad():
         probe = {k: event_ms(lambda f=f: f(x), 3) for k, f in variants.items()}
-    for n in sorted({probe_n, cfg.n}):
+    for n in sorted({probe_n, cfg["n"]}):
         if n != probe_n:
             x = inputs(n)
         row = {"N": n, "pass": "forward"}
         for k, f in variants.items():
             predicted = probe[k] * (n / probe_n) ** 2 / 1e3
-            if predicted > cfg.max_call_s:
+            if predicted > cfg["max_call_s"]:
                 row[k] = None
-                row[f"{k}_skipped"] = f"predicted {predicted:.1f} s per call > --max-call-s {cfg.max_call_s}"
+                row[f"{k}_skipped"] = f"predicted {predicted:.1f} s per call > --max-call-s {cfg['max_call_s']}"
                 continue
-            reps = cfg.reps if predicted < 0.5 else (2 if predicted < 3 else 1)
+            reps = cfg["reps"] if predicted < 0.5 else (2 if predicted < 3 else 1)
             with torch.no_grad():
                 row[k] = probe[k] if n == probe_n else event_ms(lambda f=f, x=x: f(x), reps, warmup=0)
         rows.append(row)
         del x
-    n = cfg.softmax_bwd_n
+    n = cfg["softmax_bwd_n"]
     x = inputs(n)
     row = {"N": n, "pass": "forward_backward"}
     for k, f in variants.items():
@@ -246,13 +305,15 @@ def weighted_softmax(cfg) -> dict:
 
 
 def sphere_neighborhood(cfg) -> dict:
+    import torch
+
     from sciattn.spherical import SphericalNeighborhoodAttention
 
     rows = []
     for theta in (0.017, 0.03):
         t0 = time.perf_counter()
         torch.manual_seed(0)
-        shape = tuple(cfg.sphere_shape)
+        shape = tuple(cfg["sphere_shape"])
         layer = SphericalNeighborhoodAttention(64, 1, shape, grid_in="equiangular", theta_cutoff=theta)
         setup_s = time.perf_counter() - t0
         layer = layer.to(DEV)
@@ -266,14 +327,15 @@ def sphere_neighborhood(cfg) -> dict:
         got = layer(x)
         gg = torch.autograd.grad(got.square().sum(), [x, *layer.parameters()])
         errs = {"out": rel_err(got, want), "grad_x": rel_err(gg[0], gw[0]),
-                "grad_params": rel_err(torch.cat([a.flatten() for a in gg[1:]]), torch.cat([b.flatten() for b in gw[1:]]))}
+                "grad_params": rel_err(torch.cat([a.flatten() for a in gg[1:]]),
+                                       torch.cat([b.flatten() for b in gw[1:]]))}
         layer.backend = None  # the automatic choice, as users get it
         rows_backend = select_backend_name(layer, x)
         with torch.no_grad():
-            fwd = event_ms(lambda layer=layer, x=x: layer(x), cfg.reps, warmup=3)
+            fwd = event_ms(lambda layer=layer, x=x: layer(x), cfg["reps"], warmup=3)
         cot = torch.randn(1, 64, *shape, device=DEV)
         bwd_times, timer = [], _Timer()
-        for i in range(cfg.reps + 3):
+        for i in range(cfg["reps"] + 3):
             y = layer(x)
             _sync()
             timer.start()
@@ -285,9 +347,10 @@ def sphere_neighborhood(cfg) -> dict:
             x.grad = None
             layer.zero_grad(set_to_none=True)
         pub = PUBLISHED_TH_H100[theta]
-        rows.append({"grid": f"equiangular {shape[0]}x{shape[1]}", "theta": theta, "channels": 64, "heads": 1, "dtype": "float32",
-                     "neighbours_per_point": nnz / (shape[0] * shape[1]), "csr_setup_s_cpu": setup_s,
-                     "backend": rows_backend, "forward_ms": fwd, "backward_ms": statistics.median(bwd_times),
+        rows.append({"grid": f"equiangular {shape[0]}x{shape[1]}", "theta": theta, "channels": 64, "heads": 1,
+                     "dtype": "float32", "neighbours_per_point": nnz / (shape[0] * shape[1]),
+                     "csr_setup_s_cpu": setup_s, "backend": rows_backend, "forward_ms": fwd,
+                     "backward_ms": statistics.median(bwd_times),
                      "torch_harmonics_H100_published_ms": {"forward": pub[0], "backward": pub[1]},
                      "rel_err_vs_reference": errs})
     return {"rows": rows}
@@ -302,128 +365,281 @@ def select_backend_name(layer, x) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
+# Rows
 
 
-def write_markdown(path: Path, s: dict) -> None:
-    m = s["meta"]
-    lines = [f"# Kernel targets on {m['device_name']}", "",
-             f"{m['date']}, torch {m['torch']}, triton {m['triton']}, CUDA {m['cuda']}, {m['sms']} SMs. "
-             f"Command: `{m['command']}`. Times are medians of CUDA-event timings after warm-up.", ""]
-    c = s.get("ceilings")
-    if isinstance(c, dict) and "copy_TBps" in c:
-        lines += [f"Measured ceilings: device-to-device copy {c['copy_TBps']:.2f} TB/s (read + write), "
-                  f"bf16 8192³ matmul {c['bf16_matmul_TFLOPs']:.0f} TFLOP/s.", ""]
-    g = s.get("galerkin")
-    if isinstance(g, dict) and "forward_ms" in g:
-        f, b = g["forward_ms"], g["forward_backward_ms"]
-        lines += [f"## Galerkin attention, N = 2^{int(math.log2(g['N']))}, bf16, {g['heads']} heads × {g['head_dim']}, "
-                  "fused K/V LayerNorm, quadrature weights", "",
-                  "| backend | forward (ms) | fwd+bwd (ms) |", "|---|---:|---:|",
-                  f"| triton | {f['triton']:.3f} | {b['triton']:.3f} |",
-                  f"| reference (PyTorch) | {f['reference']:.3f} | {b['reference']:.3f} |", "",
-                  f"- forward moves at least {g['bytes_must_move_forward'] / 2**30:.2f} GiB: "
-                  f"{g['forward_TBps']:.2f} TB/s = {100 * g['forward_fraction_of_measured_copy']:.0f}% of the measured "
-                  "copy bandwidth" + (f", {100 * g['forward_fraction_of_datasheet']:.0f}% of the datasheet "
-                                      f"{g['datasheet_TBps']} TB/s" if g.get("datasheet_TBps") else ""),
-                  f"- forward+backward: triton is {g['speedup_forward_backward_vs_reference']:.2f}× faster than the "
-                  f"reference (forward {g['speedup_forward_vs_reference']:.2f}×)",
-                  f"- check at N = {g['check_N']} (bf16 kernel vs float32 reference, relative L2): "
-                  + ", ".join(f"{k} {v:.1e}" for k, v in g["rel_err"].items()), ""]
-    w = s.get("weighted_softmax")
-    if isinstance(w, dict) and "rows" in w:
-        lines += ["## Weighted softmax attention against flash SDPA (no bias), bf16, 8 heads × 64", "",
-                  "| N | pass | flash SDPA (ms) | triton, weights (ms) | ratio | triton, weights + distance (ms) | ratio |",
-                  "|---|---|---:|---:|---:|---:|---:|"]
-        for r in w["rows"]:
-            def ms(k, r=r):
-                return "–" if r.get(k) is None else f"{r[k]:.2f}"
-
-            ratio = ms
-            lines.append(f"| 2^{int(math.log2(r['N']))} | {r['pass']} | {ms('flash_sdpa_no_bias')} | {ms('triton_weights')} | "
-                         f"{ratio('triton_weights_over_flash')} | {ms('triton_weights_distance')} | "
-                         f"{ratio('triton_weights_distance_over_flash')} |")
-        skips = [f"{k}: {v}" for r in w["rows"] for k, v in r.items() if k.endswith("_skipped")]
-        lines += [""] + [f"- skipped {x}" for x in skips]
-        lines += ["- check (bf16 kernel vs float32 reference, relative L2): " + "; ".join(
-            f"{name}: " + ", ".join(f"{k} {v:.1e}" for k, v in c.items() if k != "N") for name, c in w["check"].items()), ""]
-    sp = s.get("sphere_neighborhood")
-    if isinstance(sp, dict) and "rows" in sp:
-        lines += ["## Spherical neighbourhood attention layer (projections included), "
-                  f"{sp['rows'][0]['grid']} (180×360 is 1°), 64 channels, 1 head, batch 1, fp32, "
-                  f"backend `{sp['rows'][0]['backend']}` (automatic choice)", "",
-                  "| θ (rad) | neighbours/point | forward (ms) | backward (ms) | torch-harmonics H100, published: fwd / bwd (ms) |",
-                  "|---|---:|---:|---:|---|"]
-        for r in sp["rows"]:
-            p = r["torch_harmonics_H100_published_ms"]
-            lines.append(f"| {r['theta']} | {r['neighbours_per_point']:.1f} | {r['forward_ms']:.3f} | {r['backward_ms']:.3f} | "
-                         f"{p['forward']} / {p['backward']} |")
-        lines += ["", "- the published figures are torch-harmonics' own H100 measurements (not rerun here); this run is "
-                  "on the device named above", "- check (triton vs reference backend, fp32, relative L2): " + "; ".join(
-                      f"θ={r['theta']}: " + ", ".join(f"{k} {v:.1e}" for k, v in r["rel_err_vs_reference"].items())
-                      for r in sp["rows"]), ""]
-    errors = {k: v["error"] for k, v in s.items() if isinstance(v, dict) and "error" in v}
-    if errors:
-        lines += ["## Sections that failed", ""] + [f"- {k}: `{v}`" for k, v in errors.items()] + [""]
-    path.write_text("\n".join(lines))
+def _row(section: str, case: str, **fields: Any) -> dict:
+    row = dict.fromkeys(SCHEMA)
+    row.update(section=section, case=case, **fields)
+    return row
 
 
-def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--n", type=int, default=2**20, help="N for the Galerkin and softmax targets")
-    ap.add_argument("--softmax-bwd-n", type=int, default=2**18, help="N of the softmax forward+backward comparison")
-    ap.add_argument("--max-call-s", type=float, default=12.0, help="skip softmax cases predicted slower per call")
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--sections", nargs="+", default=["ceilings", "galerkin", "sphere_neighborhood", "weighted_softmax"])
-    ap.add_argument("--check-n", type=int, default=8192, help="N of the correctness checks")
-    ap.add_argument("--copy-elems", type=int, default=2**30, help="float32 elements of the copy-bandwidth test")
-    ap.add_argument("--matmul-n", type=int, default=8192)
-    ap.add_argument("--sphere-shape", type=int, nargs=2, default=[180, 360])
-    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                    help="cpu only tests this script (TRITON_INTERPRET=1, tiny sizes); numbers need cuda")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    cfg = ap.parse_args(argv)
+def rows_from(s: dict) -> list[dict]:
+    """The rows of one run from the sections' dicts ``s`` (``meta`` holds :func:`device_info`)."""
+    rows = []
+    meta = s.get("meta", {})
+    rows.append(_row("device", meta.get("device_name", "not recorded"),
+                     info={k: meta[k] for k in ("sms", "capability", "memory_GiB", "cuda") if k in meta}))
+    for name in [k for k in s if k != "meta"]:
+        sec = s[name]
+        if "error" in sec:
+            rows.append(_row(name, "error", error=sec["error"]))
+        elif name == "ceilings":
+            rows.append(_row(name, "copy", dtype="float32", ms=sec["copy_ms"], rate=sec["copy_TBps"], unit="TB/s",
+                             info={"bytes": sec["copy_bytes"]}))
+            rows.append(_row(name, "bf16_matmul", N=sec["bf16_matmul_n"], dtype="bfloat16",
+                             ms=sec.get("bf16_matmul_ms"), rate=sec["bf16_matmul_TFLOPs"], unit="TFLOP/s"))
+        elif name == "galerkin":
+            info = {"heads": sec["heads"], "head_dim": sec["head_dim"]}
+            rows.append(_row(name, "check", N=sec["check_N"], dtype="bfloat16", rel_err=sec["rel_err"],
+                             info={"reference_dtype": "float32"}))
+            for backend in ("triton", "reference"):
+                for p, key in (("forward", "forward_ms"), ("forward_backward", "forward_backward_ms")):
+                    row = _row(name, backend, **{"pass": p}, N=sec["N"], dtype=sec["dtype"], ms=sec[key][backend],
+                               info=dict(info))
+                    if backend == "triton":
+                        row["speedup_vs_reference"] = sec[f"speedup_{p}_vs_reference"]
+                        if p == "forward":
+                            row.update(rate=sec["forward_TBps"], unit="TB/s")
+                            row["info"].update(
+                                bytes_must_move=sec["bytes_must_move_forward"],
+                                fraction_of_measured_copy=sec["forward_fraction_of_measured_copy"],
+                                fraction_of_datasheet=sec["forward_fraction_of_datasheet"],
+                                datasheet_TBps=sec["datasheet_TBps"])
+                    rows.append(row)
+        elif name == "weighted_softmax":
+            for kind, c in sec["check"].items():
+                rows.append(_row(name, f"check {kind}", N=c["N"], dtype="bfloat16",
+                                 rel_err={k: v for k, v in c.items() if k != "N"},
+                                 info={"reference_dtype": "float32"}))
+            for r in sec["rows"]:
+                for v in SOFTMAX_VARIANTS:
+                    rows.append(_row(name, v, **{"pass": r["pass"]}, N=r["N"], dtype="bfloat16", ms=r.get(v),
+                                     over_flash=r.get(f"{v}_over_flash"), skipped=r.get(f"{v}_skipped")))
+        elif name == "sphere_neighborhood":
+            for r in sec["rows"]:
+                info = {"theta": r["theta"], "grid": r["grid"], "channels": r["channels"], "heads": r["heads"],
+                        "neighbours_per_point": r["neighbours_per_point"], "csr_setup_s_cpu": r["csr_setup_s_cpu"],
+                        "backend": r["backend"]}
+                n = math.prod(int(t) for t in r["grid"].split()[-1].split("x"))
+                rows.append(_row(name, "check", N=n, dtype=r["dtype"], rel_err=r["rel_err_vs_reference"],
+                                 info={"theta": r["theta"], "reference": "backend 'reference'"}))
+                for p in ("forward", "backward"):
+                    rows.append(_row(name, "layer", **{"pass": p}, N=n, dtype=r["dtype"], ms=r[f"{p}_ms"],
+                                     published_ms=r["torch_harmonics_H100_published_ms"][p], info=dict(info)))
+    return rows
+
+
+def _check_params(p: dict) -> None:
+    if p["device"] not in ("cuda", "cpu"):
+        raise ValueError(f"device: expected 'cuda' (or 'cpu', the script test under TRITON_INTERPRET=1), "
+                         f"got {p['device']!r}")
+    secs = p["sections"]
+    if not isinstance(secs, list) or not secs or any(s not in SECTIONS for s in secs):
+        raise ValueError(f"sections: expected a non-empty list of {list(SECTIONS)}, got {p['sections']!r}")
+    for key in ("n", "softmax_bwd_n", "reps", "check_n", "copy_elems", "matmul_n"):
+        if not isinstance(p[key], int) or isinstance(p[key], bool) or p[key] < 1:
+            raise ValueError(f"{key}: expected a positive integer, got {p[key]!r}")
+    if not isinstance(p["max_call_s"], (int, float)) or p["max_call_s"] <= 0:
+        raise ValueError(f"max_call_s: expected a positive number of seconds, got {p['max_call_s']!r}")
+    shape = p["sphere_shape"]
+    if not (isinstance(shape, list) and len(shape) == 2 and all(isinstance(t, int) and t > 1 for t in shape)):
+        raise ValueError(f"sphere_shape: expected [nlat, nlon], two integers > 1, got {shape!r}")
+    import torch
+
+    if p["device"] == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: expected 'cuda' with a CUDA device available, got 'cuda' on a machine without CUDA")
+    if p["device"] == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError("device: 'cpu' only tests the script under the Triton interpreter; expected "
+                         f"TRITON_INTERPRET=1 in the environment, got {os.environ.get('TRITON_INTERPRET')!r}")
+
+
+def run(params: dict) -> list[dict]:
     global DEV
-    DEV = cfg.device
-    if DEV == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("gpu_targets.py --device cuda: expected a CUDA device, found none")
-    import triton
+    _check_params(params)
+    try:
+        import triton  # noqa: F401
+    except ImportError as err:
+        raise ValueError(f"device: the kernels need Triton on a {params['device']!r} device; it is not "
+                         f"installed ({err})") from None
+    import torch
 
-    if DEV == "cuda":
-        p = torch.cuda.get_device_properties(0)
-        name, sms = p.name, p.multi_processor_count
-    else:
-        name, sms = f"CPU ({platform.machine()}), script test only", 0
-    s = {"meta": {"date": datetime.date.today().isoformat(), "device_name": name, "sms": sms,
-                  "torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,
-                  "python": platform.python_version(),
-                  "command": "python benchmarks/gpu_targets.py " + " ".join(sys.argv[1:] if argv is None else argv)}}
-    cfg.out.mkdir(parents=True, exist_ok=True)
+    DEV = params["device"]
+    s: dict[str, Any] = {"meta": device_info()}
     copy_tbps = None
-    for name in cfg.sections:
-        t0 = time.perf_counter()
+    for name in params["sections"]:
         try:
             if name == "ceilings":
-                s[name] = ceilings(cfg)
+                s[name] = ceilings(params)
                 copy_tbps = s[name]["copy_TBps"]
             elif name == "galerkin":
-                s[name] = galerkin(cfg, copy_tbps)
+                s[name] = galerkin(params, copy_tbps)
             elif name == "weighted_softmax":
-                s[name] = weighted_softmax(cfg)
-            elif name == "sphere_neighborhood":
-                s[name] = sphere_neighborhood(cfg)
+                s[name] = weighted_softmax(params)
             else:
-                raise ValueError(f"--sections: unknown section {name!r}")
+                s[name] = sphere_neighborhood(params)
         except Exception as err:  # noqa: BLE001 - one failing section must not lose the others
-            s[name] = {"error": f"{type(err).__name__}: {str(err)[:300]}", "traceback": traceback.format_exc()[-2000:]}
-        s[name]["seconds"] = time.perf_counter() - t0
+            print(traceback.format_exc()[-2000:], flush=True)
+            s[name] = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
         if DEV == "cuda":
             torch.cuda.empty_cache()
-        print(json.dumps({name: s[name]}, default=str)[:3000], flush=True)
-        (cfg.out / "gpu_targets.json").write_text(json.dumps(s, indent=2, default=str) + "\n")
-        write_markdown(cfg.out / "gpu_targets.md", s)
-    print((cfg.out / "gpu_targets.md").read_text())
-    return s
+    return rows_from(s)
 
 
-if __name__ == "__main__":
-    main()
+# ----------------------------------------------------------------------------------------------
+# Table and notes
+
+
+def _rows(records: list[dict], section: str) -> list[dict]:
+    return [r["row"] for r in records if r["row"]["section"] == section]
+
+
+def _e(v: float | None) -> str:
+    return "—" if v is None else f"{v:.1e}"
+
+
+def _pow2(n: int) -> str:
+    k = math.log2(n)
+    return f"2^{int(k)}" if k == int(k) else format_value(n)
+
+
+def _f2(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2f}"
+
+
+def _x(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2f}×"
+
+
+def _errs(d: dict) -> str:
+    return ", ".join(f"{k} {_e(v)}" for k, v in d.items())
+
+
+def table(records: list[dict]) -> str:
+    """One table per section, as measured."""
+    out = []
+    c = {r["case"]: r for r in _rows(records, "ceilings")}
+    if "copy" in c:
+        out += ["Measured ceilings:", "", "| ceiling | size | time (ms) | rate |", "|---|---|---:|---:|",
+                f"| device-to-device copy (read + write), float32 | {c['copy']['info']['bytes'] / 2**30:.0f} GiB | "
+                f"{format_value(c['copy']['ms'])} | {c['copy']['rate']:.2f} TB/s |"]
+        if "bf16_matmul" in c:
+            m = c["bf16_matmul"]
+            out.append(f"| bf16 matmul | {m['N']}³ | {format_value(m['ms'])} | {m['rate']:.0f} TFLOP/s |")
+        out.append("")
+    g = [r for r in _rows(records, "galerkin") if r["pass"]]
+    if g:
+        i = g[0]["info"]
+        out += [f"Galerkin attention, N = {_pow2(g[0]['N'])}, {g[0]['dtype']}, {i['heads']} heads × {i['head_dim']}, "
+                "fused K/V LayerNorm, quadrature weights:", "",
+                "| backend | pass | time (ms) | speed-up vs reference | forward TB/s |", "|---|---|---:|---:|---:|"]
+        out += [f"| {r['case']} | {r['pass']} | {r['ms']:.3f} | {_x(r['speedup_vs_reference'])} | "
+                f"{_f2(r['rate'])} |" for r in g]
+        out.append("")
+    w = [r for r in _rows(records, "weighted_softmax") if r["pass"]]
+    if w:
+        out += ["Weighted softmax attention against flash SDPA (no bias), bf16, 8 heads × 64:", "",
+                "| N | pass | flash SDPA (ms) | triton, weights (ms) | / flash | triton, weights + distance (ms) | "
+                "/ flash |", "|---|---|---:|---:|---:|---:|---:|"]
+        for key in dict.fromkeys((r["N"], r["pass"]) for r in w):
+            by = {r["case"]: r for r in w if (r["N"], r["pass"]) == key}
+
+            def ms(v, by=by):
+                return "–" if by.get(v, {}).get("ms") is None else f"{by[v]['ms']:.2f}"
+
+            def ratio(v, by=by):
+                return "–" if by.get(v, {}).get("over_flash") is None else f"{by[v]['over_flash']:.2f}"
+
+            out.append(f"| {_pow2(key[0])} | {key[1]} | {ms('flash_sdpa_no_bias')} | {ms('triton_weights')} | "
+                       f"{ratio('triton_weights')} | {ms('triton_weights_distance')} | "
+                       f"{ratio('triton_weights_distance')} |")
+        out.append("")
+    sp = [r for r in _rows(records, "sphere_neighborhood") if r["case"] == "layer"]
+    if sp:
+        i = sp[0]["info"]
+        out += [f"Spherical neighbourhood attention layer (projections included), {i['grid']}, {i['channels']} "
+                f"channels, {i['heads']} head, batch 1, {sp[0]['dtype']}, backend `{i['backend']}` (automatic "
+                "choice):", "",
+                "| θ (rad) | neighbours/point | forward (ms) | backward (ms) | torch-harmonics H100, published: "
+                "fwd / bwd (ms) |", "|---|---:|---:|---:|---|"]
+        for theta in dict.fromkeys(r["info"]["theta"] for r in sp):
+            by = {r["pass"]: r for r in sp if r["info"]["theta"] == theta}
+            f, b = by["forward"], by["backward"]
+            out.append(f"| {theta} | {f['info']['neighbours_per_point']:.1f} | {f['ms']:.3f} | {b['ms']:.3f} | "
+                       f"{f['published_ms']} / {b['published_ms']} |")
+        out.append("")
+    failed = [r for r in records if r["row"]["error"]]
+    if failed:
+        out += ["Sections that failed:", ""] + [f"- {r['row']['section']}: `{r['row']['error']}`" for r in failed]
+    return "\n".join(out).rstrip("\n")
+
+
+def verdicts(records: list[dict]) -> dict[str, tuple[bool, str]]:
+    """``{section: (met, the numbers it was decided on)}`` for each target of :data:`TARGETS` the run measured."""
+    out = {}
+    g = {(r["case"], r["pass"]): r for r in _rows(records, "galerkin") if r["case"] == "triton"}
+    if g:
+        out["galerkin"] = (all(r["speedup_vs_reference"] > 1 for r in g.values()),
+                           ", ".join(f"{p} {r['speedup_vs_reference']:.2f}× faster" if r["speedup_vs_reference"] > 1
+                                     else f"{p} {1 / r['speedup_vs_reference']:.2f}× slower"
+                                     for (_, p), r in g.items()))
+    w = [r for r in _rows(records, "weighted_softmax") if r["case"] == "triton_weights" and r["over_flash"] is not None]
+    if w:
+        out["weighted_softmax"] = (all(r["over_flash"] <= 1 for r in w), ", ".join(
+            f"{r['over_flash']:.2f}× flash's time ({r['pass']}, N = {_pow2(r['N'])})" for r in w))
+    sp = [r for r in _rows(records, "sphere_neighborhood") if r["case"] == "layer"]
+    if sp:
+        out["sphere_neighborhood"] = (all(r["ms"] <= r["published_ms"] for r in sp), ", ".join(
+            f"θ={r['info']['theta']} {r['pass']} {r['ms']:.3f} vs {r['published_ms']} ms" for r in sp))
+    return out
+
+
+def notes(records: list[dict]) -> str:
+    dev = _rows(records, "device")
+    lines = []
+    if dev:
+        i = dev[0]["info"] or {}
+        lines.append(f"Device: {dev[0]['case']}" + "".join(
+            f", {fmt.format(i[k])}" for k, fmt in (("sms", "{} SMs"), ("capability", "{}"), ("memory_GiB", "{} GiB"),
+                                                  ("cuda", "CUDA {}")) if i.get(k) is not None)
+                     + ". Times are medians of CUDA-event timings after warm-up.")
+    g = [r for r in _rows(records, "galerkin") if r["case"] == "triton" and r["pass"] == "forward"]
+    if g:
+        i = g[0]["info"]
+        frac = [f"{100 * i[k]:.0f}% of the {what}" for k, what in
+                (("fraction_of_measured_copy", "measured copy bandwidth"),
+                 ("fraction_of_datasheet", f"datasheet {i['datasheet_TBps']} TB/s")) if i.get(k) is not None]
+        lines.append(f"Galerkin forward moves at least {i['bytes_must_move'] / 2**30:.2f} GiB: {g[0]['rate']:.2f} TB/s"
+                     + (" = " + ", ".join(frac) if frac else "") + ".")
+    checks = [r["row"] for r in records if r["row"]["case"].startswith("check")]
+    if checks:
+        lines.append("Checks against the reference on the same inputs (relative L2 of the output and each gradient; "
+                     "bf16 kernels against a float32 reference, the sphere layer's triton against its reference "
+                     "backend in fp32): " + "; ".join(
+                         f"{r['section']}{' ' + r['case'][6:] if r['case'] != 'check' else ''}"
+                         f"{' θ=' + str(r['info']['theta']) if r['info'] and 'theta' in r['info'] else ''} "
+                         f"(N = {format_value(r['N'])}): {_errs(r['rel_err'])}" for r in checks) + ".")
+    skips = [r["row"] for r in records if r["row"]["skipped"]]
+    if skips:
+        lines.append("Not run: " + "; ".join(f"{r['case']} {r['pass']} at N = {_pow2(r['N'])} ({r['skipped']})"
+                                             for r in skips) + ".")
+    if _rows(records, "sphere_neighborhood"):
+        lines.append("The torch-harmonics figures are its own published H100 measurements (not rerun here); this run "
+                     "is on the device named above.")
+    v = verdicts(records)
+    if v:
+        lines.append("Targets: " + "; ".join(f"{TARGETS[k]}: {'met' if ok else 'not met'} ({why})"
+                                             for k, (ok, why) in v.items()) + ".")
+    return "\n\n".join(lines)
+
+
+BENCHMARKS = (
+    Benchmark(
+        name="gpu_targets", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
+        packages=("triton",),
+        description="Kernel targets on one CUDA device (Galerkin bandwidth and speed-up, weighted softmax against "
+                    "flash SDPA, spherical neighbourhood attention at 1°), each checked against its reference first;",
+        claim="the Triton Galerkin kernel beats the PyTorch reference; weighted softmax and the sphere layer against "
+              "flash SDPA and torch-harmonics' published H100 times (docs/benchmarks/gpu.md)",
+    ),
+)

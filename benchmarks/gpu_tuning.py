@@ -1,11 +1,12 @@
-"""Launch-configuration sweep of the three Triton kernels at the kernel issue's target shapes.
+"""Launch-configuration sweep of the three Triton kernels at the kernel targets' shapes.
 
 The block sizes, warps and pipeline stages in ``sciattn.*._triton`` were first chosen from sm_90
-builds alone (no spills, shared memory fits). This script times the candidates on a GPU, side by
+builds alone (no spills, shared memory fits). This benchmark times the candidates on a GPU, side by
 side in one run, and checks each against the configuration in force (relative L2 of the output, and
 of the gradients where the backward is swept), so a faster configuration that computes something
-else is reported as such, not chosen. Sections, each in its own process (a kernel fault cannot
-poison the others):
+else is reported as such, not chosen. Sections (``sections`` parameter), each in its own process
+(``python -m benchmarks.gpu_tuning --worker SECTION``, so a kernel fault cannot poison the others;
+``timeout`` seconds each):
 
 * ``galerkin``: N = 2^20, bf16, 8 heads × 64, fused K/V LayerNorm, weights. Forward: the
   (rows per block, warps, stages) of the ``kv`` and ``qm`` kernels and the programs per SM of the
@@ -16,32 +17,50 @@ poison the others):
 * ``neighborhood``: the spherical neighbourhood layer's op on the 1° grid (180×360, fp32, 64
   channels, θ = 0.017 and 0.03): neighbours per step and warps, forward and backward.
 
-    python benchmarks/gpu_tuning.py --out DIR        # needs CUDA and Triton
+One row per candidate (its ``config``, the configuration ``in_force`` during the run, times, ratio to flash,
+errors against the configuration in force, or the ``error`` it raised); a section that fails or times out is
+one row with its ``error``. The notes name the fastest checked candidate of each sweep.
 
-Writes ``gpu_tuning.json`` and ``gpu_tuning.md`` under ``--out``.
+    python -m benchmarks run gpu_tuning [--quick] [--set sections='["softmax"]'] [--set timeout=60]
+
+Needs CUDA and Triton. Rows are appended to ``benchmarks/results/gpu_tuning.jsonl``.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
+import math
+import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-import torch
-from _timing import median_ms
+from .harness import Benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
+SECTION_NAMES = ("galerkin", "softmax", "neighborhood")
+SCHEMA = {
+    "section": "str", "swept": "str", "theta": "float?", "shape": "str?", "config": "dict", "in_force": "dict?",
+    "forward_ms": "float?", "forward_backward_ms": "float?", "op_forward_ms": "float?", "backward_ms": "float?",
+    "TBps": "float?", "flash_ms": "float?", "over_flash": "float?", "rel_err": "float?", "grad_rel_err": "float?",
+    "error": "str?",
+}
+PARAMS = {"device": "cuda", "sections": list(SECTION_NAMES), "timeout": 120.0}
+QUICK = {"sections": ["neighborhood"], "timeout": 60.0}
 
 
 def ms(fn, reps=10, warmup=2):
+    from ._timing import median_ms
+
     return median_ms(fn, reps, warmup, cuda=True)
 
 
 def rel(a, b):
+    import torch
+
     a, b = a.detach().double(), b.detach().double()
     return float((a - b).norm() / b.norm().clamp_min(1e-30)) if torch.isfinite(a).all() else float("nan")
 
@@ -55,6 +74,8 @@ def _try(rows, cfg, fn):
 
 
 def galerkin_section() -> dict:
+    import torch
+
     import sciattn.galerkin._triton as T
     from sciattn.galerkin.functional import KVNorm, galerkin_attention
 
@@ -110,6 +131,7 @@ def galerkin_section() -> dict:
 
 
 def softmax_section() -> dict:
+    import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     import sciattn.weighted_softmax._triton as T
@@ -165,6 +187,8 @@ def softmax_section() -> dict:
 
 
 def neighborhood_section() -> dict:
+    import torch
+
     import sciattn.neighborhood._triton as T
     from sciattn.spherical import SphericalNeighborhoodAttention
 
@@ -209,80 +233,227 @@ def neighborhood_section() -> dict:
 SECTIONS = {"galerkin": galerkin_section, "softmax": softmax_section, "neighborhood": neighborhood_section}
 
 
-def write_markdown(path: Path, s: dict) -> None:
-    lines = [f"# Triton launch-configuration sweep on {s['device']}", "",
-             f"{s['date']}, torch {s['torch']}. Command: `{s['command']}`. CUDA-event medians; every candidate is "
-             "checked against the configuration in force (relative L2).", ""]
-    g = s.get("galerkin", {})
-    if "forward" in g:
-        lines += [f"## Galerkin ({g['shape']}); in force: {g['current']}, {g['current_programs_per_sm']} programs/SM", "",
-                  "| kv, qm (rows, warps, stages) | programs/SM | forward (ms) | TB/s | rel. error |", "|---|---:|---:|---:|---:|"]
-        lines += [f"| {r['kv_qm']} | {r['programs_per_sm']} | " + (f"{r['forward_ms']:.3f} | {r['TBps']:.2f} | "
-                  f"{r['rel_err_vs_current']:.1e} |" if "error" not in r else f"{r['error']} | | |") for r in g["forward"]]
-        lines += ["", "| dq_dm, dkv (rows, warps, stages) | programs/SM | fwd+bwd (ms) | grad rel. error |", "|---|---:|---:|---:|"]
-        lines += [f"| {r['dq_dm_dkv']} | {r['programs_per_sm']} | " + (f"{r['forward_backward_ms']:.3f} | "
-                  f"{r['grad_rel_err_vs_current']:.1e} |" if "error" not in r else f"{r['error']} | |")
-                  for r in g["forward_backward"]]
-        lines.append("")
-    sm = s.get("softmax", {})
-    if "forward" in sm:
-        lines += [f"## Weighted softmax ({sm['shape']}); flash SDPA: forward {sm['flash_forward_ms']:.2f} ms, "
-                  f"fwd+bwd {sm['flash_forward_backward_ms']:.2f} ms; in force: {sm['current']}", "",
-                  "| fwd (BLOCK_M, BLOCK_N, warps, stages) | forward (ms) | / flash | rel. error |", "|---|---:|---:|---:|"]
-        lines += [f"| {r['fwd']} | " + (f"{r['forward_ms']:.2f} | {r['over_flash']:.2f} | {r['rel_err_vs_current']:.1e} |"
-                  if "error" not in r else f"{r['error']} | | |") for r in sm["forward"]]
-        lines += ["", "| dkdv | dq | fwd+bwd (ms) | / flash | grad rel. error |", "|---|---|---:|---:|---:|"]
-        lines += [f"| {r['dkdv']} | {r['dq']} | " + (f"{r['forward_backward_ms']:.2f} | {r['over_flash']:.2f} | "
-                  f"{r['grad_rel_err_vs_current']:.1e} |" if "error" not in r else f"{r['error']} | | |")
-                  for r in sm["forward_backward"]]
-        lines.append("")
-    nb = s.get("neighborhood", {})
-    if isinstance(nb, dict) and nb and "error" not in nb:
-        lines += ["Neighbourhood: one (neighbours per step, warps) is applied to the forward and both backward kernels "
-                  "in each row; the gradient column is the largest relative error over the input and the parameter "
-                  "gradients taken one tensor at a time, and is dominated by the key-projection bias, whose gradient "
-                  "is zero in exact arithmetic (softmax is invariant to a shift shared by all logits of a query), so "
-                  "it compares rounding noise with rounding noise; the output column and the summed-gradient check of "
-                  "`gpu_targets.md` are the accuracy checks.", ""]
-    for theta, block in nb.items() if isinstance(nb, dict) and "error" not in nb else []:
-        lines += [f"## Spherical neighbourhood layer, 1° (180×360), fp32, 64 channels, θ = {theta}", "",
-                  "| neighbours per step | warps | layer forward (ms) | attention op forward (ms) | layer backward (ms) | "
-                  "rel. error out / grads |", "|---:|---:|---:|---:|---:|---|"]
-        lines += [f"| {r['neighbours_per_step']} | {r['warps']} | " + (f"{r['forward_ms']:.3f} | {r['op_forward_ms']:.3f} | "
-                  f"{r['backward_ms']:.3f} | "
-                  f"{r['rel_err_out']:.1e} / {r['rel_err_grads']:.1e} |" if "error" not in r else f"{r['error']} | | | |")
-                  for r in block["rows"]]
-        lines.append("")
-    errors = {k: v["error"] for k, v in s.items() if isinstance(v, dict) and "error" in v}
-    lines += [f"- section {k} failed: `{v}`" for k, v in errors.items()]
-    path.write_text("\n".join(lines) + "\n")
+# ----------------------------------------------------------------------------------------------
+# Rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sections", nargs="+", default=list(SECTIONS))
-    ap.add_argument("--section", help=argparse.SUPPRESS)  # internal: run one section, print its JSON
-    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per section")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    args = ap.parse_args()
-    if args.section:
-        print("RESULT " + json.dumps(SECTIONS[args.section]()), flush=True)
-        return
-    s = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-         "command": "python benchmarks/gpu_tuning.py " + " ".join(sys.argv[1:])}
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name in args.sections:
+def _row(section: str, swept: str, config: dict, **fields: Any) -> dict:
+    row = dict.fromkeys(SCHEMA)
+    row.update(section=section, swept=swept, config=config, **fields)
+    for k, v in list(row.items()):  # a non-finite error or time (a kernel that produced NaN) is no number
+        if isinstance(v, float) and not math.isfinite(v):
+            row[k] = None
+            row["error"] = (row["error"] + "; " if row["error"] else "") + f"{k} not finite ({v})"
+    return row
+
+
+_TIMES = ("forward_ms", "forward_backward_ms", "op_forward_ms", "backward_ms")
+
+
+def rows_from(s: dict) -> list[dict]:
+    """The rows of one run from the sections' dicts ``s`` (as the workers return them)."""
+    rows = []
+    for name in [k for k in SECTION_NAMES if k in s]:
+        sec = s[name]
+        if "error" in sec:
+            rows.append(_row(name, "section", {}, error=sec["error"]))
+            continue
+        if name == "galerkin":
+            in_force = {**sec["current"], "programs_per_sm": sec["current_programs_per_sm"]}
+            for swept, key, time_key in (("forward", "kv_qm", "forward_ms"),
+                                         ("backward", "dq_dm_dkv", "forward_backward_ms")):
+                for r in sec["forward" if swept == "forward" else "forward_backward"]:
+                    rows.append(_row(name, swept, {key: r[key], "programs_per_sm": r["programs_per_sm"]},
+                                     shape=sec["shape"], in_force=in_force, **{time_key: r.get(time_key)},
+                                     TBps=r.get("TBps"), rel_err=r.get("rel_err_vs_current"),
+                                     grad_rel_err=r.get("grad_rel_err_vs_current"), error=r.get("error")))
+        elif name == "softmax":
+            for swept, keys, time_key, flash in (("forward", ("fwd",), "forward_ms", "flash_forward_ms"),
+                                                 ("backward", ("dkdv", "dq"), "forward_backward_ms",
+                                                  "flash_forward_backward_ms")):
+                for r in sec["forward" if swept == "forward" else "forward_backward"]:
+                    rows.append(_row(name, swept, {k: r[k] for k in keys}, shape=sec["shape"],
+                                     in_force=sec["current"], **{time_key: r.get(time_key)}, flash_ms=sec[flash],
+                                     over_flash=r.get("over_flash"), rel_err=r.get("rel_err_vs_current"),
+                                     grad_rel_err=r.get("grad_rel_err_vs_current"), error=r.get("error")))
+        else:
+            for block in sec.values():
+                for r in block["rows"]:
+                    rows.append(_row(name, "forward and backward", {k: r[k] for k in ("neighbours_per_step", "warps")},
+                                     theta=r["theta"], **{k: r.get(k) for k in _TIMES if k in r},
+                                     rel_err=r.get("rel_err_out"), grad_rel_err=r.get("rel_err_grads"),
+                                     error=r.get("error")))
+    return rows
+
+
+def _check_params(p: dict) -> None:
+    if p["device"] != "cuda":
+        raise ValueError(f"device: expected 'cuda' (the sweep times compiled Triton kernels), got {p['device']!r}")
+    secs = p["sections"]
+    if not isinstance(secs, list) or not secs or any(s not in SECTION_NAMES for s in secs):
+        raise ValueError(f"sections: expected a non-empty list of {list(SECTION_NAMES)}, got {secs!r}")
+    if not isinstance(p["timeout"], (int, float)) or isinstance(p["timeout"], bool) or p["timeout"] <= 0:
+        raise ValueError(f"timeout: expected a positive number of seconds per section, got {p['timeout']!r}")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError("device: expected 'cuda' with a CUDA device available, got 'cuda' on a machine without CUDA")
+
+
+def run(params: dict) -> list[dict]:
+    _check_params(params)
+    try:
+        import triton  # noqa: F401
+    except ImportError as err:
+        raise ValueError(f"device: the sweep needs Triton on 'cuda'; it is not installed ({err})") from None
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    s: dict[str, Any] = {}
+    for name in params["sections"]:
         try:
-            p = subprocess.run([sys.executable, __file__, "--section", name], capture_output=True, text=True,
-                               timeout=args.timeout)
+            p = subprocess.run([sys.executable, "-m", "benchmarks.gpu_tuning", "--worker", name], cwd=ROOT, env=env,
+                               capture_output=True, text=True, timeout=params["timeout"])
             print(p.stdout[-4000:], p.stderr[-2000:], flush=True)
             res = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
             s[name] = json.loads(res[-1][7:]) if res else {"error": f"exit {p.returncode}: {p.stderr[-300:]}"}
-        except subprocess.TimeoutExpired as err:
-            s[name] = {"error": f"timed out after {args.timeout:.0f} s", "partial": str(err.stdout)[-3000:]}
-        (args.out / "gpu_tuning.json").write_text(json.dumps(s, indent=2) + "\n")
-        write_markdown(args.out / "gpu_tuning.md", s)
-    print((args.out / "gpu_tuning.md").read_text())
+        except subprocess.TimeoutExpired:
+            s[name] = {"error": f"timed out after {params['timeout']:.0f} s"}
+    return rows_from(s)
+
+
+# ----------------------------------------------------------------------------------------------
+# Table and notes
+
+_CONFIG_LABELS = {
+    ("galerkin", "forward"): ("kv, qm (rows, warps, stages)", "forward_ms", "forward (ms)"),
+    ("galerkin", "backward"): ("dq_dm, dkv (rows, warps, stages)", "forward_backward_ms", "fwd+bwd (ms)"),
+    ("softmax", "forward"): ("fwd (BLOCK_M, BLOCK_N, warps, stages)", "forward_ms", "forward (ms)"),
+    ("softmax", "backward"): ("dkdv; dq (BLOCK_M, BLOCK_N, warps, stages)", "forward_backward_ms", "fwd+bwd (ms)"),
+}
+
+
+def _v(v, fmt: str) -> str:
+    return "—" if v is None else format(v, fmt)
+
+
+def _config(r: dict) -> str:
+    return "; ".join(str(v) for k, v in r["config"].items() if k != "programs_per_sm")
+
+
+def _groups(records: list[dict]) -> dict[tuple, list[dict]]:
+    out: dict[tuple, list[dict]] = {}
+    for rec in records:
+        r = rec["row"]
+        if r["swept"] != "section":
+            out.setdefault((r["section"], r["swept"], r["theta"]), []).append(r)
+    return out
+
+
+def _time_key(group: tuple) -> str:
+    return _CONFIG_LABELS[group[:2]][1] if group[0] != "neighborhood" else "forward_ms"
+
+
+def table(records: list[dict]) -> str:
+    """One table per sweep (section, swept kernels, θ), candidates in the order timed."""
+    out = []
+    for (section, swept, theta), rows in _groups(records).items():
+        r0 = rows[0]
+        if section == "neighborhood":
+            out += [f"Spherical neighbourhood layer, 1° (180×360), fp32, 64 channels, θ = {theta}; one (neighbours per "
+                    "step, warps) for the forward and both backward kernels:", "",
+                    "| neighbours per step | warps | layer forward (ms) | attention op forward (ms) | layer backward (ms) "
+                    "| rel. error out / grads |", "|---:|---:|---:|---:|---:|---|"]
+            for r in rows:
+                out.append(f"| {r['config']['neighbours_per_step']} | {r['config']['warps']} | " + (
+                    f"{r['error']} | | | |" if r["error"] else
+                    f"{_v(r['forward_ms'], '.3f')} | {_v(r['op_forward_ms'], '.3f')} | {_v(r['backward_ms'], '.3f')} | "
+                    f"{_v(r['rel_err'], '.1e')} / {_v(r['grad_rel_err'], '.1e')} |"))
+            out.append("")
+            continue
+        label, key, head = _CONFIG_LABELS[section, swept]
+        force = ", ".join(f"{k} {v}" for k, v in (r0["in_force"] or {}).items() if k != "programs_per_sm")
+        pps = (r0["in_force"] or {}).get("programs_per_sm")
+        title = "Galerkin" if section == "galerkin" else "Weighted softmax"
+        flash = f"; flash SDPA (no bias) {r0['flash_ms']:.2f} ms" if r0["flash_ms"] is not None else ""
+        out += [f"{title} ({r0['shape']}), {swept} kernels swept{flash}; in force: {force}"
+                + (f", {pps} programs/SM" if pps else "") + ":", ""]
+        err = "grad rel. error" if swept == "backward" else "rel. error"
+        if section == "galerkin":
+            cols = ["programs/SM", head] + (["TB/s"] if swept == "forward" else []) + [err]
+        else:
+            cols = [head, "/ flash", err]
+        out += [f"| {label} | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+        for r in rows:
+            cells = [str(r["config"]["programs_per_sm"])] if section == "galerkin" else []
+            if r["error"]:
+                cells += [r["error"]] + [""] * (len(cols) - len(cells) - 1)
+            else:
+                cells.append(_v(r[key], ".3f" if section == "galerkin" else ".2f"))
+                if section == "galerkin" and swept == "forward":
+                    cells.append(_v(r["TBps"], ".2f"))
+                if section == "softmax":
+                    cells.append(_v(r["over_flash"], ".2f"))
+                cells.append(_v(r["grad_rel_err"] if swept == "backward" else r["rel_err"], ".1e"))
+            out.append(f"| {_config(r)} | " + " | ".join(cells) + " |")
+        out.append("")
+    failed = [r["row"] for r in records if r["row"]["swept"] == "section"]
+    out += [f"- section {r['section']} failed: `{r['error']}`" for r in failed]
+    return "\n".join(out).rstrip("\n")
+
+
+def fastest(records: list[dict]) -> dict[tuple, dict]:
+    """The fastest candidate of each sweep that ran without an error (neighbourhood: by layer forward time)."""
+    out = {}
+    for group, rows in _groups(records).items():
+        key = _time_key(group)
+        ok = [r for r in rows if not r["error"] and r[key] is not None]
+        if ok:
+            out[group] = min(ok, key=lambda r: r[key])
+    return out
+
+
+def notes(records: list[dict]) -> str:
+    lines = ["CUDA-event medians; every candidate is checked against the configuration in force during the run "
+             "(relative L2 of the output, and of the gradients where the backward is swept)."]
+    if any(r["row"]["section"] == "neighborhood" for r in records):
+        lines.append("Neighbourhood: the gradient column is the largest relative error over the input and the "
+                     "parameter gradients taken one tensor at a time, and is dominated by the key-projection bias, "
+                     "whose gradient is zero in exact arithmetic (softmax is invariant to a shift shared by all logits "
+                     "of a query), so it compares rounding noise with rounding noise; the output column and the "
+                     "summed-gradient check of the `gpu_targets` benchmark are the accuracy checks.")
+    best = fastest(records)
+    if best:
+        parts = []
+        for (section, swept, theta), r in best.items():
+            keys = [_time_key((section, swept, theta))] + (["backward_ms"] if section == "neighborhood" else [])
+            for key in keys:
+                ok = [x for x in _groups(records)[section, swept, theta] if not x["error"] and x[key] is not None]
+                r = min(ok, key=lambda x, key=key: x[key])
+                cfg = ", ".join(f"{k} {v}" for k, v in r["config"].items())
+                parts.append(f"{section} {swept}{f' θ={theta}' if theta is not None else ''}, by "
+                             f"{key.removesuffix('_ms').replace('_', '+')} time: {cfg} ({r[key]:.3f} ms)")
+        lines.append("Fastest candidate of each sweep: " + "; ".join(parts) + ".")
+    return "\n\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """One section in this process (``python -m benchmarks.gpu_tuning --worker SECTION``), run by :func:`run`;
+    prints ``RESULT`` and the section's JSON."""
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--worker", required=True, choices=SECTION_NAMES)
+    args = ap.parse_args(argv)
+    print("RESULT " + json.dumps(SECTIONS[args.worker]()), flush=True)
+
+
+BENCHMARKS = (
+    Benchmark(
+        name="gpu_tuning", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
+        packages=("triton",),
+        description="Launch-configuration sweep of the Triton kernels (Galerkin, weighted softmax, spherical "
+                    "neighbourhood) at the kernel targets' shapes, each candidate checked against the one in force;",
+        claim="the launch configurations of sciattn/*/_triton.py chosen from the sweep's checked candidates "
+              "(docs/benchmarks/gpu.md)",
+    ),
+)
 
 
 if __name__ == "__main__":

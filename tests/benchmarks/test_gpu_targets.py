@@ -1,0 +1,122 @@
+"""benchmarks/gpu_targets.py and benchmarks/gpu_check.sh: the committed H200 rows validate and render with the
+targets' verdicts computed from the rows; a verdict flips when a row's numbers do; a machine without CUDA is
+refused by naming ``device``; bad parameters are refused by name; every benchmark gpu_check.sh runs is registered
+and takes the parameters it sets."""
+
+from __future__ import annotations
+
+import copy
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import gpu_targets as gt
+from benchmarks import harness
+
+ROOT = Path(__file__).resolve().parents[2]
+CUDA = torch.cuda.is_available()
+
+
+def _committed():
+    bench = harness.get("gpu_targets")
+    records = harness.latest_run(harness.read_rows(harness.results_path("gpu_targets")), full=True)
+    for i, r in enumerate(records):
+        harness.validate_row(bench, r["row"], i)
+    return bench, records
+
+
+def test_committed_rows_validate_and_render_with_verdicts_from_the_rows():
+    bench, records = _committed()
+    md = harness.markdown_table(bench, records)
+    verdicts = gt.verdicts(records)
+    assert set(verdicts) <= set(gt.TARGETS) and verdicts
+    for section, (met, _) in verdicts.items():
+        assert f"{gt.TARGETS[section]}: {'met' if met else 'not met'}" in md
+    # the Galerkin verdict is the sign of the speed-ups in the rows
+    tri = [r["row"] for r in records if r["row"]["section"] == "galerkin" and r["row"]["case"] == "triton"]
+    if tri:
+        assert verdicts["galerkin"][0] == all(r["speedup_vs_reference"] > 1 for r in tri)
+        for r in tri:
+            assert f"{r['ms']:.3f}" in md
+
+
+def test_verdicts_follow_the_numbers():
+    _, records = _committed()
+    recs = copy.deepcopy(records)
+    for r in recs:
+        row = r["row"]
+        if row["section"] == "galerkin" and row["case"] == "triton":
+            row["speedup_vs_reference"] = 0.5
+        if row["case"] == "triton_weights" and row["over_flash"] is not None:
+            row["over_flash"] = 0.9
+        if row["section"] == "sphere_neighborhood" and row["case"] == "layer":
+            row["ms"] = row["published_ms"] / 2
+    v = gt.verdicts(recs)
+    assert v["galerkin"][0] is False and "2.00× slower" in v["galerkin"][1]
+    assert v["weighted_softmax"][0] is True
+    assert v["sphere_neighborhood"][0] is True
+
+
+def test_rows_from_sections_keeps_failures_and_skips():
+    s = {"meta": {"device_name": "Test GPU", "sms": 8},
+         "ceilings": {"error": "RuntimeError: boom"},
+         "weighted_softmax": {"check": {"weights": {"N": 64, "out": 1e-3, "grad_q": 2e-3}},
+                              "rows": [{"N": 256, "pass": "forward", "flash_sdpa_no_bias": 2.0, "triton_weights": 3.0,
+                                        "triton_weights_distance": None,
+                                        "triton_weights_distance_skipped": "predicted 20.0 s per call",
+                                        "triton_weights_over_flash": 1.5,
+                                        "triton_weights_distance_over_flash": None}]}}
+    rows = gt.rows_from(s)
+    bench = harness.get("gpu_targets")
+    for i, r in enumerate(rows):
+        harness.validate_row(bench, r, i)
+    assert rows[0]["section"] == "device" and rows[0]["info"] == {"sms": 8}
+    assert [r["error"] for r in rows if r["section"] == "ceilings"] == ["RuntimeError: boom"]
+    skipped = [r for r in rows if r["skipped"]]
+    assert len(skipped) == 1 and skipped[0]["case"] == "triton_weights_distance" and skipped[0]["ms"] is None
+    recs = [{"row": r} for r in rows]
+    assert gt.verdicts(recs)["weighted_softmax"][0] is False  # 1.5× flash's time
+    assert "ceilings: `RuntimeError: boom`" in gt.table(recs)
+
+
+@pytest.mark.skipif(CUDA, reason="the refusal is for a machine without CUDA")
+def test_a_machine_without_cuda_is_refused_by_naming_device(tmp_path):
+    with pytest.raises(ValueError, match=r"device: expected 'cuda' with a CUDA device available"):
+        harness.run_benchmark("gpu_targets", quick=True, results=tmp_path)
+    assert not (tmp_path / "gpu_targets.jsonl").exists()
+
+
+@pytest.mark.parametrize(("key", "value"), [("sections", ["nope"]), ("n", 0), ("device", "tpu"),
+                                            ("sphere_shape", [180]), ("max_call_s", -1)])
+def test_bad_parameters_are_refused_by_name(tmp_path, key, value):
+    with pytest.raises(ValueError, match=rf"^{key}: expected"):
+        harness.run_benchmark("gpu_targets", quick=True, results=tmp_path, overrides={key: value})
+
+
+def _gpu_check_runs() -> list[list[str]]:
+    """The argument lists after ``-m benchmarks run`` in gpu_check.sh's commands (not its comments; continuation
+    lines joined)."""
+    text = (ROOT / "benchmarks" / "gpu_check.sh").read_text().replace("\\\n", " ")
+    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
+    return [shlex.split(m.group(1)) for ln in lines for m in re.finditer(r"-m benchmarks run (.*)", ln)]
+
+
+def test_gpu_check_script_parses_and_runs_registered_benchmarks_with_their_parameters():
+    subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "gpu_check.sh")], check=True)
+    runs = _gpu_check_runs()
+    names = [args[0] for args in runs]
+    assert {"gpu_targets", "gpu_tuning", "balltree_gpu", "kernels", "multipole_scaling"} <= set(names)
+    registered = harness.names()
+    for args in runs:
+        assert args[0] in registered, args[0]
+        bench = harness.get(args[0])
+        sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+        overrides = harness.parse_where(sets, what="--set")
+        bench.resolve(False, overrides)  # every --set key is a parameter of the benchmark
+        if args[0] in ("balltree_gpu", "kernels", "multipole_scaling"):
+            assert overrides["device"] == "cuda"
+        assert "--out" in args  # rows go to $RES, never to the committed results
