@@ -1,47 +1,53 @@
 """Time and memory of every registered attention backend against N, with dense SDPA for scale.
 
-For each op with a shape factory in ``OPS`` and each backend registered for it that can run on
-``--device`` (see ``sciattn.available_backends()``; Triton backends only on CUDA, the CPU
+For each op with a shape factory in ``OPS`` and each backend registered for it that can run on the
+``device`` parameter (see ``sciattn.available_backends()``; Triton backends only on CUDA, the CPU
 interpreter is not a speed path), and for dense ``F.scaled_dot_product_attention`` on q, k, v of
-the same shape, measure at N = 2^min … 2^max points:
+the same shape, measure at N = ``min_n``, 2·``min_n``, … ≤ ``max_n`` points:
 
-* forward time (no autograd) and forward+backward time (median of ``--reps`` runs after a
+* forward time (no autograd) and forward+backward time (median of ``reps`` runs after a
   warm-up run that also absorbs kernel compilation);
 * peak memory above the start of the case: ``torch.cuda.max_memory_allocated`` on CUDA, the
   resident-set high-water mark (reset through ``/proc/self/clear_refs``) on CPU.
 
-A series (op, backend) stops when a case runs out of memory, exceeds ``--max-mem-gb``, or when
-the time spent on it (each case's warm-up call, which absorbs compilation, not counted) plus the predicted cost of the next size would exceed ``--series-budget``
-seconds. Fitted log-log exponents of time and memory use the sizes from 2^14 up to the largest N
-measured (≥ 2 points). Results go to ``--out`` (default ``benchmarks/results``) as
-``kernels_<device>.json``, ``kernels_<device>.md`` and ``kernels_<device>.png``.
+A series (op, backend) stops when a case runs out of memory, exceeds ``max_mem_gb`` (default: 4 on the CPU,
+100 on CUDA), or when the time
+spent on it (each case's warm-up call, which absorbs compilation, not counted) plus the predicted cost
+of the next size would exceed ``series_budget`` seconds; the last row of a series says why it stopped
+(``stopped``). A backend that cannot run here, and an op without a shape factory, is a row with ``N``
+empty and the reason in ``stopped``. The notes fit log-log exponents of time and memory over the
+sizes from ``fit_min_n`` up to the largest N measured (≥ 2 points; a series with fewer such sizes is
+fitted on its two largest, marked ``*``).
 
-    python benchmarks/kernels.py --device cpu                       # < 10 min on 2 cores
-    python benchmarks/kernels.py --device cuda --dtype bfloat16 --heads 8 --head-dim 64 --max-n 1048576
+    python -m benchmarks run kernels [--quick]                       # CPU, < 10 min on 2 cores
+    python -m benchmarks run kernels --set device=cuda --set dtype=bfloat16 --set heads=8 --set head_dim=64 \\
+        --set max_n=1048576 --set series_budget=60 --set reps=10
+    python -m benchmarks table kernels --where device=cuda row.op=galerkin
+
+Rows are appended to ``benchmarks/results/kernels.jsonl`` (one per op, backend and N); the docs' tables
+(one per op and device) are generated from them, and ``python -m benchmarks plot kernels --where device=cpu
+row.op=galerkin`` draws forward+backward time against N per backend (log-log).
 
 To benchmark another op, add ``OPS["my_op"] = OpSpec(make=..., call=...)``: ``make(n, cfg, device,
-dtype)`` returns the inputs (tensors that need gradients have ``requires_grad``), ``call(inputs,
-backend)`` runs the op's functional with that backend name, and ``props`` describes the inputs to
-the dispatcher.
+dtype)`` returns the inputs (tensors that need gradients have ``requires_grad``; ``cfg`` has ``batch``,
+``heads`` and ``head_dim``), ``call(inputs, backend)`` runs the op's functional with that backend name,
+and ``props`` describes the inputs to the dispatcher.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
 import math
-import platform
 import re
 import statistics
-import sys
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import torch
-import torch.nn.functional as F
+from .harness import Benchmark, format_value
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,13 +56,15 @@ ROOT = Path(__file__).resolve().parents[1]
 class OpSpec:
     """How to build inputs of size N for an op and call one of its backends."""
 
-    make: Callable[[int, argparse.Namespace, torch.device, torch.dtype], dict]
-    call: Callable[[dict, str], torch.Tensor]
-    props: Callable[[argparse.Namespace], dict]
+    make: Callable[..., dict]
+    call: Callable[[dict, str], Any]
+    props: Callable[[Any], dict]
     describe: str
 
 
-def _galerkin_make(n: int, cfg: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> dict:
+def _galerkin_make(n: int, cfg, device, dtype) -> dict:
+    import torch
+
     g = torch.Generator(device="cpu").manual_seed(n)
     b, h, d = cfg.batch, cfg.heads, cfg.head_dim
 
@@ -71,14 +79,16 @@ def _galerkin_make(n: int, cfg: argparse.Namespace, device: torch.device, dtype:
     }
 
 
-def _galerkin_call(x: dict, backend: str) -> torch.Tensor:
+def _galerkin_call(x: dict, backend: str):
     from sciattn.galerkin.functional import KVNorm, galerkin_attention
 
     norm = KVNorm(x["k_weight"], x["k_bias"], x["v_weight"], x["v_bias"], 1e-5)
     return galerkin_attention(x["q"], x["k"], x["v"], weights=x["weights"], backend=backend, kv_norm=norm)
 
 
-def _weighted_softmax_make(n: int, cfg: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> dict:
+def _weighted_softmax_make(n: int, cfg, device, dtype) -> dict:
+    import torch
+
     g = torch.Generator(device="cpu").manual_seed(n)
     b, h, d = cfg.batch, cfg.heads, cfg.head_dim
 
@@ -93,15 +103,17 @@ def _weighted_softmax_make(n: int, cfg: argparse.Namespace, device: torch.device
     }
 
 
-def _weighted_softmax_call(x: dict, backend: str) -> torch.Tensor:
+def _weighted_softmax_call(x: dict, backend: str):
     from sciattn.weighted_softmax import weighted_softmax_attention
 
     return weighted_softmax_attention(x["q"], x["k"], x["v"], x["weights"], q_pos=x["pos"], k_pos=x["pos"],
                                       distance_scale=x["distance_scale"], backend=backend)
 
 
-def _grid_disc_csr(n: int, radius: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def _grid_disc_csr(n: int, radius: int, device):
     """CSR index of the discs ``|Δ| <= radius`` (in cells) on a periodic nx × ny grid of n cells."""
+    import torch
+
     nx = 2 ** (n.bit_length() // 2)
     ny = n // nx
     span = range(-radius, radius + 1)
@@ -112,13 +124,13 @@ def _grid_disc_csr(n: int, radius: int, device: torch.device) -> tuple[torch.Ten
     return row_offsets, cols.sort(dim=1).values.flatten()
 
 
-def _neighborhood_make(n: int, cfg: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> dict:
+def _neighborhood_make(n: int, cfg, device, dtype) -> dict:
     x = _weighted_softmax_make(n, cfg, device, dtype)
     x["row_offsets"], x["col_indices"] = _grid_disc_csr(n, 4, device)  # 49 neighbours per point
     return x
 
 
-def _neighborhood_call(x: dict, backend: str) -> torch.Tensor:
+def _neighborhood_call(x: dict, backend: str):
     from sciattn.neighborhood import neighborhood_attention
 
     return neighborhood_attention(x["q"], x["k"], x["v"], x["row_offsets"], x["col_indices"], x["weights"],
@@ -132,26 +144,29 @@ OPS: dict[str, OpSpec] = {
         props=lambda cfg: dict(head_dim=cfg.head_dim, has_mask=False, has_weights=True),
         describe="Galerkin attention with the fused per-head LayerNorm of K and V and quadrature weights",
     ),
+    "weighted_softmax": OpSpec(
+        make=_weighted_softmax_make,
+        call=_weighted_softmax_call,
+        props=lambda cfg: dict(head_dim=cfg.head_dim, has_mask=False, has_weights=True),
+        describe="global softmax attention with key quadrature weights and the distance bias -λ_h‖p_i − p_j‖ "
+        "(3-D positions, differentiated)",
+    ),
+    "neighborhood": OpSpec(
+        make=_neighborhood_make,
+        call=_neighborhood_call,
+        props=lambda cfg: dict(head_dim=cfg.head_dim, has_mask=False, has_weights=True),
+        describe="CSR neighbourhood attention with key quadrature weights, 49 neighbours per point "
+        "(discs of radius 4 cells on a periodic grid)",
+    ),
 }
-OPS["weighted_softmax"] = OpSpec(
-    make=_weighted_softmax_make,
-    call=_weighted_softmax_call,
-    props=lambda cfg: dict(head_dim=cfg.head_dim, has_mask=False, has_weights=True),
-    describe="global softmax attention with key quadrature weights and the distance bias -λ_h‖p_i − p_j‖ "
-    "(3-D positions, differentiated)",
-)
-OPS["neighborhood"] = OpSpec(
-    make=_neighborhood_make,
-    call=_neighborhood_call,
-    props=lambda cfg: dict(head_dim=cfg.head_dim, has_mask=False, has_weights=True),
-    describe="CSR neighbourhood attention with key quadrature weights, 49 neighbours per point "
-    "(discs of radius 4 cells on a periodic grid)",
-)
 
 DENSE = "dense_sdpa"
+DTYPES = ("float32", "float16", "bfloat16")
 
 
-def _dense_call(x: dict, backend: str) -> torch.Tensor:
+def _dense_call(x: dict, backend: str):
+    import torch.nn.functional as F
+
     return F.scaled_dot_product_attention(x["q"], x["k"], x["v"])
 
 
@@ -159,8 +174,10 @@ def _dense_call(x: dict, backend: str) -> torch.Tensor:
 # Measurement
 
 
-def _sync(device: torch.device) -> None:
+def _sync(device) -> None:
     if device.type == "cuda":
+        import torch
+
         torch.cuda.synchronize(device)
 
 
@@ -190,10 +207,12 @@ def _fix_mmap_threshold() -> None:
 class _Peak:
     """Peak memory (MB) above the start of a ``with`` block."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device) -> None:
         self.device, self.mb = device, None
 
     def __enter__(self):
+        import torch
+
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -207,6 +226,8 @@ class _Peak:
         return self
 
     def __exit__(self, *exc):
+        import torch
+
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             self.mb = (torch.cuda.max_memory_allocated(self.device) - self.base) / 2**20
@@ -215,7 +236,7 @@ class _Peak:
         return False
 
 
-def _timed(fn: Callable[[], object], device: torch.device, reps: int) -> float:
+def _timed(fn: Callable[[], object], device, reps: int) -> float:
     times = []
     for _ in range(reps):
         _sync(device)
@@ -228,6 +249,8 @@ def _timed(fn: Callable[[], object], device: torch.device, reps: int) -> float:
 
 def measure(spec: OpSpec, backend: str, n: int, cfg, device, dtype) -> dict:
     """One case: forward and forward+backward time and peak memory."""
+    import torch
+
     call = _dense_call if backend == DENSE else spec.call
     x = spec.make(n, cfg, device, dtype)
     leaves = [t for t in x.values() if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -271,64 +294,180 @@ def fit_exponent(ns: list[int], values: list[float]) -> float | None:
 
 
 def _is_oom(err: BaseException) -> bool:
+    import torch
+
     return isinstance(err, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(err).lower()
 
 
-def run_series(spec: OpSpec, op: str, backend: str, cfg, device, dtype, log) -> tuple[list[dict], str]:
+def _row(op: str, backend: str | None, measured: dict | None = None, stopped: str | None = None) -> dict:
+    m = measured or {}
+    return {"op": op, "backend": backend, "N": m.get("N"), "forward_s": m.get("forward_s"),
+            "forward_backward_s": m.get("forward_backward_s"), "warmup_s": m.get("warmup_s"),
+            "peak_forward_mb": m.get("peak_forward_mb"), "peak_forward_backward_mb": m.get("peak_forward_backward_mb"),
+            "stopped": stopped}
+
+
+def run_series(spec: OpSpec, op: str, backend: str, cfg, device, dtype) -> tuple[list[dict], str]:
     """Measure one series over increasing N until a stop rule fires; returns (rows, why it stopped)."""
+    import torch
+
     rows, spent, n = [], 0.0, cfg.min_n
     max_n = min(cfg.max_n, cfg.dense_max_n) if backend == DENSE else cfg.max_n
     while n <= max_n:
         t0 = time.perf_counter()
         try:
             row = measure(spec, backend, n, cfg, device, dtype)
-        except Exception as err:  # noqa: BLE001 - a failing case ends its series, the report says why
+        except Exception as err:  # noqa: BLE001 - a failing case ends its series, the row says why
             if device.type == "cuda":
                 torch.cuda.empty_cache()
             why = "out of memory" if _is_oom(err) else f"error: {type(err).__name__}: {str(err)[:200]}"
             return rows, f"{why} at N={n}"
-        finally:
-            elapsed = time.perf_counter() - t0
-        # the warm-up (kernel compilation on first use) is not charged to the series budget
-        elapsed -= row["warmup_s"]
+        elapsed = time.perf_counter() - t0 - row["warmup_s"]  # compilation on first use is not charged
         spent += elapsed
-        row.update(op=op, backend=backend)
-        rows.append(row)
-        log(json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()}))
+        rows.append(_row(op, backend, row))
+        print(json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in rows[-1].items()}), flush=True)
         peak = max(row["peak_forward_backward_mb"] or 0.0, row["peak_forward_mb"] or 0.0)
         if peak > cfg.max_mem_gb * 1024:
             return rows, f"memory {peak:.0f} MB > {cfg.max_mem_gb} GB at N={n}"
         # Predict the next size's cost from the growth so far (at least linear).
-        cost = elapsed
         growth = 2.0
         if len(rows) >= 2:
             ratio = rows[-1]["forward_backward_s"] / max(rows[-2]["forward_backward_s"], 1e-9)
             growth = min(max(ratio, 2.0), 8.0)
-        if spent + cost * growth > cfg.series_budget:
+        if spent + elapsed * growth > cfg.series_budget:
             return rows, f"time budget {cfg.series_budget:.0f} s (spent {spent:.0f} s) after N={n}"
         n *= 2
     return rows, f"reached N={max_n}"
 
 
 # ----------------------------------------------------------------------------------------------
-# Reporting
+# The benchmark
+
+SCHEMA = {
+    "op": "str", "backend": "str?", "N": "int?", "forward_s": "float?", "forward_backward_s": "float?",
+    "warmup_s": "float?", "peak_forward_mb": "float?", "peak_forward_backward_mb": "float?", "stopped": "str?",
+}
+PARAMS: dict[str, Any] = {
+    "device": "cpu", "dtype": "float32", "ops": None, "backends": None, "batch": 1, "heads": 4, "head_dim": 32,
+    "min_n": 2**12, "max_n": 2**18, "dense_max_n": 2**20, "fit_min_n": 2**14, "series_budget": 120.0,
+    "max_mem_gb": None, "reps": 2,
+}
+QUICK = {"min_n": 2**9, "max_n": 2**11, "fit_min_n": 2**10, "series_budget": 10.0, "reps": 1}
 
 
-def _fits(rows: list[dict], fit_min_n: int) -> dict:
-    """Exponents over N >= fit_min_n; a series with fewer than two such sizes is fitted on its two
-    largest sizes instead, and says so (``N_range`` is always the range actually used)."""
+def _check(p: dict) -> None:
+    """A ValueError naming the first bad parameter."""
+    if p["device"] not in ("cpu", "cuda"):
+        raise ValueError(f"device: expected 'cpu' or 'cuda', got {p['device']!r}")
+    if p["dtype"] not in DTYPES:
+        raise ValueError(f"dtype: expected one of {list(DTYPES)}, got {p['dtype']!r}")
+    if p["ops"] is not None and (not isinstance(p["ops"], list) or not set(p["ops"]) <= set(OPS) or not p["ops"]):
+        raise ValueError(f"ops: expected null or a non-empty list of {sorted(OPS)}, got {p['ops']!r}")
+    if p["backends"] is not None and (not isinstance(p["backends"], list)
+                                      or not all(isinstance(b, str) for b in p["backends"])):
+        raise ValueError(f"backends: expected null or a list of backend names, got {p['backends']!r}")
+    for key in ("batch", "heads", "head_dim", "min_n", "max_n", "dense_max_n", "fit_min_n", "reps"):
+        if not isinstance(p[key], int) or isinstance(p[key], bool) or p[key] < 1:
+            raise ValueError(f"{key}: expected a positive integer, got {p[key]!r}")
+    if p["min_n"] > p["max_n"]:
+        raise ValueError(f"min_n: expected at most max_n ({p['max_n']}), got {p['min_n']}")
+    for key in ("series_budget", "max_mem_gb"):
+        if key == "max_mem_gb" and p[key] is None:
+            continue
+        if not isinstance(p[key], (int, float)) or isinstance(p[key], bool) or p[key] <= 0:
+            raise ValueError(f"{key}: expected a positive number, got {p[key]!r}")
+
+
+def run(params: dict) -> list[dict]:
+    """Every series of the ops and backends that can run on ``params["device"]``, and a row per one that cannot."""
+    _check(params)
+    import torch
+
+    if params["device"] == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: expected 'cuda' with a CUDA device available, got 'cuda' on a machine without CUDA")
+    import sciattn
+    from sciattn._dispatch import backends_for
+
+    cfg = types.SimpleNamespace(**params)
+    if cfg.max_mem_gb is None:
+        cfg.max_mem_gb = 100.0 if params["device"] == "cuda" else 4.0
+    device, dtype = torch.device(params["device"]), getattr(torch, params["dtype"])
+    if device.type == "cpu":
+        _fix_mmap_threshold()
+    registered = sorted({r["op"] for r in sciattn.available_backends(print_table=False)})
+    rows = [_row(op, None, stopped="no shape factory in benchmarks/kernels.py OPS") for op in registered
+            if op not in OPS and params["ops"] is None]
+    for op in params["ops"] or [op for op in registered if op in OPS]:
+        spec, series, skipped = OPS[op], [], []
+        for b in backends_for(op):
+            if b.interpreter_devices is not None and device.type != "cuda":
+                skipped.append(_row(op, b.name, stopped="Triton kernels are benchmarked on CUDA only "
+                                                        "(the CPU interpreter is not a speed path)"))
+                continue
+            why = b.reasons_against(device=device, dtype=dtype, requires_grad=True, **spec.props(cfg))
+            if why:
+                skipped.append(_row(op, b.name, stopped="; ".join(why)))
+                continue
+            series.append(b.name)
+        series.append(DENSE)
+        for name in series:
+            if params["backends"] and name not in params["backends"]:
+                continue
+            print(f"# {op}/{name}", flush=True)
+            got, why = run_series(spec, op, name, cfg, device, dtype)
+            if got:
+                got[-1]["stopped"] = why
+            else:
+                got = [_row(op, name, stopped=why)]
+            rows += got
+        rows += [r for r in skipped if not params["backends"] or r["backend"] in params["backends"]]
+    return rows
+
+
+def _exp(N: int) -> str:
+    k = math.log2(N)
+    return f"2^{int(k)}" if k == int(k) else f"{N:,}"
+
+
+def _ms(v: float | None) -> str:
+    return "—" if v is None else f"{v * 1e3:.2f}"
+
+
+def _mb(v: float | None) -> str:
+    return "—" if v is None else f"{v:.1f}"
+
+
+def table(records: list[dict]) -> str:
+    """One line per row: backend (and op, when the rows hold several), N, times in ms, peaks in MB, and why a
+    series stopped (its last row) or why a backend was not benchmarked (N empty)."""
+    rows = [r["row"] for r in records]
+    several = len({r["op"] for r in rows}) > 1
+    head = (["op"] if several else []) + ["backend", "N", "forward (ms)", "fwd+bwd (ms)", "peak fwd (MB)",
+                                          "peak fwd+bwd (MB)", "stopped because / not benchmarked"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * (2 + several) + "---:|" * 4 + "---|"]
+    for r in rows:
+        cells = ([r["op"]] if several else []) + [
+            format_value(r["backend"]), "—" if r["N"] is None else _exp(r["N"]), _ms(r["forward_s"]),
+            _ms(r["forward_backward_s"]), _mb(r["peak_forward_mb"]), _mb(r["peak_forward_backward_mb"]),
+            format_value(r["stopped"]) if r["stopped"] else ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def fits(rows: list[dict], fit_min_n: int) -> dict[str, dict]:
+    """Per series ``op/backend``: log-log exponents over N >= fit_min_n; a series with fewer than two such sizes
+    is fitted on its two largest sizes instead (``below_fit_min_n``; ``N_range`` is the range used)."""
+    measured = [r for r in rows if r["N"] is not None]
     out = {}
-    for key in sorted({(r["op"], r["backend"]) for r in rows}):
-        series = [r for r in rows if (r["op"], r["backend"]) == key]
+    for key in sorted({(r["op"], r["backend"]) for r in measured}):
+        series = [r for r in measured if (r["op"], r["backend"]) == key]
         rs = [r for r in series if r["N"] >= fit_min_n]
         fallback = len(rs) < 2 <= len(series)
         if fallback:
             rs = sorted(series, key=lambda r: r["N"])[-2:]
         ns = [r["N"] for r in rs]
         out[f"{key[0]}/{key[1]}"] = {
-            "points": len(rs),
-            "N_range": [min(ns), max(ns)] if ns else None,
-            "below_fit_min_n": fallback,
+            "N_range": [min(ns), max(ns)] if ns else None, "below_fit_min_n": fallback,
             "time_forward": fit_exponent(ns, [r["forward_s"] for r in rs]),
             "time_forward_backward": fit_exponent(ns, [r["forward_backward_s"] for r in rs]),
             "memory_forward_backward": fit_exponent(ns, [r["peak_forward_backward_mb"] or 0 for r in rs]),
@@ -336,167 +475,40 @@ def _fits(rows: list[dict], fit_min_n: int) -> dict:
     return out
 
 
-def _fmt(v, scale=1.0, digits=1):
-    return "–" if v is None else f"{v * scale:.{digits}f}"
+def _f2(v: float | None) -> str:
+    return "–" if v is None else f"{v:.2f}"
 
 
-def write_markdown(path: Path, summary: dict) -> None:
-    m = summary["meta"]
-    lines = [
-        f"# Attention kernels on {m['device']} ({m['device_name']})", "",
-        f"{m['date']}, torch {m['torch']}, triton {m['triton']}, {m['dtype']}, batch {m['batch']}, "
-        f"{m['heads']} heads × {m['head_dim']}. Command: `{m['command']}`.",
-        "Times are medians; memory is the peak above the start of the case "
-        f"({'allocated CUDA memory' if m['device'] == 'cuda' else 'resident set size, coarse'}).", "",
-    ]
-    for op in summary["ops"]:
-        lines += [f"## {op}: {OPS[op].describe}", "",
-                  "| backend | N | forward (ms) | fwd+bwd (ms) | peak fwd (MB) | peak fwd+bwd (MB) |",
-                  "|---|---:|---:|---:|---:|---:|"]
-        for r in (r for r in summary["rows"] if r["op"] == op):
-            lines.append(f"| {r['backend']} | 2^{int(math.log2(r['N']))} | {_fmt(r['forward_s'], 1e3, 2)} | "
-                         f"{_fmt(r['forward_backward_s'], 1e3, 2)} | {_fmt(r['peak_forward_mb'])} | "
-                         f"{_fmt(r['peak_forward_backward_mb'])} |")
-        lines += ["", "| series | stopped because |", "|---|---|"]
-        lines += [f"| {k} | {v} |" for k, v in summary["stopped"].items() if k.startswith(op + "/")]
-        lines += ["", f"Fitted log-log exponents over N ≥ 2^{int(math.log2(m['fit_min_n']))} up to the largest N "
-                  "measured (* : fewer than two such sizes, fitted on the two largest instead):", "",
+def notes(records: list[dict]) -> str:
+    """The run's shape and timing settings, what each op computes, and the fitted exponents of each series."""
+    p = records[0]["params"]
+    rows = [r["row"] for r in records]
+    cuda = p["device"] == "cuda"
+    ops = list(dict.fromkeys(r["op"] for r in rows if r["op"] in OPS))
+    lines = [f"{p['dtype']}, batch {p['batch']}, {p['heads']} heads × {p['head_dim']}; times are medians of "
+             f"{p['reps']} runs after a warm-up; memory is the peak above the start of the case "
+             f"({'allocated CUDA memory' if cuda else 'resident set size, coarse'})."
+             + "".join(f" {op}: {OPS[op].describe}." for op in ops)]
+    fitted = {k: f for k, f in fits(rows, p["fit_min_n"]).items() if f["N_range"]}
+    if fitted:
+        lines += ["", f"Fitted log-log exponents over N ≥ {_exp(p['fit_min_n'])} up to the largest N measured "
+                  "(* : fewer than two such sizes, fitted on the two largest instead):", "",
                   "| series | N range | time fwd | time fwd+bwd | memory fwd+bwd |", "|---|---|---:|---:|---:|"]
-        for k, f in summary["fitted_exponents"].items():
-            if k.startswith(op + "/") and f["N_range"]:
-                lo, hi = (int(math.log2(x)) for x in f["N_range"])
-                star = " *" if f["below_fit_min_n"] else ""
-                lines.append(f"| {k} | 2^{lo}–2^{hi}{star} | {_fmt(f['time_forward'], 1, 2)} | "
-                             f"{_fmt(f['time_forward_backward'], 1, 2)} | {_fmt(f['memory_forward_backward'], 1, 2)} |")
-        lines.append("")
-    if summary["skipped"]:
-        lines += ["Not benchmarked:", ""] + [f"- {k}: {v}" for k, v in summary["skipped"].items()] + [""]
-    path.write_text("\n".join(lines))
+        for k, f in fitted.items():
+            lo, hi = f["N_range"]
+            lines.append(f"| {k} | {_exp(lo)}–{_exp(hi)}{' *' if f['below_fit_min_n'] else ''} | "
+                         f"{_f2(f['time_forward'])} | {_f2(f['time_forward_backward'])} | "
+                         f"{_f2(f['memory_forward_backward'])} |")
+    return "\n".join(lines)
 
 
-def write_plot(path: Path, summary: dict) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ops = summary["ops"]
-    fig, axes = plt.subplots(len(ops), 2, figsize=(11, 4 * len(ops)), squeeze=False)
-    for i, op in enumerate(ops):
-        for backend in sorted({r["backend"] for r in summary["rows"] if r["op"] == op}):
-            rs = [r for r in summary["rows"] if r["op"] == op and r["backend"] == backend]
-            ns = [r["N"] for r in rs]
-            (line,) = axes[i][0].loglog(ns, [r["forward_backward_s"] * 1e3 for r in rs], "o-", label=f"{backend} fwd+bwd")
-            axes[i][0].loglog(ns, [r["forward_s"] * 1e3 for r in rs], "x--", color=line.get_color(), alpha=0.6,
-                              label=f"{backend} fwd")
-            mem = [(n, r["peak_forward_backward_mb"]) for n, r in zip(ns, rs) if r["peak_forward_backward_mb"]]
-            if mem:
-                axes[i][1].loglog(*zip(*mem), "o-", color=line.get_color(), label=backend)
-        axes[i][0].set(title=f"{op}: time ({summary['meta']['device']}, {summary['meta']['dtype']})",
-                       xlabel="N (points)", ylabel="ms")
-        axes[i][1].set(title=f"{op}: peak memory, forward+backward", xlabel="N (points)", ylabel="MB")
-        for ax in axes[i]:
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-# ----------------------------------------------------------------------------------------------
-
-
-def _parse(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    ap.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default=None,
-                    help="default: float32 on cpu, bfloat16 on cuda")
-    ap.add_argument("--ops", nargs="+", default=None, help="ops to run (default: every op with a shape factory)")
-    ap.add_argument("--backends", nargs="+", default=None, help=f"backends to run (default: all that fit, and {DENSE})")
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--heads", type=int, default=None, help="default: 4 on cpu, 8 on cuda")
-    ap.add_argument("--head-dim", type=int, default=None, help="default: 32 on cpu, 64 on cuda")
-    ap.add_argument("--min-n", type=int, default=2**12)
-    ap.add_argument("--max-n", type=int, default=None, help="default: 2^18 on cpu, 2^20 on cuda")
-    ap.add_argument("--dense-max-n", type=int, default=2**20, help=f"largest N for {DENSE}")
-    ap.add_argument("--fit-min-n", type=int, default=2**14)
-    ap.add_argument("--series-budget", type=float, default=None, help="seconds per series (default: 120 cpu, 60 cuda)")
-    ap.add_argument("--max-mem-gb", type=float, default=None, help="stop a series above this (default: 4 cpu, 100 cuda)")
-    ap.add_argument("--reps", type=int, default=None, help="timed repetitions (default: 2 cpu, 10 cuda)")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    ap.add_argument("--no-plot", action="store_true")
-    cfg = ap.parse_args(argv)
-    cuda = cfg.device == "cuda"
-    defaults = dict(dtype="bfloat16" if cuda else "float32", heads=8 if cuda else 4, head_dim=64 if cuda else 32,
-                    max_n=2**20 if cuda else 2**18, series_budget=60.0 if cuda else 120.0,
-                    max_mem_gb=100.0 if cuda else 4.0, reps=10 if cuda else 2)
-    for key, value in defaults.items():
-        if getattr(cfg, key) is None:
-            setattr(cfg, key, value)
-    return cfg
-
-
-def main(argv=None) -> dict:
-    cfg = _parse(argv)
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: expected a CUDA device, found none")
-    import sciattn
-    from sciattn._dispatch import backends_for
-
-    device, dtype = torch.device(cfg.device), getattr(torch, cfg.dtype)
-    if device.type == "cpu":
-        _fix_mmap_threshold()
-    registered = sorted({r["op"] for r in sciattn.available_backends(print_table=False)})
-    ops = [op for op in (cfg.ops or registered) if op in OPS]
-    skipped = {op: "no shape factory in benchmarks/kernels.py OPS" for op in registered if op not in OPS}
-    rows, stopped = [], {}
-    log = lambda s: print(s, flush=True)  # noqa: E731
-    for op in ops:
-        spec = OPS[op]
-        series = []
-        for b in backends_for(op):
-            key = f"{op}/{b.name}"
-            if b.interpreter_devices is not None and device.type != "cuda":
-                skipped[key] = "Triton kernels are benchmarked on CUDA only (the CPU interpreter is not a speed path)"
-                continue
-            why = b.reasons_against(device=device, dtype=dtype, requires_grad=True, **spec.props(cfg))
-            if why:
-                skipped[key] = "; ".join(why)
-                continue
-            series.append(b.name)
-        series.append(DENSE)
-        for name in series:
-            if cfg.backends and name not in cfg.backends:
-                continue
-            log(f"# {op}/{name}")
-            got, why = run_series(spec, op, name, cfg, device, dtype, log)
-            rows += got
-            stopped[f"{op}/{name}"] = why
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = "not installed"
-    meta = {
-        "benchmark": "kernels", "date": datetime.date.today().isoformat(), "device": cfg.device,
-        "device_name": torch.cuda.get_device_name(device) if cfg.device == "cuda"
-        else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
-        "torch": torch.__version__, "triton": triton_version, "dtype": cfg.dtype, "batch": cfg.batch,
-        "heads": cfg.heads, "head_dim": cfg.head_dim, "fit_min_n": cfg.fit_min_n, "reps": cfg.reps,
-        "series_budget_s": cfg.series_budget, "command": "python benchmarks/kernels.py " + " ".join(sys.argv[1:] if argv is None else argv),
-    }
-    summary = {"meta": meta, "ops": ops, "rows": rows, "stopped": stopped, "skipped": skipped,
-               "fitted_exponents": _fits(rows, cfg.fit_min_n)}
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    stem = cfg.out / f"kernels_{cfg.device}"
-    stem.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n")
-    write_markdown(stem.with_suffix(".md"), summary)
-    if not cfg.no_plot and rows:
-        write_plot(stem.with_suffix(".png"), summary)
-    print(stem.with_suffix(".md").read_text())
-    return summary
-
-
-if __name__ == "__main__":
-    main()
+BENCHMARKS = (
+    Benchmark(
+        name="kernels", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
+        packages=("triton",), plot=("N", "forward_backward_s", "backend"), log_axes=(True, True),
+        description="Attention backends (and dense SDPA for scale) against N: forward and forward+backward time, "
+                    "peak memory;",
+        claim="Galerkin and neighbourhood backends grow at most about linearly in N, the global weighted softmax "
+              "and dense SDPA about quadratically (docs/benchmarks/kernels.md)",
+    ),
+)

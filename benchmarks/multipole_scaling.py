@@ -1,70 +1,84 @@
 """Scaling and convergence of one multipole attention layer, beside Galerkin and dense softmax attention.
 
-For 2-D grids from 64² to 1024² (CPU by default), one layer with 64 channels and 4 heads, batch 1:
-forward and forward+backward time (median of repeats; one timed call when a call takes over 5 s) and
-peak memory (resident set high-water mark of a fresh subprocess per case, above its start: after the
-forward passes under ``no_grad``, and after forward+backward), so cases do not share allocations.
-Methods:
+For 2-D grids of ``sizes`` (side n, N = n² cells; 64² to 1024² by default), one layer with 64 channels and
+4 heads, batch 1, on ``device``: forward and forward+backward time (median of ``reps`` repeats after a warm-up;
+one timed call when a call takes over 5 s) and peak memory. On the CPU each case runs in fresh subprocesses
+(``python -m benchmarks.multipole_scaling --worker``; one for the forward passes under ``no_grad``, one for
+forward+backward, with ``isolate``) and memory is the resident-set high-water mark of the subprocess above its
+start; on CUDA one process serves every case and memory is the CUDA allocator's peak above the start. Methods:
 
 * ``multipole``: :class:`~sciattn.multipole.MultipoleAttention` at its default (physical pyramid, tapered
   windows);
 * ``multipole_cells8``: ``window=8`` cells (the input pyramid, resolution-dependent);
 * ``multipole_fraction``: ``pyramid="input", window_fraction=1/8`` (level 0 windows of ``n/8`` cells);
-* ``galerkin``: :class:`~sciattn.GalerkinAttention`; ``dense_sdpa``: global SDPA over all cells, only while
-  its N² scores fit (``--dense-max``).
+* ``galerkin``: :class:`~sciattn.GalerkinAttention`; ``dense_sdpa``: global SDPA over all cells, only up to
+  the side ``dense_max`` (its N² scores).
 
-A case of a comparison method whose forward+backward time, extrapolated from the two previous sizes,
-exceeds ``--max-seconds`` (60) is skipped; the default runs at every size. Fitted exponents of time and memory against N come from a least-squares line in log-log
-over the sizes each method ran at. Convergence (same run): one layer per multipole configuration, fixed
-seed, on a smooth 64-channel field sampled at cell centres of 64², 128² and 256²; the 256² output is
-averaged onto the coarse cells and ``e_n = ||y_n - R_n y_256|| / ||R_n y_256||``.
+A case of a comparison method whose forward+backward time, extrapolated from the two previous sizes, exceeds
+``max_seconds`` is not run (a row with ``status`` saying so); the default layer runs at every size.
+Convergence (same run): one layer per multipole configuration, fixed seed, on a smooth 64-channel field sampled
+at cell centres of each of ``convergence_sides`` and of ``convergence_reference``; the reference output is
+averaged onto the coarse cells and ``e_n = ||y_n - R_n y_ref|| / ||R_n y_ref||`` is the row's
+``convergence_error``. The notes fit exponents of time and memory against N (least squares in log-log over the
+sizes each method ran at), check the claim (time and memory exponents ≤ 1.15 for the default layer) and give
+dense SDPA's time over each multipole configuration's.
 
-    python benchmarks/multipole_scaling.py [--sizes 64 128 256 512 1024] [--device cpu] [--threads 1]
-    python benchmarks/multipole_scaling.py --methods multipole --merge   # rerun the default, keep the others' rows
+    python -m benchmarks run multipole_scaling [--quick]
+    python -m benchmarks run multipole_scaling --set methods='["multipole"]' --set merge=true  # rerun one, keep the rest
+    python -m benchmarks run multipole_scaling --set device=cuda --set dense_max=512             # on a GPU
+    python -m benchmarks run multipole_scaling --set device=cuda --set from_log='"gpu_run.log"'  # rows from a log
 
-On the CPU, glibc serves every allocation above 32 MiB with a fresh ``mmap`` whose pages fault in
-on first touch; from 512² on, each ``(B, H, N, D)`` tensor of the layer crosses that line and the
-largest grids then time the allocator as much as the attention. A CPU run may set
-``MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=8589934592`` for every method alike;
-the header records the settings in force.
+Every measured row is printed as one JSON line (after a ``{"log_meta": ...}`` header line naming the device),
+so a run stopped by a time limit can still be recorded: ``from_log`` (a path) makes the rows from such a log
+(:func:`rows_from_log`) instead of measuring; their ``measured_in`` names the log and the device it names.
+``merge`` copies the rows of the methods not in ``methods`` from the latest full run on the same device
+(``measured_in`` names that run).
 
-Writes benchmarks/results/multipole_scaling.{json,md}.
+On the CPU, glibc serves every allocation above 32 MiB with a fresh ``mmap`` whose pages fault in on first
+touch; from 512² on, each ``(B, H, N, D)`` tensor of the layer crosses that line and the largest grids then time
+the allocator as much as the attention. ``malloc_env`` (default: ``MALLOC_MMAP_THRESHOLD_=4294967296
+MALLOC_TRIM_THRESHOLD_=8589934592``) is the environment of every CPU worker alike; the notes state it.
+
+Rows (one per method and grid) are appended to ``benchmarks/results/multipole_scaling.jsonl``; the docs' tables
+are generated from the latest run of each device.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
-from _timing import malloc_note, malloc_settings
+from ._timing import MALLOC_VARIABLES, malloc_note
+from .harness import RESULTS, Benchmark, latest_run, read_rows, results_path
 
 ROOT = Path(__file__).resolve().parents[1]
-
 
 METHODS = ("multipole", "multipole_cells8", "multipole_fraction", "galerkin", "dense_sdpa")
 MULTIPOLE = {"multipole": {}, "multipole_cells8": {"window": 8},
              "multipole_fraction": {"pyramid": "input", "window_fraction": 0.125}}
-LABELS = {"multipole": "multipole, default (physical pyramid, tapered windows)", "multipole_cells8": "multipole, window=8 cells",
+LABELS = {"multipole": "multipole, default (physical pyramid, tapered windows)",
+          "multipole_cells8": "multipole, window=8 cells",
           "multipole_fraction": "multipole, pyramid='input', window_fraction=1/8", "galerkin": "Galerkin",
           "dense_sdpa": "dense SDPA"}
+CLAIM_MAX_EXPONENT = 1.15
+CHANNELS, HEADS = 64, 4
 
 
-def convergence(method: str, sizes=(64, 128), reference: int = 256) -> dict:
+def convergence(method: str, sides=(64, 128), reference: int = 256) -> dict[int, float]:
     """``{n: e_n}`` of one layer of the multipole configuration ``method`` (module docstring), float32."""
     import torch
 
     from sciattn.multipole import MultipoleAttention
 
     torch.manual_seed(0)
-    c = 64
-    layer = MultipoleAttention(c, 4, 2, **MULTIPOLE[method]).eval()
+    c = CHANNELS
+    layer = MultipoleAttention(c, HEADS, 2, **MULTIPOLE[method]).eval()
     gen = torch.Generator().manual_seed(1)
     kx, ky = torch.randint(-3, 4, (c,), generator=gen), torch.randint(-3, 4, (c,), generator=gen)
     phase = 2 * math.pi * torch.rand(c, generator=gen)
@@ -77,7 +91,7 @@ def convergence(method: str, sizes=(64, 128), reference: int = 256) -> dict:
     with torch.no_grad():
         ref = layer(field(reference))
         out = {}
-        for n in sizes:
+        for n in sides:
             r = reference // n
             coarse = ref.reshape(1, c, n, r, n, r).mean((3, 5))
             out[n] = float((layer(field(n)) - coarse).norm() / coarse.norm())
@@ -85,19 +99,18 @@ def convergence(method: str, sizes=(64, 128), reference: int = 256) -> dict:
 
 
 def measure_case(method: str, n: int, device: str, reps: int, phase: str = "both") -> dict:
-    """One layer on an n × n grid: median forward and forward+backward seconds and peak memory.
+    """One layer on an n × n grid: median forward and forward+backward seconds and peak memory (MB, absolute).
 
     On CPU the peak is the resident set's high-water mark of this process (run each case in a fresh
-    subprocess); on CUDA it is ``torch.cuda.max_memory_allocated`` above the allocation at the start,
-    and times are synchronised."""
+    subprocess); on CUDA it is ``torch.cuda.max_memory_allocated``, with ``base_mb`` the allocation at the
+    start, and times are synchronised."""
     import resource
-    import time
 
     import torch
 
     cuda = device.startswith("cuda")
     torch.manual_seed(0)
-    c, h = 64, 4
+    c, h = CHANNELS, HEADS
     x = torch.randn(1, c, n, n, device=device, requires_grad=True)
     if method in MULTIPOLE:
         from sciattn.multipole import MultipoleAttention
@@ -143,12 +156,13 @@ def measure_case(method: str, n: int, device: str, reps: int, phase: str = "both
         base = torch.cuda.memory_allocated() / 2**20
     else:
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
     def peak_now():
         sync()
         return (torch.cuda.max_memory_allocated() / 2**20 if cuda
                 else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
-    out = {"base_rss_mb": base}
+    out = {"base_mb": base}
     if phase in ("both", "forward"):
         with torch.no_grad():
             out["forward_s"] = timed(run)
@@ -158,229 +172,323 @@ def measure_case(method: str, n: int, device: str, reps: int, phase: str = "both
             run().float().square().mean().backward()
 
         out["forward_backward_s"] = timed(fwd_bwd)
-        out["peak_rss_mb"] = peak_now()
+        out["peak_forward_backward_mb"] = peak_now()
     return out
 
 
-CASE = """
-import json, sys, torch
-sys.path.insert(0, {here!r})
-torch.set_num_threads({threads})
-from multipole_scaling import measure_case
-print(json.dumps(measure_case(sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5])))
-"""
-CONVERGENCE = """
-import json, sys, torch
-sys.path.insert(0, {here!r})
-torch.set_num_threads({threads})
-from multipole_scaling import convergence
-print(json.dumps(convergence(sys.argv[1])))
-"""
+def worker(spec: dict[str, Any]) -> dict:
+    """One subprocess task: ``{"task": "case", "method", "n", "device", "reps", "phase", "threads"}`` or
+    ``{"task": "convergence", "method", "sides", "reference", "threads"}``."""
+    import torch
+
+    torch.set_num_threads(int(spec["threads"]))
+    if spec["task"] == "convergence":
+        return {str(k): v for k, v in convergence(spec["method"], spec["sides"], spec["reference"]).items()}
+    return measure_case(spec["method"], int(spec["n"]), spec["device"], int(spec["reps"]), spec["phase"])
 
 
-def fit_exponent(ns, values):
-    xs, ys = [math.log(n) for n in ns], [math.log(v) for v in values]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    return sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
+def _subprocess(spec: dict, malloc_env: dict[str, str]) -> tuple[dict | None, str | None]:
+    """``(result, None)`` of :func:`worker` in a fresh ``python -m benchmarks.multipole_scaling --worker``, or
+    ``(None, why)`` when it fails."""
+    env = {k: v for k, v in os.environ.items() if k not in MALLOC_VARIABLES}
+    env.update({str(k): str(v) for k, v in malloc_env.items()})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.multipole_scaling", "--worker", json.dumps(spec)],
+                          capture_output=True, text=True, cwd=ROOT, env=env)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return None, f"exit {proc.returncode}: {tail[0][:160]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1]), None
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[64, 128, 256, 512, 1024])
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dense-max", type=int, default=None, help="largest side for dense attention (128 cpu, 512 cuda)")
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads per case (1 on a busy machine)")
-    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    ap.add_argument("--max-seconds", type=float, default=60.0,
-                    help="skip a case whose forward+backward, extrapolated from the two previous sizes, exceeds it")
-    ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
-    ap.add_argument("--from-log", type=Path, default=None,
-                    help="rebuild the results from the JSON rows a run printed (e.g. one stopped by a time limit)")
-    ap.add_argument("--log-meta", nargs=3, metavar=("DATE", "MACHINE", "TORCH"), default=None,
-                    help="with --from-log: date, device name and torch version of the logged run")
-    ap.add_argument("--merge", action="store_true",
-                    help="keep the rows and convergence of the methods not run from the existing results file "
-                         "(the note names their run); with --methods, to rerun one configuration")
-    args = ap.parse_args()
-    cuda = args.device.startswith("cuda")
-    if args.dense_max is None:
-        args.dense_max = 512 if cuda else 128
-    if args.from_log is not None:
-        rows = [json.loads(ln) for ln in args.from_log.read_text().splitlines() if ln.startswith('{"method"')]
-        date, machine, torch_version = args.log_meta or (datetime.date.today().isoformat(), "unknown", "unknown")
-        note = ("Rebuilt with `--from-log` from the rows printed by a run that stopped before its last case "
-                "(cases not listed did not finish).")
-        return report(rows, args, cuda, date, machine, torch_version, note)  # no convergence rows in a log
-    rows, skipped = [], []
-    here = str(Path(__file__).resolve().parent)
-    for method in args.methods:
+SCHEMA = {
+    "method": "str", "side": "int", "N": "int", "forward_s": "float?", "forward_backward_s": "float?",
+    "base_mb": "float?", "peak_forward_mb": "float?", "peak_forward_backward_mb": "float?",
+    "convergence_error": "float?", "status": "str?", "measured_in": "str?",
+}
+PARAMS: dict[str, Any] = {
+    "device": "cpu", "sizes": [64, 128, 256, 512, 1024], "methods": list(METHODS), "dense_max": 128, "reps": 3,
+    "threads": 1, "max_seconds": 60.0, "isolate": True, "convergence_sides": [64, 128], "convergence_reference": 256,
+    "malloc_env": {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "8589934592"},
+    "merge": False, "from_log": None,
+}
+QUICK = {"sizes": [16, 32], "methods": ["multipole", "multipole_cells8", "dense_sdpa"], "dense_max": 32, "reps": 1, "convergence_sides": [16, 32], "convergence_reference": 64}
+
+
+def _row(method: str, n: int, **values: Any) -> dict:
+    row = {k: None for k in SCHEMA}
+    row.update(method=method, side=n, N=n * n, **values)
+    return row
+
+
+def _check(p: dict) -> None:
+    """A ValueError naming the first bad parameter."""
+    if p["device"] not in ("cpu", "cuda"):
+        raise ValueError(f"device: expected 'cpu' or 'cuda', got {p['device']!r}")
+    if not isinstance(p["sizes"], list) or not p["sizes"] or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 4 and n % 4 == 0 for n in p["sizes"]):
+        raise ValueError(f"sizes: expected a non-empty list of grid sides (multiples of 4), got {p['sizes']!r}")
+    if not isinstance(p["methods"], list) or not p["methods"] or not set(p["methods"]) <= set(METHODS):
+        raise ValueError(f"methods: expected a non-empty list of {list(METHODS)}, got {p['methods']!r}")
+    for key in ("dense_max", "reps", "threads", "convergence_reference"):
+        if not isinstance(p[key], int) or isinstance(p[key], bool) or p[key] < 1:
+            raise ValueError(f"{key}: expected a positive integer, got {p[key]!r}")
+    if not isinstance(p["max_seconds"], (int, float)) or isinstance(p["max_seconds"], bool) or p["max_seconds"] <= 0:
+        raise ValueError(f"max_seconds: expected a positive number, got {p['max_seconds']!r}")
+    ref, sides = p["convergence_reference"], p["convergence_sides"]
+    if not isinstance(sides, list) or not all(isinstance(n, int) and 0 < n < ref and ref % n == 0 for n in sides):
+        raise ValueError(f"convergence_sides: expected a list of sides that divide convergence_reference ({ref}), "
+                         f"got {sides!r}")
+    if not isinstance(p["malloc_env"], dict) or not set(p["malloc_env"]) <= set(MALLOC_VARIABLES):
+        raise ValueError(f"malloc_env: expected a dict with keys among {list(MALLOC_VARIABLES)}, "
+                         f"got {p['malloc_env']!r}")
+    for key in ("isolate", "merge"):
+        if not isinstance(p[key], bool):
+            raise ValueError(f"{key}: expected true or false, got {p[key]!r}")
+    if p["from_log"] is not None and not Path(p["from_log"]).is_file():
+        raise ValueError(f"from_log: expected the path of a run's log, got {p['from_log']!r} (no such file)")
+
+
+def rows_from_log(path: Path | str) -> list[dict]:
+    """The rows a run printed to its log (one JSON line per measured case, ``{"method": ...}``; convergence lines
+    ``{"convergence": METHOD, SIDE: e, ...}``), as rows of :data:`SCHEMA`; ``measured_in`` names the log and the
+    device of its ``{"log_meta": ...}`` line when it has one. Logs of the earlier script (``peak_rss_mb``,
+    ``base_rss_mb``) are read too."""
+    path = Path(path)
+    rows: dict[tuple[str, int], dict] = {}
+    where = f"log {path.name}"
+    for line in path.read_text().splitlines():
+        if line.startswith('{"log_meta"'):
+            m = json.loads(line)["log_meta"]
+            where = f"log {path.name} ({', '.join(str(m[k]) for k in ('device_name', 'torch', 'date') if m.get(k))})"
+        elif line.startswith('{"method"'):
+            r = json.loads(line)
+            if "peak_rss_mb" in r:  # the earlier script's field names
+                r["peak_forward_backward_mb"], r["base_mb"] = r.pop("peak_rss_mb"), r.pop("base_rss_mb", None)
+            rows[(r["method"], r["side"])] = _row(r["method"], r["side"], **{k: r.get(k) for k in SCHEMA
+                                                                             if k not in ("method", "side", "N")})
+        elif line.startswith('{"convergence"'):
+            c = json.loads(line)
+            for side, e in c.items():
+                if side != "convergence":
+                    key = (c["convergence"], int(side))
+                    rows.setdefault(key, _row(*key, status="not timed (convergence only)"))["convergence_error"] = e
+    if not rows:
+        raise ValueError(f"from_log: expected lines starting with {{\"method\" in {path}, found none")
+    out = sorted(rows.values(), key=lambda r: (METHODS.index(r["method"]) if r["method"] in METHODS else 99, r["side"]))
+    for r in out:
+        r["measured_in"] = r["measured_in"] or where
+    return out
+
+
+def _merge(p: dict, rows: list[dict], results: Path | str = RESULTS) -> list[dict]:
+    """``rows`` with the rows of the methods not in ``p["methods"]`` copied from the latest full run on the same
+    device (``measured_in`` names it), in :data:`METHODS` order."""
+    path = results_path("multipole_scaling", results)
+    if not path.is_file():
+        return rows
+    same = [r for r in read_rows(path) if r["params"].get("device") == p["device"]]
+    prev = latest_run(same, full=True) if same else []
+    kept = []
+    for rec in prev:
+        if rec["row"]["method"] not in p["methods"]:
+            kept.append({**rec["row"], "measured_in": rec["row"]["measured_in"]
+                         or f"run {rec['run_id']} of {rec['date']} (`{rec['command']}`)"})
+    return sorted(kept + rows, key=lambda r: (METHODS.index(r["method"]), r["side"]))
+
+
+def run(params: dict) -> list[dict]:
+    """Time, memory and convergence rows of every method and size (module docstring)."""
+    _check(params)
+    p = params
+    if p["from_log"] is not None:
+        rows = rows_from_log(p["from_log"])
+        return _merge(p, rows) if p["merge"] else rows
+    import torch
+
+    cuda = p["device"] == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise ValueError("device: expected 'cuda' with a CUDA device available, got 'cuda' on a machine without CUDA")
+    import datetime
+    import platform
+
+    name = torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine()
+    print(json.dumps({"log_meta": {"device_name": name, "torch": torch.__version__,
+                                   "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}}),
+          flush=True)
+    isolate = p["isolate"] and not cuda  # CUDA memory is measured by the allocator: one process serves every case
+    rows: list[dict] = []
+    for method in p["methods"]:
         done = []
-        for n in args.sizes:
-            if method == "dense_sdpa" and n > args.dense_max:
+        for n in p["sizes"]:
+            if method == "dense_sdpa" and n > p["dense_max"]:
                 continue
             if len(done) >= 2 and method != "multipole":  # the default runs at every size
                 (n1, t1), (n2, t2) = done[-2:]
                 guess = t2 * (n / n2) ** (2 * max(1.0, math.log(t2 / t1) / math.log(n2 / n1) / 2))
-                if guess > args.max_seconds:
-                    skipped.append(f"{method} {n}² (about {guess:.0f} s forward+backward expected)")
-                    print(f"skip {method} {n}: about {guess:.0f} s expected", flush=True)
+                if guess > p["max_seconds"]:
+                    rows.append(_row(method, n, status=f"not run: about {guess:.0f} s forward+backward expected "
+                                                       f"(max_seconds {p['max_seconds']:g})"))
+                    print(json.dumps(rows[-1]), flush=True)
                     continue
-            if cuda:  # device memory is measured by the allocator, so one process serves every case
-                result = measure_case(method, n, args.device, args.reps)
+            if not isolate:
+                if not cuda:
+                    torch.set_num_threads(p["threads"])
+                result, failed = measure_case(method, n, p["device"], p["reps"]), []
             else:
-                code = CASE.format(here=here, threads=args.threads)
-                result = {}
+                result, failed = {}, []
                 for phase in ("forward", "backward"):  # separate processes: each peak is its own
-                    out = subprocess.run([sys.executable, "-c", code, method, str(n), args.device, str(args.reps),
-                                          phase], capture_output=True, text=True)
-                    if out.returncode != 0:  # e.g. killed for memory: recorded, the other phase still counts
-                        skipped.append(f"{method} {n}² {phase} (exit {out.returncode})")
+                    spec = {"task": "case", "method": method, "n": n, "device": p["device"], "reps": p["reps"],
+                            "phase": phase, "threads": p["threads"]}
+                    got, why = _subprocess(spec, p["malloc_env"])
+                    if got is None:  # e.g. killed for memory: recorded, the other phase still counts
+                        failed.append(f"{phase} failed ({why})")
                         continue
-                    got = json.loads(out.stdout.strip().splitlines()[-1])
-                    result["base_rss_mb"] = min(result.get("base_rss_mb", math.inf), got.pop("base_rss_mb"))
+                    result["base_mb"] = min(result.get("base_mb", math.inf), got.pop("base_mb"))
                     result.update(got)
-                if "forward_s" not in result:
-                    continue
-                result.setdefault("forward_backward_s", None)
-                result.setdefault("peak_rss_mb", None)
-            row = {"method": method, "side": n, "N": n * n, **result}
-            rows.append(row)
-            if row["forward_backward_s"] is not None:
-                done.append((n, row["forward_backward_s"]))
-            print(json.dumps(row), flush=True)
-    conv = {}
-    for method in args.methods:
-        if method in MULTIPOLE:
-            code = CONVERGENCE.format(here=here, threads=args.threads)
-            out = subprocess.run([sys.executable, "-c", code, method], capture_output=True, text=True, check=True)
-            conv[method] = json.loads(out.stdout.strip().splitlines()[-1])
-            print(json.dumps({"convergence": method, **conv[method]}), flush=True)
-    import torch
-
-    machine = (torch.cuda.get_device_name() if cuda
-               else f"{platform.machine()}, {platform.processor() or 'cpu'}, {os.cpu_count()} cores, "
-                    f"{args.threads} torch thread(s) per case")
-    note = ("Not measured (over --max-seconds, or the process failed): " + "; ".join(skipped) + ".") if skipped else None
-    if args.merge:
-        rows, conv, note = merge_previous(args, rows, conv, note)
-    report(rows, args, cuda, datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), machine,
-           torch.__version__, note, conv)
+            rows.append(_row(method, n, **result, status="; ".join(failed) or None))
+            if rows[-1]["forward_backward_s"] is not None:
+                done.append((n, rows[-1]["forward_backward_s"]))
+            print(json.dumps(rows[-1]), flush=True)
+    for method in (m for m in p["methods"] if m in MULTIPOLE and p["convergence_sides"]):
+        spec = {"task": "convergence", "method": method, "sides": p["convergence_sides"],
+                "reference": p["convergence_reference"], "threads": p["threads"]}
+        if cuda:
+            conv, why = {str(k): v for k, v in convergence(method, spec["sides"], spec["reference"]).items()}, None
+        else:
+            conv, why = _subprocess(spec, p["malloc_env"])
+        print(json.dumps({"convergence": method, **(conv or {})}), flush=True)
+        for side in p["convergence_sides"]:
+            row = next((r for r in rows if r["method"] == method and r["side"] == side), None)
+            if row is None:
+                rows.append(row := _row(method, side, status="not timed (convergence only)"))
+            if conv is None:
+                row["status"] = "; ".join(filter(None, [row["status"], f"convergence failed ({why})"]))
+            else:
+                row["convergence_error"] = conv[str(side)]
+    rows.sort(key=lambda r: (METHODS.index(r["method"]), r["side"]))
+    return _merge(p, rows) if p["merge"] else rows
 
 
-def merge_previous(args, rows, conv, note):
-    """``(rows, conv, note)`` with the rows and convergence figures of the methods not in ``--methods`` taken from
-    the existing results file (in ``METHODS`` order), and a note naming the run they come from."""
-    stem = "multipole_scaling_cuda" if args.device.startswith("cuda") else "multipole_scaling"
-    path = args.results / f"{stem}.json"
-    if not path.exists():
-        return rows, conv, note
-    old = json.loads(path.read_text())
-    kept = [r for r in old["rows"] if r["method"] not in args.methods]
-    if not kept:
-        return rows, conv, note
-    order = {m: i for i, m in enumerate(METHODS)}
-    rows = sorted(kept + rows, key=lambda r: (order[r["method"]], r["side"]))
-    merged = {m: e for m, e in (old.get("convergence") or {}).items() if m not in args.methods}
-    merged.update(conv)
-    conv = {m: merged[m] for m in sorted(merged, key=order.get)}
-    methods = sorted({r["method"] for r in kept}, key=order.get)
-    extra = (f"Rows of {', '.join(LABELS[m] for m in methods)} kept from the run of {old['date']} "
-             f"(`{old.get('command', '')}`); {', '.join(LABELS[m] for m in args.methods)} rerun.")
-    return rows, conv, extra if note is None else f"{extra} {note}"
+# ----------------------------------------------------------------------------------------------
+# Tables
 
 
-def _mem(r, key="peak_rss_mb"):
-    value = r.get(key, r.get("peak_rss_mb"))
-    return None if value is None else max(value - r["base_rss_mb"], 1.0)
+def fit_exponent(ns, values) -> float | None:
+    """Least-squares slope of log(value) against log(N); None with fewer than two points."""
+    if len(ns) < 2:
+        return None
+    xs, ys = [math.log(n) for n in ns], [math.log(v) for v in values]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    den = sum((a - mx) ** 2 for a in xs)
+    return sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / den if den else None
 
 
-def _fmt(x, spec=".2f", scale=1.0):
+def memory_above_start(row: dict, key: str = "peak_forward_backward_mb") -> float | None:
+    """The peak ``key`` above the case's start, at least 1 MB (None when not measured)."""
+    if row[key] is None:
+        return None
+    return max(row[key] - (row["base_mb"] or 0.0), 1.0)
+
+
+def fits(rows: list[dict]) -> dict[str, dict]:
+    """Per method with ≥ 2 timed sizes: exponents of forward and forward+backward time and memory against N."""
+    out = {}
+    for method in dict.fromkeys(r["method"] for r in rows):
+        rs = [r for r in rows if r["method"] == method and r["forward_s"] is not None]
+        rb = [r for r in rs if r["forward_backward_s"] is not None]
+        rm = [r for r in rs if r["peak_forward_mb"] is not None]
+        rmb = [r for r in rb if r["peak_forward_backward_mb"] is not None]
+        if len(rs) < 2:
+            continue
+        out[method] = {
+            "time_forward": fit_exponent([r["N"] for r in rs], [r["forward_s"] for r in rs]),
+            "time_forward_backward": fit_exponent([r["N"] for r in rb], [r["forward_backward_s"] for r in rb]),
+            "memory_forward": fit_exponent([r["N"] for r in rm], [memory_above_start(r, "peak_forward_mb")
+                                                                  for r in rm]),
+            "memory_forward_backward": fit_exponent([r["N"] for r in rmb], [memory_above_start(r) for r in rmb]),
+            "sides": [r["side"] for r in rs],
+        }
+    return out
+
+
+def _fmt(x, spec=".2f", scale=1.0) -> str:
     return "–" if x is None else format(scale * x, spec)
 
 
-def report(rows, args, cuda, date, machine, torch_version, note, conv=None) -> None:
-    """Fitted exponents, convergence, the dense/multipole time ratios and the JSON + Markdown results."""
-    fits = {}
-    for method in METHODS:
-        rs = [r for r in rows if r["method"] == method]
-        rb = [r for r in rs if r.get("forward_backward_s") is not None]
-        if len(rs) >= 2:
-            ns, nb = [r["N"] for r in rs], [r["N"] for r in rb]
-            fits[method] = {
-                "time_forward": fit_exponent(ns, [r["forward_s"] for r in rs]),
-                "time_forward_backward": fit_exponent(nb, [r["forward_backward_s"] for r in rb]) if len(rb) > 1
-                else None,
-                "memory_forward": fit_exponent(ns, [_mem(r, "peak_forward_mb") for r in rs]),
-                "memory": fit_exponent(nb, [_mem(r) for r in rb]) if len(rb) > 1 else None,
-                "sizes_forward": [r["side"] for r in rs], "sizes_forward_backward": [r["side"] for r in rb],
-            }
-    mp = {r["side"]: r for r in rows if r["method"] == "multipole"}
-    speedups = {r["side"]: r["forward_backward_s"] / mp[r["side"]]["forward_backward_s"]
-                for r in rows if r["method"] == "dense_sdpa" and r["side"] in mp
-                and r.get("forward_backward_s") and mp[r["side"]].get("forward_backward_s")}
-    malloc = malloc_settings()
-    command = "python benchmarks/multipole_scaling.py" + (f" --device {args.device}" if cuda else "")
-    if getattr(args, "threads", 1) != 1 and not cuda:
-        command += f" --threads {args.threads}"
-    if list(getattr(args, "methods", METHODS)) != list(METHODS):
-        command += " --methods " + " ".join(args.methods)
-    if getattr(args, "merge", False):
-        command += " --merge"
-    summary = {"benchmark": "multipole_scaling", "date": date, "device": args.device, "malloc_env": malloc,
-               "machine": machine, "torch": torch_version, "command": command,
-               "layer": "64 channels, 4 heads, batch 1", "configurations": {m: LABELS[m] for m in METHODS},
-               "rows": rows, "fitted_exponents": fits, "convergence": conv or {},
-               "dense_over_multipole_forward_backward": speedups}
-    if note:
-        summary["note"] = note
-    args.results.mkdir(parents=True, exist_ok=True)
-    stem = "multipole_scaling_cuda" if cuda else "multipole_scaling"
-    (args.results / f"{stem}.json").write_text(json.dumps(summary, indent=2) + "\n")
-    lines = markdown(summary)
-    (args.results / f"{stem}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-
-
-def markdown(summary: dict) -> list[str]:
-    """The Markdown tables of a results summary (also used for the docs' generated block)."""
-    cuda = summary["device"].startswith("cuda")
-    note = summary.get("note")
-    lines = [f"One attention layer, 64 channels, 4 heads, batch 1, {summary['device']}, {summary['date']}, "
-             f"{summary['machine']}, torch {summary['torch']}. Command: `{summary.get('command', '')}`."
-             + (f" {note}" if note else "") + ("" if cuda else " " + malloc_note(summary["malloc_env"]))
-             + " Memory: " + ("CUDA allocator peak above the start." if cuda else
-                              "resident-set high-water mark of a fresh subprocess per case, above its start."),
-             ""]
-    conv, fits = summary.get("convergence") or {}, summary["fitted_exponents"]
-    if conv:
-        lines += ["| configuration | e64 | e128 | time exponent (fwd / fwd+bwd) | memory exponent (fwd / fwd+bwd) |",
-                  "|---|---|---|---|---|"]
-        for m, e in conv.items():
-            f = fits.get(m)
-            ex = (f"{_fmt(f['time_forward'])} / {_fmt(f['time_forward_backward'])} | "
-                  f"{_fmt(f['memory_forward'])} / {_fmt(f['memory'])}") if f else "– | –"
-            lines.append(f"| {LABELS.get(m, m)} | {100 * e['64']:.2f}% | {100 * e['128']:.2f}% | {ex} |"
-                         if "64" in e else f"| {LABELS.get(m, m)} | {100 * e[64]:.2f}% | {100 * e[128]:.2f}% | {ex} |")
-        lines += ["", "e_n: relative difference of one layer (same weights, smooth field) at n² to its 256² output "
-                  "averaged onto the n² cells. Exponents: least-squares slope of log(time or memory) against "
-                  "log(N) over the sizes below.", ""]
-    lines += ["| method | grid | forward (ms) | forward+backward (ms) | peak memory, forward (MB) | "
-              "peak memory, forward+backward (MB) |", "|---|---|---|---|---|---|"]
-    for r in summary["rows"]:
-        fwd_mem = _fmt(_mem(r, "peak_forward_mb"), ".0f") if "peak_forward_mb" in r else "–"
+def table(records: list[dict]) -> str:
+    """One line per method and grid: times (ms), peak memory above the start (MB), the convergence error."""
+    rows = [r["row"] for r in records]
+    extra = any(r["status"] for r in rows), any(r["measured_in"] for r in rows)
+    lines = ["| method | grid | forward (ms) | forward+backward (ms) | peak memory, forward (MB) | "
+             "peak memory, forward+backward (MB) | e_n (vs the reference grid) |"
+             + (" status |" if extra[0] else "") + (" measured in |" if extra[1] else ""),
+             "|---|---|---|---|---|---|---|" + "---|" * sum(extra)]
+    for r in rows:
         lines.append(f"| {LABELS.get(r['method'], r['method'])} | {r['side']}² | {_fmt(r['forward_s'], '.1f', 1e3)} | "
-                     f"{_fmt(r.get('forward_backward_s'), '.1f', 1e3)} | {fwd_mem} | {_fmt(_mem(r), '.0f')} |")
-    lines += ["", "| method | time exponent, forward | time exponent, forward+backward | memory exponent, forward | "
-              "memory exponent, forward+backward |", "|---|---|---|---|---|"]
-    lines += [f"| {LABELS.get(m, m)} | {_fmt(f['time_forward'])} | {_fmt(f['time_forward_backward'])} | "
-              f"{_fmt(f['memory_forward'])} | {_fmt(f['memory'])} |" for m, f in fits.items()]
-    speedups = summary.get("dense_over_multipole_forward_backward") or {}
-    if speedups:
-        lines += ["", "Dense SDPA time / multipole time, forward+backward: "
-                  + ", ".join(f"{side}²: {x:.1f}×" for side, x in sorted(speedups.items(), key=lambda kv: int(kv[0])))]
-    return lines
+                     f"{_fmt(r['forward_backward_s'], '.1f', 1e3)} | "
+                     f"{_fmt(memory_above_start(r, 'peak_forward_mb'), '.0f')} | {_fmt(memory_above_start(r), '.0f')} | "
+                     f"{_fmt(r['convergence_error'], '.2%')} |" + (f" {r['status'] or ''} |" if extra[0] else "")
+                     + (f" {r['measured_in'] or ''} |" if extra[1] else ""))
+    return "\n".join(lines)
+
+
+def notes(records: list[dict]) -> str:
+    """How memory was measured, the fitted exponents, the claim's verdict and dense SDPA's time ratios."""
+    p = records[0]["params"]
+    rows = [r["row"] for r in records]
+    cuda = p["device"] == "cuda"
+    head = (f"One layer, {CHANNELS} channels, {HEADS} heads, batch 1, on {p['device']}. Memory: "
+            + ("CUDA allocator peak above the start." if cuda else
+               ("resident-set high-water mark of a fresh subprocess per case, above its start. " if p.get("isolate", True)
+                else "resident-set high-water mark of the process, above the case's start (coarse). ")
+               + malloc_note(p["malloc_env"] or {})))
+    if any(r["convergence_error"] is not None for r in rows):
+        head += (f" e_n: relative difference of one layer (same weights, smooth field) at n² to its "
+                 f"{p.get('convergence_reference', 256)}² output averaged onto the n² cells.")
+    lines = [head]
+    fitted = fits(rows)
+    if fitted:
+        lines += ["", "Exponents: least-squares slope of log(time or memory above the start) against log(N) over the "
+                  "sizes each method ran at.", "",
+                  "| method | sizes | time exponent, forward | time exponent, forward+backward | "
+                  "memory exponent, forward | memory exponent, forward+backward |", "|---|---|---|---|---|---|"]
+        lines += [f"| {LABELS.get(m, m)} | {', '.join(f'{s}²' for s in f['sides'])} | {_fmt(f['time_forward'])} | "
+                  f"{_fmt(f['time_forward_backward'])} | {_fmt(f['memory_forward'])} | "
+                  f"{_fmt(f['memory_forward_backward'])} |" for m, f in fitted.items()]
+    if "multipole" in fitted:
+        f = fitted["multipole"]
+        got = [v for k, v in f.items() if k != "sides" and v is not None]
+        ok = bool(got) and max(got) <= CLAIM_MAX_EXPONENT
+        lines += ["", f"Claim (time and memory exponents ≤ {CLAIM_MAX_EXPONENT} for the default layer): "
+                  + ("met" if ok else "not met") + f" (largest {max(got):.2f})." if got else "no exponent."]
+    dense = {r["side"]: r["forward_backward_s"] for r in rows if r["method"] == "dense_sdpa" and r["forward_backward_s"]}
+    for m in (m for m in MULTIPOLE if any(r["method"] == m for r in rows)):
+        mine = {r["side"]: r["forward_backward_s"] for r in rows if r["method"] == m and r["forward_backward_s"]}
+        ratios = [(s, dense[s] / mine[s]) for s in sorted(dense) if s in mine]
+        if ratios:
+            lines += ["", f"Dense SDPA time / {LABELS[m]} time, forward+backward: "
+                      + ", ".join(f"{s}²: {x:.1f}×" for s, x in ratios)]
+    return "\n".join(lines)
+
+
+BENCHMARKS = (
+    Benchmark(
+        name="multipole_scaling", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
+        plot=("N", "forward_backward_s", "method"), log_axes=(True, True),
+        description="One attention layer (64 channels, 4 heads, batch 1) against grid size: multipole "
+                    "configurations, Galerkin and dense SDPA, time, peak memory and convergence;",
+        claim="time and memory exponents ≤ 1.15 for the default multipole layer (docs/fidelity.md, "
+              "docs/benchmarks/kernels.md)",
+    ),
+)
 
 
 if __name__ == "__main__":
-    main()
+    import argparse
+
+    ap = argparse.ArgumentParser(description="One case or convergence measurement of multipole_scaling, run in its "
+                                             "own subprocess by run() (the benchmark itself: python -m benchmarks run "
+                                             "multipole_scaling)")
+    ap.add_argument("--worker", required=True, help="the JSON spec of one task (see worker())")
+    print(json.dumps(worker(json.loads(ap.parse_args().worker))), flush=True)
