@@ -281,7 +281,7 @@ def weighted_softmax(cfg) -> dict:
             predicted = probe[k] * (n / probe_n) ** 2 / 1e3
             if predicted > cfg["max_call_s"]:
                 row[k] = None
-                row[f"{k}_skipped"] = f"predicted {predicted:.1f} s per call > --max-call-s {cfg['max_call_s']}"
+                row[f"{k}_skipped"] = f"predicted {predicted:.1f} s per call > max_call_s {cfg['max_call_s']}"
                 continue
             reps = cfg["reps"] if predicted < 0.5 else (2 if predicted < 3 else 1)
             with torch.no_grad():
@@ -369,8 +369,13 @@ def select_backend_name(layer, x) -> str:
 
 
 def _row(section: str, case: str, **fields: Any) -> dict:
+    """A row of the schema; a non-finite check error (a kernel that produced NaN) is ``None`` and named in ``error``."""
     row = dict.fromkeys(SCHEMA)
     row.update(section=section, case=case, **fields)
+    bad = [k for k, v in (row["rel_err"] or {}).items() if isinstance(v, float) and not math.isfinite(v)]
+    if bad:
+        row["rel_err"] = {k: None if k in bad else v for k, v in row["rel_err"].items()}
+        row["error"] = f"non-finite {', '.join(bad)}"
     return row
 
 
@@ -495,7 +500,7 @@ def _rows(records: list[dict], section: str) -> list[dict]:
 
 
 def _e(v: float | None) -> str:
-    return "—" if v is None else f"{v:.1e}"
+    return "non-finite" if v is None else f"{v:.1e}"
 
 
 def _pow2(n: int) -> str:
@@ -570,7 +575,8 @@ def table(records: list[dict]) -> str:
         out.append("")
     failed = [r for r in records if r["row"]["error"]]
     if failed:
-        out += ["Sections that failed:", ""] + [f"- {r['row']['section']}: `{r['row']['error']}`" for r in failed]
+        out += ["Failures:", ""] + [f"- {r['row']['section']}{'' if r['row']['case'] == 'error' else ' ' + r['row']['case']}"
+                                    f": `{r['row']['error']}`" for r in failed]
     return "\n".join(out).rstrip("\n")
 
 

@@ -64,7 +64,7 @@ def test_verdicts_follow_the_numbers():
 def test_rows_from_sections_keeps_failures_and_skips():
     s = {"meta": {"device_name": "Test GPU", "sms": 8},
          "ceilings": {"error": "RuntimeError: boom"},
-         "weighted_softmax": {"check": {"weights": {"N": 64, "out": 1e-3, "grad_q": 2e-3}},
+         "weighted_softmax": {"check": {"weights": {"N": 64, "out": 1e-3, "grad_q": float("nan")}},
                               "rows": [{"N": 256, "pass": "forward", "flash_sdpa_no_bias": 2.0, "triton_weights": 3.0,
                                         "triton_weights_distance": None,
                                         "triton_weights_distance_skipped": "predicted 20.0 s per call",
@@ -80,7 +80,10 @@ def test_rows_from_sections_keeps_failures_and_skips():
     assert len(skipped) == 1 and skipped[0]["case"] == "triton_weights_distance" and skipped[0]["ms"] is None
     recs = [{"row": r} for r in rows]
     assert gt.verdicts(recs)["weighted_softmax"][0] is False  # 1.5× flash's time
-    assert "ceilings: `RuntimeError: boom`" in gt.table(recs)
+    check = [r for r in rows if r["case"] == "check weights"][0]
+    assert check["rel_err"] == {"out": 1e-3, "grad_q": None} and check["error"] == "non-finite grad_q"
+    table = gt.table(recs)
+    assert "- ceilings: `RuntimeError: boom`" in table and "- weighted_softmax check weights: `non-finite grad_q`" in table
 
 
 @pytest.mark.skipif(CUDA, reason="the refusal is for a machine without CUDA")
