@@ -12,17 +12,15 @@ grid and reports the iterations and seconds saved per solve.
 
     python examples/warm_start_darcy.py [--epochs 10] [--n-train 400] [--out results.json]
 
-Runs in about 2-4 minutes on 2 CPU cores.
+Runs in about 2-6 minutes on 2 CPU cores. The benchmark ``warm_start_darcy`` runs :func:`warm_start` through the
+harness (``python -m benchmarks run warm_start_darcy``); docs/pipelines.md shows its rows.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
 import time
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse
@@ -55,31 +53,26 @@ def pcg_iterations(A, f, x0, rtol: float) -> tuple[int, float, np.ndarray]:
     return count[0], seconds, x
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--epochs", type=int, default=10)
-    ap.add_argument("--n-train", type=int, default=400)
-    ap.add_argument("--n-test", type=int, default=20)
-    ap.add_argument("--rtol", type=float, default=1e-8)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", help="also write the report as JSON here")
-    args = ap.parse_args()
-    torch.manual_seed(args.seed)
+def warm_start(epochs: int = 10, n_train: int = 400, n_test: int = 20, rtol: float = 1e-8, seed: int = 0,
+               progress: bool = True) -> dict:
+    """Train the surrogate and solve the ``n_test`` test systems cold and warm; the report (a JSON-able dict:
+    means over the test coefficients at ``rtol`` and at :data:`LOOSER_TOLERANCES`, and one entry per sample)."""
+    torch.manual_seed(seed)
     t_start = time.perf_counter()
 
-    data = generate_darcy(args.n_train + args.n_test, [32, SOLVE_GRID], seed=args.seed, progress=True)
+    data = generate_darcy(n_train + n_test, [32, SOLVE_GRID], seed=seed, progress=progress)
 
     def split(res, sl, name):
         a, u = (torch.from_numpy(t)[sl, None] for t in data[res])
         return GridPairDataset(a, u, {"split": name, "resolution": res})
 
-    train = split(32, slice(0, args.n_train), "train")
-    test64 = split(SOLVE_GRID, slice(args.n_train, None), "test")
+    train = split(32, slice(0, n_train), "train")
+    test64 = split(SOLVE_GRID, slice(n_train, None), "test")
     model = create_operator("galerkin_transformer", in_channels=1, out_channels=1, d_model=32, n_layers=3,
                             n_heads=4, n_modes=12, regressor_width=20)
     xn, yn = fit_normalizers(train)
     Trainer(model=model, train_data=train, test_data={}, x_normalizer=xn, y_normalizer=yn, spatial_dims=2,
-            epochs=args.epochs, batch_size=8, lr=3e-3, progress=False).fit()
+            epochs=epochs, batch_size=8, lr=3e-3, progress=False).fit()
     surrogate_error = evaluate_dataset(model, test64, x_normalizer=xn, y_normalizer=yn, spatial_dims=2)["rel_l2"]
     train_seconds = time.perf_counter() - t_start
 
@@ -88,17 +81,17 @@ def main() -> None:
         model(torch.zeros(1, 1, SOLVE_GRID, SOLVE_GRID))
     rows = []
     tol_counts: dict[float, list[tuple[int, int]]] = {}
-    for i in range(args.n_train, args.n_train + args.n_test):
+    for i in range(n_train, n_train + n_test):
         # The same coefficient generate_darcy drew for sample i, with its boundary nodes.
-        a = sample_coefficient(1, SOLVE_GRID + 1, rng=np.random.default_rng([args.seed, i]), **DARCY_DEFAULTS)[0]
+        a = sample_coefficient(1, SOLVE_GRID + 1, rng=np.random.default_rng([seed, i]), **DARCY_DEFAULTS)[0]
         A, f = darcy_system(a)
         t0 = time.perf_counter()
         with torch.no_grad():
             x = torch.from_numpy(a[:SOLVE_GRID, :SOLVE_GRID]).float()[None, None]
             pred = yn.decode(model(xn.encode(x)))[0, 0].double().numpy()
         predict_seconds = time.perf_counter() - t0
-        cold_it, cold_s, u_cold = pcg_iterations(A, f, np.zeros_like(f), args.rtol)
-        warm_it, warm_s, u_warm = pcg_iterations(A, f, pred[1:, 1:].ravel(), args.rtol)
+        cold_it, cold_s, u_cold = pcg_iterations(A, f, np.zeros_like(f), rtol)
+        warm_it, warm_s, u_warm = pcg_iterations(A, f, pred[1:, 1:].ravel(), rtol)
         for tol in LOOSER_TOLERANCES:
             tol_counts.setdefault(tol, []).append(
                 (pcg_iterations(A, f, np.zeros_like(f), tol)[0], pcg_iterations(A, f, pred[1:, 1:].ravel(), tol)[0])
@@ -110,12 +103,12 @@ def main() -> None:
 
     cold = np.mean([r["cold_iterations"] for r in rows])
     warm = np.mean([r["warm_iterations"] for r in rows])
-    report = {
+    return {
         "solve_grid": SOLVE_GRID,
-        "cg_rtol": args.rtol,
+        "cg_rtol": rtol,
         "preconditioner": "jacobi",
-        "n_train": args.n_train,
-        "epochs": args.epochs,
+        "n_train": n_train,
+        "epochs": epochs,
         "surrogate_rel_l2_at_64": surrogate_error,
         "mean_cold_iterations": float(cold),
         "mean_warm_iterations": float(warm),
@@ -133,31 +126,26 @@ def main() -> None:
         "total_seconds": time.perf_counter() - t_start,
         "samples": rows,
     }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--n-train", type=int, default=400)
+    ap.add_argument("--n-test", type=int, default=20)
+    ap.add_argument("--rtol", type=float, default=1e-8)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", help="also write the report as JSON here")
+    args = ap.parse_args()
+    report = warm_start(args.epochs, args.n_train, args.n_test, args.rtol, args.seed)
     summary = {k: v for k, v in report.items() if k != "samples"}
     print(json.dumps(summary, indent=2))
     print(f"warm start saves {report['iterations_saved_percent']:.1f}% of the CG iterations "
-          f"({cold:.0f} -> {warm:.0f}) at surrogate relative L2 {surrogate_error:.3f}")
+          f"({report['mean_cold_iterations']:.0f} -> {report['mean_warm_iterations']:.0f}) at surrogate relative L2 "
+          f"{report['surrogate_rel_l2_at_64']:.3f}")
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(report, fh, indent=2)
-        md = Path(args.out).with_suffix(".md")
-        md.write_text(
-            f"Command: `python examples/warm_start_darcy.py --epochs {args.epochs} --n-train {args.n_train} "
-            f"--n-test {args.n_test} --out ...`; {datetime.date.today()}, {platform.machine()}, "
-            f"{torch.get_num_threads()} torch threads, torch {torch.__version__}. CG to relative residual "
-            f"{args.rtol:g} with a Jacobi preconditioner on the {SOLVE_GRID}x{SOLVE_GRID} grid, {args.n_test} test "
-            "coefficients; the surrogate was trained at 32x32.\n\n"
-            "| start | mean CG iterations | mean seconds per solve |\n|---|---|---|\n"
-            f"| zero | {report['mean_cold_iterations']:.1f} | {report['mean_cold_seconds']:.4f} |\n"
-            f"| surrogate prediction (rel. L2 {surrogate_error:.3f}) | {report['mean_warm_iterations']:.1f} | "
-            f"{report['mean_warm_seconds_incl_prediction']:.4f} (incl. inference) |\n"
-            + "".join(f"\nAt relative residual {t}: {v['mean_cold_iterations']:.1f} -> {v['mean_warm_iterations']:.1f} "
-                      f"iterations ({v['iterations_saved_percent']:.1f}% saved)."
-                      for t, v in report["by_tolerance"].items())
-            + f"\n\nIterations saved at {args.rtol:g}: {report['iterations_saved_percent']:.1f}%; largest difference between the two "
-            f"converged solutions (relative): {report['max_solution_difference']:.1e}; whole script "
-            f"{report['total_seconds']:.0f} s.\n"
-        )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ relative-position bias, gate, QK-norm, GLU, spectral head) is :class:`~sciattn.o
 registered as ``mano_extended``; it shares this file's building blocks.
 
 Differences from the published method that remain, with their effect measured at initialisation on a smooth
-input (``python benchmarks/mano_fidelity.py``, table in ``docs/fidelity.md`` section "Multipole (MANO)"; e_n is
+input (``python -m benchmarks run mano_fidelity``, table in ``docs/fidelity.md`` section "Multipole (MANO)"; e_n is
 the max difference from the 256² output at the nodes shared with n², relative to its max; the default gives
 e_64 = 2.5%, e_128 = 1.0%):
 
