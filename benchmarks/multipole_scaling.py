@@ -31,8 +31,8 @@ dense SDPA's time over each multipole configuration's.
 Every measured row is printed as one JSON line (after a ``{"log_meta": ...}`` header line naming the device),
 so a run stopped by a time limit can still be recorded: ``from_log`` (a path) makes the rows from such a log
 (:func:`rows_from_log`) instead of measuring; their ``measured_in`` names the log and the device it names.
-``merge`` copies the rows of the methods not in ``methods`` from the latest full run on the same device
-(``measured_in`` names that run).
+``merge`` copies the rows of the methods not in ``methods`` from the latest full run on the same device in
+``benchmarks/results/multipole_scaling.jsonl`` (whatever ``--out`` is; ``measured_in`` names that run).
 
 On the CPU, glibc serves every allocation above 32 MiB with a fresh ``mmap`` whose pages fault in on first
 touch; from 512² on, each ``(B, H, N, D)`` tensor of the layer crosses that line and the largest grids then time
