@@ -53,11 +53,14 @@ SOFTMAX_VARIANTS = ("flash_sdpa_no_bias", "triton_weights", "triton_weights_dist
 #: same inputs; ``weighted_softmax``: the Triton kernel with weights only takes at most flash SDPA's (no bias)
 #: time at every N and pass timed; ``sphere_neighborhood``: the layer's forward and backward take at most
 #: torch-harmonics' published H100 times at both θ.
-TARGETS = {
-    "galerkin": "Triton Galerkin kernel faster than the PyTorch reference (forward and forward+backward)",
-    "weighted_softmax": "Triton weighted softmax (weights only) no slower than flash SDPA without bias",
-    "sphere_neighborhood": "spherical neighbourhood layer no slower than torch-harmonics' published H100 times",
+TARGETS = {  # the kernel issue's targets (H200, bf16, N = 2^20, 8 heads x 64; the sphere layer in fp32)
+    "galerkin_bandwidth": "fused Galerkin forward at >= 60% of the HBM bandwidth (measured copy), by bytes that must move",
+    "galerkin": "fused Galerkin forward+backward >= 2x faster than the PyTorch reference",
+    "weighted_softmax": "weighted softmax attention within 1.3x of flash SDPA without bias at the same shape",
+    "sphere_neighborhood": "neighbourhood attention on the 1° sphere (θ = 0.03) faster than torch-harmonics' "
+                           "published H100 times (forward 0.80 ms, backward 1.78 ms)",
 }
+BANDWIDTH_TARGET, SPEEDUP_TARGET, FLASH_TARGET, SPHERE_THETA = 0.60, 2.0, 1.3, 0.03
 
 SCHEMA = {
     "section": "str", "case": "str", "pass": "str?", "N": "int?", "dtype": "str?", "ms": "float?",
@@ -581,22 +584,28 @@ def table(records: list[dict]) -> str:
 
 
 def verdicts(records: list[dict]) -> dict[str, tuple[bool, str]]:
-    """``{section: (met, the numbers it was decided on)}`` for each target of :data:`TARGETS` the run measured."""
+    """``{target: (met, the numbers it was decided on)}`` for each target of :data:`TARGETS` the run measured."""
     out = {}
-    g = {(r["case"], r["pass"]): r for r in _rows(records, "galerkin") if r["case"] == "triton"}
-    if g:
-        out["galerkin"] = (all(r["speedup_vs_reference"] > 1 for r in g.values()),
-                           ", ".join(f"{p} {r['speedup_vs_reference']:.2f}× faster" if r["speedup_vs_reference"] > 1
-                                     else f"{p} {1 / r['speedup_vs_reference']:.2f}× slower"
-                                     for (_, p), r in g.items()))
+    g = {r["pass"]: r for r in _rows(records, "galerkin") if r["case"] == "triton"}
+    fwd = g.get("forward")
+    if fwd and (fwd["info"] or {}).get("fraction_of_measured_copy") is not None:
+        frac = fwd["info"]["fraction_of_measured_copy"]
+        sheet = fwd["info"].get("fraction_of_datasheet")
+        out["galerkin_bandwidth"] = (frac >= BANDWIDTH_TARGET, f"{100 * frac:.0f}% of the measured copy bandwidth"
+                                     + (f", {100 * sheet:.0f}% of the datasheet's" if sheet is not None else ""))
+    fb = g.get("forward_backward")
+    if fb and fb["speedup_vs_reference"] is not None:
+        out["galerkin"] = (fb["speedup_vs_reference"] >= SPEEDUP_TARGET,
+                           f"{fb['speedup_vs_reference']:.2f}× faster than the reference")
     w = [r for r in _rows(records, "weighted_softmax") if r["case"] == "triton_weights" and r["over_flash"] is not None]
     if w:
-        out["weighted_softmax"] = (all(r["over_flash"] <= 1 for r in w), ", ".join(
+        out["weighted_softmax"] = (all(r["over_flash"] <= FLASH_TARGET for r in w), ", ".join(
             f"{r['over_flash']:.2f}× flash's time ({r['pass']}, N = {_pow2(r['N'])})" for r in w))
-    sp = [r for r in _rows(records, "sphere_neighborhood") if r["case"] == "layer"]
+    sp = [r for r in _rows(records, "sphere_neighborhood")
+          if r["case"] == "layer" and (r["info"] or {}).get("theta") == SPHERE_THETA]
     if sp:
-        out["sphere_neighborhood"] = (all(r["ms"] <= r["published_ms"] for r in sp), ", ".join(
-            f"θ={r['info']['theta']} {r['pass']} {r['ms']:.3f} vs {r['published_ms']} ms" for r in sp))
+        out["sphere_neighborhood"] = (all(r["ms"] < r["published_ms"] for r in sp), ", ".join(
+            f"{r['pass']} {r['ms']:.3f} vs {r['published_ms']} ms" for r in sp))
     return out
 
 
@@ -645,7 +654,7 @@ BENCHMARKS = (
         packages=("triton",),
         description="Kernel targets on one CUDA device (Galerkin bandwidth and speed-up, weighted softmax against "
                     "flash SDPA, spherical neighbourhood attention at 1°), each checked against its reference first;",
-        claim="the Triton Galerkin kernel beats the PyTorch reference; weighted softmax and the sphere layer against "
-              "flash SDPA and torch-harmonics' published H100 times (docs/benchmarks/gpu.md)",
+        claim="the kernel targets: Galerkin bandwidth and 2x speed-up, weighted softmax within 1.3x of flash SDPA, the "
+              "1° sphere layer faster than torch-harmonics' published H100 times (docs/benchmarks/gpu.md)",
     ),
 )

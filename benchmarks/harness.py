@@ -364,7 +364,8 @@ def markdown_table(benchmark: Benchmark, records: list[dict[str, Any]]) -> str:
     if ver.get("sciattn_dirty"):
         commit += " (uncommitted changes)"
     others = "".join(f", {p} {ver[p]}" for p in benchmark.packages if ver.get(p))
-    caption = (f"{benchmark.description} {first['date']}, {hw['cpu']} ({cores}{gpu}{threads}), "
+    cpu = hw.get("cpu") or "CPU not recorded"
+    caption = (f"{benchmark.description} {first['date']}, {cpu} ({cores}{gpu}{threads}), "
                f"{'Python ' + ver['python'] + ', ' if ver.get('python') else ''}torch {ver['torch']}{others}, "
                f"sciattn {commit}"
                f"{', quick budget' if first.get('quick') else ''}. Command: `{first['command']}`.")

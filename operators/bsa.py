@@ -53,7 +53,7 @@ class BSATransformer(nn.Module):
     under refinement; ``"points"``: BSA as published, ``ball_size`` / ``block_size`` / ``group_size``
     points, which shrink as points are added, so **its output depends on the resolution**. The physical
     mode does not converge either: its top-k block selection is discontinuous in the geometry
-    (``benchmarks/pointcloud_refinement.py``, at init: points 5.0% / 2.3% at 1,024 / 4,096 points from the
+    (``python -m benchmarks run pointcloud_refinement``, at init: points 5.0% / 2.3% at 1,024 / 4,096 points from the
     16,384-point output, physical 3.6% / 3.1%), and it trains about 6x slower; hence the default is
     BSA as published.
 

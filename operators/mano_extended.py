@@ -37,7 +37,7 @@ What differs from the published MANO (``mano``), each setting a physical size:
   ``head="pointwise"`` is an MLP ``W_2 GELU(W_1 h)``.
 
 The defaults are the benchmarked settings of ``examples/configs/darcy64_mano.toml`` (about 194k parameters);
-``benchmarks/mano_fidelity.py`` measures what each setting changes against ``mano``.
+``python -m benchmarks run mano_fidelity`` measures what each setting changes against ``mano``.
 
 Shapes: ``x`` ``(B, C_in, *spatial)`` -> ``(B, C_out, *spatial)``; optional quadrature ``weights``
 ``(*spatial)`` or ``(B, *spatial)`` for the key points of every level.

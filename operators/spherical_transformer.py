@@ -30,9 +30,10 @@ encoder/decoder radius are fixed when the model is built (from the construction 
 latitude rule), the model runs the same weights through that grid's geometry: the neighbourhoods,
 quadrature weights and interpolation between the input grid and the fixed internal grid, built once
 and cached per ``(nlat', nlon', rule, device)`` (the first call on a grid costs about 0.07 s more
-than the next at 65×128 and 0.4 s more at 129×256 on one CPU thread, ``benchmarks/sphere_resolution.py``;
-the construction grid keeps its precomputed path). The internal blocks then compute exactly what they
-compute at the construction grid, so the change of grid acts only through the encoder
+than the next at 65×128 and 0.4 s more at 129×256 on one CPU thread,
+``python -m benchmarks run sphere_resolution``; the construction grid keeps its precomputed path). The
+internal blocks then compute exactly what they compute at the construction grid, so the change of grid
+acts only through the encoder
 (quadrature of the input over geodesic discs of fixed radius, converging as the input grid is
 refined) and the decoder (each output point depends on its position only, so outputs at shared
 nodes of two grids agree up to the encoder's difference). The encoder/decoder radius is one

@@ -25,7 +25,7 @@ so the weak high modes are not misread. Result (:data:`NEURALOP_BURGERS_FIT`): `
 ``(-Delta + 25 I)^-4``); that reading is ours, the numbers are the fit's.
 
 Only the initial law is fitted. The dynamics at the file's ``nu`` and span are then a prediction, checked by
-:func:`compare_to_reference` (``tests/pde_data/test_burgers_neuralop.py``, ``benchmarks/burgers_match.py``): 200
+:func:`compare_to_reference` (``tests/pde_data/test_burgers_neuralop.py``, ``python -m benchmarks run burgers_match``): 200
 generated samples (seed 1, solved at 256 points) against the 800 training samples give an energy decay within
 3.0% at every snapshot (0.300 against 0.310 at the last), the lowest five mode energies of ``u(0)`` within 7.9% and
 of the last snapshot within 7.3%; against the 400 test samples 3.3%, 10.5% and 15.7%. With 800 generated samples

@@ -48,7 +48,7 @@ tests = {res: split(res, slice(N_TRAIN, None), "test") for res in RESOLUTIONS}
 model = create_operator("mano", in_channels=1, out_channels=1)
 x_norm, y_norm = fit_normalizers(train)
 Trainer(model=model, train_data=train, test_data={}, x_normalizer=x_norm, y_normalizer=y_norm, spatial_dims=2,
-        epochs=EPOCHS, batch_size=8, lr=1e-3, progress=False, log=lambda message: None).fit()
+        epochs=EPOCHS, batch_size=4, lr=3e-3, progress=False, log=lambda message: None).fit()
 
 errors = {res: evaluate_dataset(model, ds, x_normalizer=x_norm, y_normalizer=y_norm, spatial_dims=2)["rel_l2"]
           for res, ds in tests.items()}

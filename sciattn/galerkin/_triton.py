@@ -271,7 +271,7 @@ def _precision(dtype: torch.dtype, width: int) -> str:
 # tiles up to 64 or 128 wide. Chosen from sm_90 builds (Triton's ptxas, no GPU needed; see the slow
 # test in tests/sciattn/test_galerkin_triton.py) so that no kernel spills registers or exceeds
 # shared memory. The 16-bit, 64-wide backward entries are the fastest of the H200 sweep in
-# benchmarks/results/gpu_tuning.md (N = 2^20, 8 heads × 64). Its fastest forward tiles (64 rows with
+# benchmarks/results/gpu_tuning.jsonl (N = 2^20, 8 heads × 64). Its fastest forward tiles (64 rows with
 # 4 warps, 128 with 8; about 6% faster) spill registers on sm_90, so the forward keeps the
 # spill-free choice; the fp32 and 128-wide entries are not yet timed on a GPU.
 _CONFIGS = {

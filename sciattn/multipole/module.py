@@ -57,7 +57,7 @@ the finest key grid has ``m_0 = c / f`` cells per axis, level ``ℓ`` has ``m_�
 
 Discretisation: for a smooth field the key cell means converge at second order and the far
 fields with them; the key sets depend on the query position only, so at fixed weights the
-output converges under refinement (``benchmarks/multipole_scaling.py`` measures it).
+output converges under refinement (``python -m benchmarks run multipole_scaling`` measures it).
 
 Cost: per query ``Σ_ℓ Π c_ℓ + Π local_window`` keys with hard windows (4·64 + 9 = 265 in 2-D), with
 the taper ``Π (c_ℓ + 1)`` on every level but the global one (3·81 + 64 + 9 = 316 in 2-D by default), a

@@ -211,7 +211,7 @@ def _block(n: int) -> int:
 
 def _config(bd: int, be: int, kernel: str) -> tuple[int, int]:
     """(neighbours per step, warps). Head tiles up to 64 wide: the fastest of the sweep in
-    ``benchmarks/results/gpu_tuning.md`` (H200, 1° sphere, fp32, 64 channels; a query meets 10-40
+    ``benchmarks/results/gpu_tuning.jsonl`` (H200, 1° sphere, fp32, 64 channels; a query meets 10-40
     neighbours, so narrow steps and one or two warps per query keep more queries in flight). Wider
     tiles keep the spill-free sm_90 choice, not yet timed on hardware."""
     if max(bd, be) <= 64:

@@ -298,7 +298,7 @@ def _upcast(dtype: torch.dtype) -> bool:
 # (BLOCK_M, BLOCK_N, warps, stages) per kernel, for 16-bit or fp32 storage and head tiles up to 64
 # or 128 wide. Chosen so that ptxas for sm_90 reports no register spills with the distance bias on
 # (a few hundred bytes remain for fp32 at width 128 in the backward). The 16-bit, 64-wide entry is
-# the fastest of the H200 sweep in benchmarks/results/gpu_tuning.md (N = 2^16, 8 heads × 64: forward
+# the fastest of the H200 sweep in benchmarks/results/gpu_tuning.jsonl (N = 2^16, 8 heads × 64: forward
 # 1.06× flash SDPA's time, forward+backward 1.66×); the others are not yet timed on a GPU.
 _CONFIGS = {
     (True, False): {"fwd": (64, 128, 4, 3), "dkdv": (64, 64, 4, 3), "dq": (64, 64, 4, 3)},

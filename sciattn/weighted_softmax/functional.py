@@ -22,7 +22,7 @@ the log-weight and distance biases in registers, so neither the scores nor a dis
 ever stored, and differentiates all of them) and ``reference`` (chunked plain PyTorch, the oracle).
 
 Default order: ``sdpa`` > ``flex`` > ``triton`` > ``reference``. Timed on an H200
-(``benchmarks/results/gpu_targets.md``, ``gpu_tuning.md``), the ``triton`` kernel with weights only
+(``benchmarks/results/gpu_targets.jsonl``, ``gpu_tuning.jsonl``), the ``triton`` kernel with weights only
 is slower than PyTorch's flash SDPA without bias (forward 1.06×, forward+backward 1.66× its time
 at N = 2^16 with the tuned tiles), so ``sdpa`` stays first. Its advantage is memory: with a
 distance bias ``sdpa`` materialises a ``(B, H, Nq, Nk)`` bias and ``flex`` (``flex_attention``

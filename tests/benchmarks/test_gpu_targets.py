@@ -36,10 +36,11 @@ def test_committed_rows_validate_and_render_with_verdicts_from_the_rows():
     assert set(verdicts) <= set(gt.TARGETS) and verdicts
     for section, (met, _) in verdicts.items():
         assert f"{gt.TARGETS[section]}: {'met' if met else 'not met'}" in md
-    # the Galerkin verdict is the sign of the speed-ups in the rows
+    # the Galerkin verdict is the 2x forward+backward speed-up over the reference
     tri = [r["row"] for r in records if r["row"]["section"] == "galerkin" and r["row"]["case"] == "triton"]
     if tri:
-        assert verdicts["galerkin"][0] == all(r["speedup_vs_reference"] > 1 for r in tri)
+        fb = [r for r in tri if r["pass"] == "forward_backward"]
+        assert verdicts["galerkin"][0] == (fb[0]["speedup_vs_reference"] >= gt.SPEEDUP_TARGET)
         for r in tri:
             assert f"{r['ms']:.3f}" in md
 
@@ -50,15 +51,23 @@ def test_verdicts_follow_the_numbers():
     for r in recs:
         row = r["row"]
         if row["section"] == "galerkin" and row["case"] == "triton":
-            row["speedup_vs_reference"] = 0.5
+            row["speedup_vs_reference"] = 1.9  # faster, but short of the 2x target
+            if row["pass"] == "forward":
+                row["info"]["fraction_of_measured_copy"] = 0.61
         if row["case"] == "triton_weights" and row["over_flash"] is not None:
-            row["over_flash"] = 0.9
+            row["over_flash"] = 1.25  # slower than flash, within the 1.3x target
         if row["section"] == "sphere_neighborhood" and row["case"] == "layer":
             row["ms"] = row["published_ms"] / 2
     v = gt.verdicts(recs)
-    assert v["galerkin"][0] is False and "2.00× slower" in v["galerkin"][1]
+    assert v["galerkin"][0] is False and "1.90× faster" in v["galerkin"][1]
+    assert v["galerkin_bandwidth"][0] is True and "61% of the measured copy" in v["galerkin_bandwidth"][1]
     assert v["weighted_softmax"][0] is True
-    assert v["sphere_neighborhood"][0] is True
+    assert v["sphere_neighborhood"][0] is True and "θ" not in v["sphere_neighborhood"][1]
+    for r in recs:  # only θ = 0.03 counts: slower rows at θ = 0.017 do not change the verdict
+        if r["row"]["section"] == "sphere_neighborhood" and r["row"]["case"] == "layer" \
+                and r["row"]["info"]["theta"] != gt.SPHERE_THETA:
+            r["row"]["ms"] = r["row"]["published_ms"] * 2
+    assert gt.verdicts(recs)["sphere_neighborhood"][0] is True
 
 
 def test_rows_from_sections_keeps_failures_and_skips():

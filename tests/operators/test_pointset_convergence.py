@@ -16,7 +16,8 @@ figure is the relative L2 difference at the shared points from the 4,096-point o
   physical mode, whose top-k selection is discontinuous) has its figures printed
   (``pytest -rP`` shows them) and checked to be finite: reported, not claimed.
 
-The 16,384-point figures of the issue are in ``benchmarks/results/pointcloud_refinement.md``.
+The 16,384-point figures of the issue are the rows of ``benchmarks/results/pointcloud_refinement.jsonl``
+(``python -m benchmarks table pointcloud_refinement``).
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ coarser grids are compared with the finest one's at their shared nodes:
   refinement by 3: 8 x 16, 24 x 48, 72 x 144 vs 216 x 432 (the input sampled at ``θ = π y``, ``λ = 2π x``);
   built at 16 x 32; the error is the plain relative L2 norm over the shared pixels.
 
+The protocol (:func:`benchmarks.sphere_resolution.grid_setup`) is shared with the benchmark
+``python -m benchmarks run sphere_resolution``, whose table is in docs/fidelity.md.
+
 Required: the error shrinks at least at first order (``e_mid <= 0.6 e_coarse`` for the grids 2 (or 3) times
 apart) and is at most 5% at the second-finest grid. Measured (2026-12-02, this commit's defaults):
 spherical_transformer 2.3% / 0.45% / 0.17%, planar_transformer 3.5% / 0.26% / 0.028%.
@@ -20,60 +23,18 @@ spherical_transformer 2.3% / 0.45% / 0.17%, planar_transformer 3.5% / 0.26% / 0.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
-from scipy import special
 
-from sciattn.domain import SphereGrid
-from sciattn.operators import create_operator, list_operators
-from sciattn.operators.registry import operator_kind, operator_parameters
+from benchmarks.sphere_resolution import grid_setup, sphere_operators  # the protocol lives in the benchmark
+from sciattn.operators import create_operator
 
-SPHERE_OPERATORS = [name for name in list_operators() if operator_kind(name) == "sphere"]
-
-
-def _smooth(theta: np.ndarray, lam: np.ndarray) -> torch.Tensor:
-    """Two channels of low-degree real spherical harmonics: ``(1, 2, nlat, nlon)`` float64."""
-    def y(degree, order):
-        return special.sph_harm_y(degree, abs(order), theta, lam)
-
-    f = y(1, 0).real + 0.8 * y(2, 1).real + 0.6 * y(3, 2).imag + 0.4 * y(2, 0).real
-    return torch.as_tensor(np.stack([f, np.cos(theta) * np.sin(lam)]), dtype=torch.float64)[None]
-
-
-def _setup(name: str):
-    """``(construction grid, run grids, input at n, output at the shared nodes of n, error weights at n)``."""
-    if "grid" in operator_parameters(name):  # a latitude rule: nested equiangular grids, area weights
-        grids = [17, 33, 65, 129]
-
-        def sample(n):
-            g = SphereGrid(n, 2 * (n - 1), "equiangular")
-            return _smooth(*np.meshgrid(g.colatitudes().numpy(), g.longitudes().numpy(), indexing="ij"))
-
-        def shared(ref, n):
-            s = (grids[-1] - 1) // (n - 1)
-            return ref[..., ::s, ::s]
-
-        def weights(n):
-            return SphereGrid(n, 2 * (n - 1), "equiangular").quadrature_weights(torch.float64)
-
-        return (33, 64), grids, sample, shared, weights
-    grids = [8, 24, 72, 216]  # pixel centres (i + 1/2)/n, nested under refinement by 3
-
-    def sample(n):
-        y, x = (np.arange(n) + 0.5) / n, (np.arange(2 * n) + 0.5) / (2 * n)
-        return _smooth(*np.meshgrid(np.pi * y, 2 * np.pi * x, indexing="ij"))
-
-    def shared(ref, n):
-        s = grids[-1] // n
-        return ref[..., s // 2::s, s // 2::s]
-
-    return (16, 32), grids, sample, shared, lambda n: torch.ones(n, 2 * n, dtype=torch.float64)
+SPHERE_OPERATORS = sphere_operators()
 
 
 @pytest.mark.parametrize("name", SPHERE_OPERATORS)
 def test_sphere_operator_converges_under_refinement_at_its_defaults(name):
-    build, grids, sample, shared, weights = _setup(name)
+    build, grids, sample, shared, weights = grid_setup(name)
     torch.manual_seed(0)
     model = create_operator(name, in_channels=2, out_channels=1, nlat=build[0], nlon=build[1]).double().eval()
     with torch.no_grad():
