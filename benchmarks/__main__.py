@@ -3,24 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from . import harness
-
-
-def _overrides(pairs: list[str]) -> dict:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"--set: expected KEY=VALUE, got {pair!r}")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "run":
             cmd = "python -m benchmarks " + " ".join(argv if argv is not None else sys.argv[1:])
             records = harness.run_benchmark(args.name, quick=args.quick, results=args.out,
-                                            overrides=_overrides(args.set), command=cmd)
+                                            overrides=harness.parse_where(args.set, what="--set"), command=cmd)
             print(harness.markdown_table(bench, records))
             print(f"{len(records)} rows appended to {harness.results_path(args.name, args.out)}")
             return 0

@@ -37,7 +37,7 @@ import ctypes
 import gc
 import time
 
-from .harness import Benchmark
+from .harness import Benchmark, int_param
 
 PARTS = ("tree build", "attention")
 HEADS, HEAD_DIM = 4, 16
@@ -167,13 +167,6 @@ def _attention_row(name, n, ball, reps):
                 peak_mb_forward=peak_memory_mb(fwd), peak_mb_forward_backward=peak_memory_mb(fwd_bwd))
 
 
-def _positive_int(params, key, minimum=1):
-    v = params[key]
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise ValueError(f"{key}: expected an integer >= {minimum}, got {v!r}")
-    return v
-
-
 def check(params: dict) -> dict:
     """``params`` with its values checked (a ValueError names the parameter)."""
     sizes = params["sizes"]
@@ -181,11 +174,11 @@ def check(params: dict) -> dict:
             or any(isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in sizes)):
         raise ValueError(f"sizes: expected a non-empty list of point counts >= 2, got {sizes!r}")
     for key in ("ball", "batch", "reps", "threads"):
-        _positive_int(params, key)
+        int_param(params, key)
     for key in ("dense_max", "numpy_max"):
-        _positive_int(params, key, 0)
+        int_param(params, key, 0)
     if params["erwin_threads"] is not None:
-        _positive_int(params, "erwin_threads")
+        int_param(params, "erwin_threads")
     parts = params["parts"]
     if not isinstance(parts, list) or not parts or any(p not in PARTS for p in parts):
         raise ValueError(f"parts: expected a non-empty list of {list(PARTS)}, got {parts!r}")

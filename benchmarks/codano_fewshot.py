@@ -53,7 +53,7 @@ import statistics
 import time
 from pathlib import Path
 
-from .harness import Benchmark
+from .harness import Benchmark, int_param
 
 NS_VARS, BOUS_VARS = ["u", "v", "w"], ["u", "v", "w", "theta"]
 LR = dict(pretrain=3e-3, finetune=5e-3, scratch=5e-3)
@@ -109,10 +109,7 @@ QUICK = {"seeds": [0], "res": 16, "fine": 32, "ns_train": 16, "ns_test": 8, "poo
 def check_params(p: dict) -> dict:
     """``p`` if every parameter is valid; a ValueError naming the first bad one otherwise."""
     def positive_int(key: str) -> int:
-        v = p[key]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{key}: expected a positive integer, got {v!r}")
-        return v
+        return int_param(p, key, 1)
 
     seeds = p["seeds"]
     if (not isinstance(seeds, list) or not seeds or len(set(map(str, seeds))) != len(seeds)

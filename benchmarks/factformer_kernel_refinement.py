@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .harness import Benchmark
+from .harness import Benchmark, int_param
 from .oformer_rope_refinement import restrict, smooth
 
 SCHEMA = {"init": "str", "kernel": "str", "n": "int", "error": "float"}
@@ -60,9 +60,7 @@ def measure(seed: int, qk_std: float | None, published: bool, sizes: tuple[int, 
 def check_params(params: dict[str, Any]) -> None:
     """A ValueError naming the parameter for a bad one."""
     for key, low in (("seed", 0), ("reference", 1)):
-        v = params[key]
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            raise ValueError(f"{key}: expected an integer ≥ {low}, got {v!r}")
+        int_param(params, key, low)
     s = params["qk_std"]
     if isinstance(s, bool) or not isinstance(s, (int, float)) or not s > 0:
         raise ValueError(f"qk_std: expected a positive number, got {s!r}")

@@ -39,7 +39,7 @@ META_FIELDS = ("benchmark", "run_id", "date", "hardware", "versions", "command",
 
 __all__ = [
     "Benchmark", "SchemaError", "register", "get", "names", "REGISTRY", "validate_row", "metadata",
-    "append_rows", "read_rows", "latest_run", "select", "parse_where", "markdown_table", "run_benchmark", "results_path", "plot_rows",
+    "append_rows", "read_rows", "latest_run", "select", "parse_where", "int_param", "markdown_table", "run_benchmark", "results_path", "plot_rows",
 ]
 
 
@@ -264,6 +264,16 @@ def read_rows(path: Path | str) -> list[dict[str, Any]]:
             raise SchemaError(f"{path}:{i}: field {missing[0]!r} is missing (a row carries {list(META_FIELDS)})")
         out.append(rec)
     return out
+
+
+def int_param(params: dict[str, Any], key: str, minimum: int = 1) -> int:
+    """``params[key]`` if it is an integer (not a bool) of at least ``minimum``; otherwise a ValueError naming
+    the parameter, what was expected and what was given."""
+    v = params[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        what = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
+        raise ValueError(f"{key}: expected {what}, got {v!r}")
+    return v
 
 
 def parse_where(pairs: list[str] | tuple[str, ...], what: str = "--where") -> dict[str, Any]:

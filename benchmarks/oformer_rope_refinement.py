@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .harness import Benchmark
+from .harness import Benchmark, int_param
 
 SCHEMA = {"label": "str", "rope_scales": "list", "decoder_rope_scale": "float", "quantity": "str", "n": "int",
           "error": "float"}
@@ -85,9 +85,7 @@ def measure(config: dict, seed: int, sizes: tuple[int, ...], reference: int) -> 
 def check_params(params: dict[str, Any]) -> None:
     """A ValueError naming the parameter for a bad one."""
     for key, low in (("res", 1), ("seed", 0), ("reference", 1)):
-        v = params[key]
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            raise ValueError(f"{key}: expected an integer ≥ {low}, got {v!r}")
+        int_param(params, key, low)
     sizes, ref = params["sizes"], params["reference"]
     if (not isinstance(sizes, list) or not sizes
             or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 or ref % n for n in sizes)

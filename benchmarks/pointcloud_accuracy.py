@@ -33,7 +33,7 @@ import math
 import time
 from pathlib import Path
 
-from .harness import ROOT, Benchmark
+from .harness import ROOT, Benchmark, int_param
 
 RECIPE = dict(batch_size=4, lr=2e-3, weight_decay=1e-4, grad_clip=1.0,
               schedule="linear warm-up over 10% of the steps, then cosine to 0")
@@ -204,13 +204,6 @@ def time_blocks(sizes, reps, log) -> list[dict]:
 # ------------------------------------------------------------------------------------ the harness entry
 
 
-def _int(params, key, minimum=1):
-    v = params[key]
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise ValueError(f"{key}: expected an integer >= {minimum}, got {v!r}")
-    return v
-
-
 def _subset(params, key, allowed):
     v = params[key]
     if not isinstance(v, list) or not v or any(x not in allowed for x in v):
@@ -238,8 +231,8 @@ def check(params: dict) -> dict:
     _subset(params, "tasks", TASKS)
     _subset(params, "models", MODELS)
     for key in ("n_points", "n_train", "n_test", "epochs", "epochs_car", "threads", "reps", "fine_darcy", "fine_ns"):
-        _int(params, key)
-    _int(params, "seed", 0)
+        int_param(params, key)
+    int_param(params, "seed", 0)
     if params["n_points"] < 4:
         raise ValueError(f"n_points: expected at least 4 points per sample (a Delaunay triangulation), "
                          f"got {params['n_points']!r}")

@@ -33,7 +33,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .harness import ROOT, Benchmark
+from .harness import ROOT, Benchmark, int_param
 
 OPERATORS = ("erwin", "bsa_transformer")
 BALLS = ("points", "physical")
@@ -128,13 +128,6 @@ def train_and_sweep(name: str, label: str, out: Path, epochs: int, n_train: int,
     return {"train_seconds": train_s, "rel_l2_512": by_res.get(512), "rel_l2_2048": by_res.get(2048)}
 
 
-def _int(params, key, minimum=1):
-    v = params[key]
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise ValueError(f"{key}: expected an integer >= {minimum}, got {v!r}")
-    return v
-
-
 def check(params: dict) -> dict:
     """``params`` with its values checked (a ValueError names the parameter)."""
     sizes = params["sizes"]
@@ -149,9 +142,9 @@ def check(params: dict) -> dict:
     if not isinstance(params["train"], bool):
         raise ValueError(f"train: expected true or false, got {params['train']!r}")
     for key in ("seed",):
-        _int(params, key, 0)
+        int_param(params, key, 0)
     for key in ("epochs", "n_train", "n_test", "mixing_points", "mixing_ball"):
-        _int(params, key)
+        int_param(params, key)
     if params["mixing"] not in (True, False):
         raise ValueError(f"mixing: expected true or false, got {params['mixing']!r}")
     if not isinstance(params["out"], str) or not params["out"]:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .harness import Benchmark
+from .harness import Benchmark, int_param
 
 SCHEMA = {"operator": "str", "init": "str", "grading": "float", "n": "int", "points": "int", "rule": "str",
           "vs_finest": "float", "vs_continuum": "float"}
@@ -99,11 +99,8 @@ def check_params(params: dict[str, Any]) -> None:
     g = params["grading"]
     if isinstance(g, bool) or not isinstance(g, (int, float)) or not g > 0:
         raise ValueError(f"grading: expected a positive number, got {g!r}")
-    for key in ("reference", "seed"):
-        v = params[key]
-        if isinstance(v, bool) or not isinstance(v, int) or v < (1 if key == "reference" else 0):
-            raise ValueError(f"{key}: expected a {'positive' if key == 'reference' else 'non-negative'} integer, "
-                             f"got {v!r}")
+    int_param(params, "reference", 1)
+    int_param(params, "seed", 0)
     sizes = params["sizes"]
     if (not isinstance(sizes, list) or len(sizes) < 2
             or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes)

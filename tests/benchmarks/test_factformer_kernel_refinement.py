@@ -44,9 +44,9 @@ def test_committed_rows_validate_and_render():
 
 @pytest.mark.parametrize("key, value, words", [
     ("qk_std", 0, "qk_std: expected a positive number"),
-    ("seed", 1.5, "seed: expected an integer"),
+    ("seed", 1.5, "seed: expected a non-negative integer"),
     ("sizes", [48], "sizes: expected"),
-    ("reference", 0, "reference: expected an integer"),
+    ("reference", 0, "reference: expected a positive integer"),
 ])
 def test_bad_parameters_are_refused_by_name(tmp_path, key, value, words):
     with pytest.raises(ValueError, match=words):

@@ -252,3 +252,14 @@ def test_cli_list_table_and_plot(tmp_path, monkeypatch, capsys):
     assert main(["table", "nope"]) == 2
     assert "benchmark: expected one of" in capsys.readouterr().err
     assert main(["plot", "startup", "--results", str(tmp_path)]) == 2  # no rows there
+
+
+def test_int_param_names_the_parameter_and_what_it_expected():
+    assert harness.int_param({"n": 3}, "n") == 3
+    assert harness.int_param({"seed": 0}, "seed", 0) == 0
+    for params, minimum, msg in (({"n": 0}, 1, "n: expected a positive integer, got 0"),
+                                 ({"n": True}, 1, "n: expected a positive integer, got True"),
+                                 ({"n": 2.0}, 0, "n: expected a non-negative integer, got 2.0"),
+                                 ({"n": 3}, 4, "n: expected an integer >= 4, got 3")):
+        with pytest.raises(ValueError, match=re.escape(msg)):
+            harness.int_param(params, "n", minimum)

@@ -51,11 +51,11 @@ def test_committed_rows_validate_and_render():
 
 
 @pytest.mark.parametrize("key, value, words", [
-    ("res", 0, "res: expected an integer"),
-    ("seed", -1, "seed: expected an integer"),
+    ("res", 0, "res: expected a positive integer"),
+    ("seed", -1, "seed: expected a non-negative integer"),
     ("sizes", [10], "sizes: expected"),
     ("sizes", [32], "sizes: expected"),
-    ("reference", "256", "reference: expected an integer"),
+    ("reference", "256", "reference: expected a positive integer"),
 ])
 def test_bad_parameters_are_refused_by_name(tmp_path, key, value, words):
     with pytest.raises(ValueError, match=words):
