@@ -29,8 +29,8 @@ encoder/decoder radius are fixed when the model is built (from the construction 
 ``internal_shape``/``theta_cutoff`` arguments). Called on another ``nlat' × nlon'`` grid (same
 latitude rule), the model runs the same weights through that grid's geometry: the neighbourhoods,
 quadrature weights and interpolation between the input grid and the fixed internal grid, built once
-and cached per ``(nlat', nlon', rule, device)`` (the first call on a grid costs about 0.07 s more
-than the next at 65×128 and 0.4 s more at 129×256 on one CPU thread,
+and cached per ``(nlat', nlon', rule, device)`` (the last ``grid_cache_size`` = 8 grids; the first call
+on a grid costs about 0.07 s more than the next at 65×128 and 0.4 s more at 129×256 on one CPU thread,
 ``python -m benchmarks run sphere_resolution``; the construction grid keeps its precomputed path). The
 internal blocks then compute exactly what they compute at the construction grid, so the change of grid
 acts only through the encoder
@@ -48,6 +48,7 @@ Shapes: ``x`` ``(B, C_in, nlat, nlon)`` -> ``(B, C_out, nlat, nlon)``.
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 
@@ -256,6 +257,9 @@ class _GridTransformer(nn.Module):
     """Shared skeleton; subclasses build ``encoder``, ``blocks``, ``decoder`` and the ``pos`` buffer."""
 
     input_kind = "sphere"
+    #: how many other grids' geometries a model keeps (least recently used first out), so a sweep over many
+    #: grids does not hold every grid's neighbourhoods in memory
+    grid_cache_size = 8
     #: why an exported program runs on one grid (``sciattn.train.export`` reports it in the export's note)
     export_fixed_reason = ("a program holds the neighbourhoods and quadrature of one nlat x nlon grid, built in Python "
                            "for that grid; the operator runs on any grid whose nlon is a multiple or a divisor of its "
@@ -307,11 +311,15 @@ class _GridTransformer(nn.Module):
     def _grid_model(self, shape: tuple[int, int], device: torch.device) -> _GridTransformer:
         """The geometry (neighbourhoods, quadrature, interpolation) of another grid, cached per
         ``(nlat, nlon, grid rule, device)``; its own weights are never used (``forward`` substitutes this
-        model's)."""
-        cache = self.__dict__.setdefault("_grid_models", {})
+        model's). At most :attr:`grid_cache_size` grids are kept, the least recently used dropped first."""
+        cache = self.__dict__.setdefault("_grid_models", collections.OrderedDict())
         key = (*shape, self._build_kwargs.get("grid"), str(device))
-        if key not in cache:
+        if key in cache:
+            cache.move_to_end(key)
+        else:
             cache[key] = self._build_at(*shape).to(device)
+            while len(cache) > self.grid_cache_size:
+                cache.popitem(last=False)
         return cache[key]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -207,3 +207,21 @@ def test_checkpoint_without_internal_shape_loads_and_gives_the_same_output(name,
         torch.testing.assert_close(loaded(x), model(x), atol=0, rtol=0)
         x2 = torch.randn(1, 3, 17, 32)
         torch.testing.assert_close(loaded(x2), model(x2), atol=0, rtol=0)
+
+
+def test_other_grids_geometry_cache_is_bounded_least_recently_used_first():
+    """A sweep over more grids than ``grid_cache_size`` keeps only the most recent ones, and a grid rebuilt
+    after eviction gives the same output."""
+    torch.manual_seed(0)
+    model = create_operator("planar_transformer", **SMALL)
+    model.grid_cache_size = 2
+    x = {s: torch.randn(1, 3, *s) for s in [(5, 8), (17, 32), (33, 64)]}
+    first = model(x[(5, 8)])
+    model(x[(17, 32)])
+    model(x[(5, 8)])  # used again: now the most recent
+    model(x[(33, 64)])  # evicts (17, 32), the least recently used
+    assert [k[:2] for k in model._grid_models] == [(5, 8), (33, 64)]
+    model(x[(17, 32)])
+    assert [k[:2] for k in model._grid_models] == [(33, 64), (17, 32)]
+    torch.testing.assert_close(model(x[(5, 8)]), first, atol=0, rtol=0)  # rebuilt: the same geometry
+    assert len(model._grid_models) == 2
