@@ -84,6 +84,16 @@ class BSATransformer(nn.Module):
     # leaves the selection as points are added), so the output does not converge at first order
     convergent_ball_modes = ()
 
+    @property
+    def export_unsupported_reason(self) -> str | None:
+        """Why this model cannot be exported (``sciattn.train.export_run`` refuses it with this), or None."""
+        if self.ball_mode == "physical":
+            return ("ball_mode='physical' lays the points out on cells whose depth and capacity are read from the "
+                    "positions at run time (shapes that depend on values), which an exported program cannot hold; "
+                    "run it eagerly (Surrogate.from_run, load_model), or export a model built with "
+                    "ball_mode='points'")
+        return None
+
     def __init__(
         self,
         *,

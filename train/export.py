@@ -412,6 +412,9 @@ def export_run(
     model, xn, yn, state = load_model(run_dir, device="cpu")
     meta = read_data_meta(state, run_dir)
     name = str(state.get("operator"))
+    unsupported = getattr(model, "export_unsupported_reason", None)
+    if unsupported:
+        raise ValueError(f"export: operator {name!r} of {str(run_dir)!r} cannot be exported: {unsupported}")
     domain = meta.get("domain") if isinstance(meta.get("domain"), dict) else {}
     points = name in POINT_OPERATORS or domain.get("kind") == "point_cloud"
     dtype = _input_dtype(input_dtype, meta)
