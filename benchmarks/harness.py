@@ -367,15 +367,20 @@ def markdown_table(benchmark: Benchmark, records: list[dict[str, Any]]) -> str:
     for i, r in enumerate(records):
         validate_row(benchmark, r["row"], i)
     hw, ver = first["hardware"], first["versions"]
-    gpu = f", GPU {hw['gpu']}" if hw.get("gpu") else ", no GPU" if hw.get("cores") else ""
-    cores = f"{hw['cores']} cores" if hw.get("cores") else "cores not recorded"
-    threads = f", {hw['torch_threads']} torch threads" if hw.get("torch_threads") else ""
+    threads = f"{hw['torch_threads']} torch threads" if hw.get("torch_threads") else None
     commit = ver.get("sciattn_commit") or "commit not recorded"
     if ver.get("sciattn_dirty"):
         commit += " (uncommitted changes)"
     others = "".join(f", {p} {ver[p]}" for p in benchmark.packages if ver.get(p))
-    cpu = hw.get("cpu") or "CPU not recorded"
-    caption = (f"{benchmark.description} {first['date']}, {cpu} ({cores}{gpu}{threads}), "
+    if hw.get("cpu"):  # the host, then what ran on it
+        details = [f"{hw['cores']} cores" if hw.get("cores") else "cores not recorded",
+                   f"GPU {hw['gpu']}" if hw.get("gpu") else "no GPU" if hw.get("cores") else None, threads]
+        machine = f"{hw['cpu']} ({', '.join(d for d in details if d)})"
+    elif hw.get("gpu"):
+        machine = f"GPU {hw['gpu']} (host CPU not recorded{', ' + threads if threads else ''})"
+    else:
+        machine = f"machine not recorded{' (' + threads + ')' if threads else ''}"
+    caption = (f"{benchmark.description} {first['date']}, {machine}, "
                f"{'Python ' + ver['python'] + ', ' if ver.get('python') else ''}torch {ver['torch']}{others}, "
                f"sciattn {commit}"
                f"{', quick budget' if first.get('quick') else ''}. Command: `{first['command']}`.")

@@ -3,7 +3,7 @@ build, so a name added to an ``__all__`` is documented without touching the docs
 
 One page per module in :data:`GROUPS`: that module's ``__all__`` in an autosummary table, then each
 name's autodoc entry on the same page (one page per module keeps the build fast and reads as a unit). A class or function re-exported by several modules is
-documented once, where it is first listed; the later pages link to it.
+documented once, where it is first listed; the later pages list it in a table of summaries linking there.
 """
 
 from __future__ import annotations
@@ -105,9 +105,10 @@ def write_api_pages(out: Path) -> dict[int, str]:
                 lines += [f"   {n}" for n in own] + [""]
                 for n in own:
                     lines += [_directive(getattr(mod, n), n), ""]
-            if elsewhere:
-                refs = ", ".join(f":obj:`~{q}`" for q in elsewhere)
-                lines += [f"Also exported here (documented where first listed): {refs}.", ""]
+            if elsewhere:  # a table with their summaries, linking to where they are documented
+                lines += ["Also exported here, each documented on the page of the module that first lists it:", "",
+                          ".. autosummary::", "   :nosignatures:", ""]
+                lines += [f"   ~{q}" for q in elsewhere] + [""]
             _write(out / f"{modname}.rst", "\n".join(lines))
     _write(out / "toc.rst.inc", "\n".join(toc))
     return documented
