@@ -136,10 +136,10 @@ def verdict(rows: list[dict]) -> dict[str, bool]:
     n_ratio = (sizes[-1] / sizes[0]) ** 2
     out = {}
     for family in FAMILIES:
-        out[f"{family}: ours change < 10%"] = abs(last[family, "ours"] - 1) < 0.10
-        out[f"{family}: ours_pointwise change < 10%"] = abs(last[family, "ours_pointwise"] - 1) < 0.10
-        out[f"{family}: anchor grows with N"] = last[family, "anchor"] > 0.5 * n_ratio
-        out[f"{family}: anchor_default grows with N"] = last[family, "anchor_default"] > 0.5 * n_ratio / 4
+        out[f"{family}, ours within 10% of its coarsest-grid variance"] = abs(last[family, "ours"] - 1) < 0.10
+        out[f"{family}, ours_pointwise within 10%"] = abs(last[family, "ours_pointwise"] - 1) < 0.10
+        out[f"{family}, anchor grows with N"] = last[family, "anchor"] > 0.5 * n_ratio
+        out[f"{family}, anchor_default grows with N"] = last[family, "anchor_default"] > 0.5 * n_ratio / 4
     return out
 
 
@@ -180,7 +180,8 @@ def notes(records: list[dict]) -> str:
             "variable, Q/K at full resolution. `anchor_default`: CODALayer defaults (one token per channel, Q/K at "
             "half resolution, so its inner products see N/4 points). The anchor's logits are the input of `F.softmax` "
             "in `CODALayer.compute_attention`, captured by swapping the module-level name `F` for a recording proxy "
-            "(no change to its maths).\n\nVerdict: " + ", ".join(f"{k}={v}" for k, v in verdict(rows).items()) + ".")
+            "(no change to its maths).\n\nVerdict: " + "; ".join(f"{k}: {'yes' if v else 'no'}"
+                                                       for k, v in verdict(rows).items()) + ".")
 
 
 BENCHMARKS = (
