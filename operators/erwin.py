@@ -51,6 +51,7 @@ from sciattn._checks import check_choice, check_finite, check_input_dtype, check
 from sciattn.balltree import BallAttention, BallTree, build_ball_tree, rotation_matrix
 from sciattn.balltree.module import check_point_inputs, dense_points_from_pyg, pyg_from_dense
 from sciattn.balltree.physical import (
+    PHYSICAL_EXPORT_REASON,
     cell_centres,
     cell_depth,
     cell_layout,
@@ -351,12 +352,7 @@ class Erwin(nn.Module):
     @property
     def export_unsupported_reason(self) -> str | None:
         """Why this model cannot be exported (``sciattn.train.export_run`` refuses it with this), or None."""
-        if self.ball_mode == "physical":
-            return ("ball_mode='physical' lays the points out on cells whose depth and capacity are read from the "
-                    "positions at run time (shapes that depend on values), which an exported program cannot hold; "
-                    "run it eagerly (Surrogate.from_run, load_model), or export a model built with "
-                    "ball_mode='points'")
-        return None
+        return PHYSICAL_EXPORT_REASON if self.ball_mode == "physical" else None
 
     def __init__(
         self,
