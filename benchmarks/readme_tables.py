@@ -29,17 +29,6 @@ BLOCK = re.compile(r"(<!-- results:(?P<name>[\w.-]+)(?P<where>(?: [\w.]+=[^\s>]+
                    r"(<!-- /results:(?P=name) -->)", re.S)
 
 
-def demo_table(metrics: dict) -> str:
-    """A Markdown table of ``sciattn demo``'s ``metrics.json``: relative L2 and H1 per test resolution."""
-    rows = sorted(((int(name.split("_")[-1]), m) for name, m in metrics["test"].items()), key=lambda r: r[0])
-    base = rows[0][1]["rel_l2"]
-    lines = [f"{metrics['parameters']:,} parameters, trained at {metrics['train_resolution']} for "
-             f"{metrics['epochs_done']} epochs; evaluated zero-shot on the finer grids.", "",
-             "| resolution | relative L2 | relative H1 | L2 ratio to the training resolution |", "|---|---|---|---|"]
-    lines += [f"| {r} | {m['rel_l2']:.4f} | {m['rel_h1']:.4f} | {m['rel_l2'] / base:.2f} |" for r, m in rows]
-    return "\n".join(lines)
-
-
 def harness_table(name: str, rows: Path, where: str = "") -> str:
     """The Markdown the harness generates from the rows in ``rows`` of the latest run not made with the
     ``--quick`` budget (the latest quick one when there is no other) among those matching ``where``
@@ -62,11 +51,6 @@ def fill(readme: str, results_dir: Path) -> str:
             table = harness_table(m.group("name"), rows, m.group("where"))
             return m.group(1) + table.rstrip("\n") + "\n" + m.group(5)
         path = results_dir / f"{m.group('name')}.md"
-        if m.group("name") == "demo_metrics":
-            import json
-
-            table = demo_table(json.loads((results_dir / "demo_metrics.json").read_text()))
-            return m.group(1) + table + "\n" + m.group(5)
         if not path.is_file():
             raise FileNotFoundError(f"README block {m.group('name')!r}: expected results file {path}, not found")
         return m.group(1) + path.read_text().rstrip("\n") + "\n" + m.group(5)
