@@ -21,16 +21,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from sciattn._checks import check_finite, check_input_dtype, check_positive_int
+from sciattn._checks import check_positive_int
 from sciattn.balltree import BallSparseAttention, build_ball_tree
-from sciattn.balltree.module import check_point_inputs, dense_points_from_pyg, pyg_from_dense
-from sciattn.balltree.physical import PHYSICAL_EXPORT_REASON, cell_layout, cloud_box, lattice_for
+from sciattn.balltree.physical import cell_layout, cloud_box, lattice_for
 from sciattn.balltree.tree import check_power_of_two
 
+from ._point_operator import BallTreeOperator
 from .erwin import (
     ErwinGeometry,
     PointBlock,
-    legacy_rotation,
     level_geometry,
     physical_level,
     point_embedding,
@@ -43,7 +42,7 @@ __all__ = ["BSATransformer"]
 
 
 @register_operator("bsa_transformer")
-class BSATransformer(nn.Module):
+class BSATransformer(BallTreeOperator):
     """Flat ball-sparse-attention transformer on point clouds, BSA's point counts (default) or physical balls.
 
     Two modes (``ball_mode``): ``"physical"`` (when ``ball_diameter`` / ``block_diameter`` is given): the ball, the
@@ -78,16 +77,9 @@ class BSATransformer(nn.Module):
         backend: backend of the local ball attention (None: automatic).
     """
 
-    input_kind = "points"
-    _version = 2  # 2: 3-D rotated trees turn about all three axes (state dicts of version 1: first two only)
     # none: in the physical mode the top-k block selection is discontinuous (a block near a tie enters or
     # leaves the selection as points are added), so the output does not converge at first order
     convergent_ball_modes = ()
-
-    @property
-    def export_unsupported_reason(self) -> str | None:
-        """Why this model cannot be exported (``sciattn.train.export_run`` refuses it with this), or None."""
-        return PHYSICAL_EXPORT_REASON if self.ball_mode == "physical" else None
 
     def __init__(
         self,
@@ -136,12 +128,8 @@ class BSATransformer(nn.Module):
             ball_diameter = 0.32 if ball_diameter is None else ball_diameter
             if block_diameter is None:  # about 256 blocks in a unit square, 512 in a unit cube (compressed: O(#blocks²))
                 block_diameter = 0.12 if spatial_dims <= 2 else 0.25
-        if rotate and spatial_dims < 2:
-            raise ValueError(f"rotate: expected 0 or None for spatial_dims={spatial_dims} (rotations need d >= 2), got {rotate}")
-        self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
+        self._set_io(in_channels, out_channels, spatial_dims, rotate)
         self.ball_size = ball_size
-        self.rotate = float(rotate) if rotate else None
-        self.plane_rotation = False  # True only for a version-1 state dict (Erwin.legacy_rotation)
         self.embed = point_embedding(in_channels, spatial_dims, width)
         self.blocks = nn.ModuleList(
             PointBlock(width, BallSparseAttention(
@@ -153,10 +141,6 @@ class BSATransformer(nn.Module):
         )
         self.norm = nn.RMSNorm(width)
         self.head = nn.Linear(width, out_channels)
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
-        legacy_rotation(self, local_metadata)
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
 
     def build_trees(
         self, pos: torch.Tensor, mask: torch.Tensor | None = None, weights: torch.Tensor | None = None
@@ -178,32 +162,8 @@ class BSATransformer(nn.Module):
         return ErwinGeometry(tree, [physical_level(tree.pos, tree.mask, w, attn.physical_lengths(), rotate, sizes,
                                                    box=box, centres=lay.centres(0))])
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        pos: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        weights: torch.Tensor | None = None,
-        trees: ErwinGeometry | None = None,
-    ) -> torch.Tensor:
-        check_point_inputs(x, pos, mask, weights, self.in_channels, self.spatial_dims)
-        check_input_dtype("x", x, self, "operator")
-        check_finite("x", x, None if mask is None else mask[..., None])
-        geo = self.build_trees(pos, mask, weights) if trees is None else trees
-        tree = geo.tree
-        if tree.perm.shape[0] != x.shape[0] or tree.n_points != x.shape[1]:
-            raise ValueError(f"trees: expected geometry of {x.shape[0]} clouds of {x.shape[1]} points, got "
-                             f"{tree.perm.shape[0]} clouds of {tree.n_points}")
-        if mask is not None:
-            x = torch.where(mask[..., None], x, torch.zeros((), dtype=x.dtype, device=x.device))
-            pos = torch.where(mask[..., None], pos, torch.zeros((), dtype=pos.dtype, device=pos.device))
-        h = tree.to_tree(self.embed(torch.cat([x, pos.to(x.dtype)], dim=-1)))
+    def _trunk(self, h: torch.Tensor, geo: ErwinGeometry) -> torch.Tensor:
+        """The blocks on the embedded features in tree order."""
         for blk in self.blocks:
             h = blk(h, geo.levels[0])
-        return tree.from_tree(self.head(self.norm(h)))
-
-    def forward_pyg(self, data) -> torch.Tensor:
-        """torch_geometric ``Data``/``Batch`` (``x``, ``pos``, ``batch``, optional ``weights``) -> ``(N_total, C_out)``."""
-        dense = dense_points_from_pyg(data)
-        out = self.forward(dense["x"], dense["pos"], dense["mask"], dense.get("weights"))
-        return pyg_from_dense(out, dense["mask"])
+        return h

@@ -47,11 +47,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sciattn._checks import check_choice, check_finite, check_input_dtype, check_positive_int
+from sciattn._checks import check_choice, check_positive_int
 from sciattn.balltree import BallAttention, BallTree, build_ball_tree, rotation_matrix
-from sciattn.balltree.module import check_point_inputs, dense_points_from_pyg, pyg_from_dense
 from sciattn.balltree.physical import (
-    PHYSICAL_EXPORT_REASON,
     cell_centres,
     cell_depth,
     cell_layout,
@@ -61,6 +59,7 @@ from sciattn.balltree.physical import (
 )
 from sciattn.balltree.tree import check_power_of_two
 
+from ._point_operator import BallTreeOperator
 from .registry import register_operator
 
 __all__ = ["BALL_MODES", "Erwin", "PointBlock", "LevelGeometry", "level_geometry", "point_embedding", "resolve_ball_mode"]
@@ -75,14 +74,6 @@ def resolve_ball_mode(ball_mode: str | None, counts_given: bool) -> str:
     if ball_mode is None:
         return "points" if counts_given else "physical"
     return check_choice("ball_mode", ball_mode, BALL_MODES)
-
-
-def legacy_rotation(module: nn.Module, local_metadata: dict) -> None:
-    """A state dict saved before Erwin's 3-D rotation (module version 1) rotated only the first two axes:
-    keep that rotation, so old checkpoints reproduce their outputs (newer state dicts: Euler rotation)."""
-    version = local_metadata.get("version")
-    if version is not None:
-        module.plane_rotation = version < 2
 
 
 def rotation_of(module: nn.Module, d: int):
@@ -304,7 +295,7 @@ def _as_list(name: str, value, n: int) -> list[int]:
 
 
 @register_operator("erwin")
-class Erwin(nn.Module):
+class Erwin(BallTreeOperator):
     """Erwin U-Net on ball trees, with physically scaled balls (default) or Erwin's point-count balls.
 
     Two modes (``ball_mode``):
@@ -344,15 +335,8 @@ class Erwin(nn.Module):
         backend: ball-attention backend (None: automatic).
     """
 
-    input_kind = "points"
-    _version = 2  # 2: 3-D rotated trees turn about all three axes (state dicts of version 1: first two only)
     # ball modes whose output converges under point refinement at their defaults (the registry test asserts it)
     convergent_ball_modes = ("physical",)
-
-    @property
-    def export_unsupported_reason(self) -> str | None:
-        """Why this model cannot be exported (``sciattn.train.export_run`` refuses it with this), or None."""
-        return PHYSICAL_EXPORT_REASON if self.ball_mode == "physical" else None
 
     def __init__(
         self,
@@ -409,11 +393,7 @@ class Erwin(nn.Module):
         self.enc_depths = [check_positive_int("enc_depths", k) for k in _as_list("enc_depths", enc_depths, n_lv)]
         self.dec_depths = [check_positive_int("dec_depths", k) for k in _as_list("dec_depths", dec_depths, n_lv - 1)]
         heads = _as_list("n_heads", n_heads, n_lv)
-        if rotate and spatial_dims < 2:
-            raise ValueError(f"rotate: expected 0 or None for spatial_dims={spatial_dims} (rotations need d >= 2), got {rotate}")
-        self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
-        self.rotate = float(rotate) if rotate else None
-        self.plane_rotation = False  # True only for a version-1 state dict (see legacy_rotation)
+        self._set_io(in_channels, out_channels, spatial_dims, rotate)
         d = spatial_dims
         physical = self.ball_mode == "physical"
 
@@ -441,10 +421,6 @@ class Erwin(nn.Module):
         self.decoder = nn.ModuleList(stage(i, self.dec_depths[i]) for i in range(n_lv - 1))
         self.norm = nn.RMSNorm(self.c_hidden[0])
         self.head = nn.Linear(self.c_hidden[0], out_channels)
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
-        legacy_rotation(self, local_metadata)
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
 
     def build_trees(
         self, pos: torch.Tensor, mask: torch.Tensor | None = None, weights: torch.Tensor | None = None
@@ -516,26 +492,8 @@ class Erwin(nn.Module):
             levels.append(geo)
         return ErwinGeometry(tree, levels)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        pos: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        weights: torch.Tensor | None = None,
-        trees: ErwinGeometry | None = None,
-    ) -> torch.Tensor:
-        check_point_inputs(x, pos, mask, weights, self.in_channels, self.spatial_dims)
-        check_input_dtype("x", x, self, "operator")
-        check_finite("x", x, None if mask is None else mask[..., None])
-        geo = self.build_trees(pos, mask, weights) if trees is None else trees
-        tree = geo.tree
-        if tree.perm.shape[0] != x.shape[0] or tree.n_points != x.shape[1]:
-            raise ValueError(f"trees: expected geometry of {x.shape[0]} clouds of {x.shape[1]} points, got "
-                             f"{tree.perm.shape[0]} clouds of {tree.n_points}")
-        if mask is not None:
-            x = torch.where(mask[..., None], x, torch.zeros((), dtype=x.dtype, device=x.device))
-            pos = torch.where(mask[..., None], pos, torch.zeros((), dtype=pos.dtype, device=pos.device))
-        h = tree.to_tree(self.embed(torch.cat([x, pos.to(x.dtype)], dim=-1)))
+    def _trunk(self, h: torch.Tensor, geo: ErwinGeometry) -> torch.Tensor:
+        """Encoder, pooling, unpooling and decoder on the embedded features in tree order."""
         skips = []
         for i, blocks in enumerate(self.encoder):
             for blk in blocks:
@@ -553,10 +511,4 @@ class Erwin(nn.Module):
                 h = self.unpools[i](h, skips[i], geo.levels[i], geo.levels[i + 1])
             for blk in self.decoder[i]:
                 h = blk(h, geo.levels[i])
-        return tree.from_tree(self.head(self.norm(h)))
-
-    def forward_pyg(self, data) -> torch.Tensor:
-        """torch_geometric ``Data``/``Batch`` (``x``, ``pos``, ``batch``, optional ``weights``) -> ``(N_total, C_out)``."""
-        dense = dense_points_from_pyg(data)
-        out = self.forward(dense["x"], dense["pos"], dense["mask"], dense.get("weights"))
-        return pyg_from_dense(out, dense["mask"])
+        return h

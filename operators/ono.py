@@ -52,15 +52,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .registry import register_operator
-from .transolver import (
-    TokenOperator,
-    check_heads,
-    check_nonnegative_float,
-    check_sizes,
-    check_spatial_dims,
-    init_published,
-    weighted_softmax_over_points,
-)
+from .transolver import TokenOperator, check_nonnegative_float, init_published, weighted_softmax_over_points
 
 __all__ = ["ONO", "LinearAttention", "orthonormalize"]
 
@@ -154,12 +146,9 @@ class ONO(TokenOperator):
         cov_jitter: float = 1e-4,
     ) -> None:
         super().__init__()
-        check_sizes(in_channels=in_channels, out_channels=out_channels, width=width, n_layers=n_layers,
-                    n_heads=n_heads, psi_dim=psi_dim, mlp_ratio=mlp_ratio)
-        check_spatial_dims(spatial_dims)
-        check_heads(width, n_heads)
+        self._set_sizes(spatial_dims, in_channels=in_channels, out_channels=out_channels, width=width,
+                        n_layers=n_layers, n_heads=n_heads, psi_dim=psi_dim, mlp_ratio=mlp_ratio)
         cov_jitter = check_nonnegative_float("cov_jitter", cov_jitter)
-        self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
         self.width = width
         self.lift = _mlp(spatial_dims + in_channels, width * mlp_ratio, 2 * width)
         self.blocks = nn.ModuleList(

@@ -108,6 +108,15 @@ class TokenOperator(nn.Module):
     input_kind = "grid"
     display_name = "the operator"
 
+    def _set_sizes(self, spatial_dims: object, **sizes: object) -> None:
+        """Checks the constructor's sizes: each of ``sizes`` a positive int (in the order given; it holds
+        ``in_channels``, ``out_channels``, ``width`` and ``n_heads``), ``spatial_dims`` 1, 2 or 3, ``n_heads`` a
+        divisor of ``width``; stores ``in_channels``, ``out_channels`` and ``spatial_dims``."""
+        check_sizes(**sizes)
+        check_spatial_dims(spatial_dims)
+        check_heads(sizes["width"], sizes["n_heads"])
+        self.in_channels, self.out_channels, self.spatial_dims = sizes["in_channels"], sizes["out_channels"], spatial_dims
+
     def forward(self, x, pos=None, weights=None, mask=None, *, y=None):
         """``y`` is accepted and ignored (neuraloperator's ``Trainer`` calls ``model(**sample)``)."""
         del y
@@ -211,12 +220,9 @@ class Transolver(TokenOperator):
         slice_eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        check_sizes(in_channels=in_channels, out_channels=out_channels, width=width, n_layers=n_layers,
-                    n_heads=n_heads, slice_num=slice_num, mlp_ratio=mlp_ratio)
-        check_spatial_dims(spatial_dims)
-        check_heads(width, n_heads)
+        self._set_sizes(spatial_dims, in_channels=in_channels, out_channels=out_channels, width=width,
+                        n_layers=n_layers, n_heads=n_heads, slice_num=slice_num, mlp_ratio=mlp_ratio)
         slice_eps = check_nonnegative_float("slice_eps", slice_eps)
-        self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
         self.lift = nn.Sequential(nn.Linear(spatial_dims + in_channels, 2 * width), nn.GELU(),
                                   nn.Linear(2 * width, width))
         self.blocks = nn.ModuleList(

@@ -87,15 +87,22 @@ def check_duplicate_half_weights(model):
     torch.testing.assert_close(model(x, pos, w * 3.7), ref, atol=1e-11, rtol=0)
 
 
+def pad_cloud(x, pos, w, pad, far=1e6):
+    """``x``, ``pos``, ``w`` ``(B, N, ·)`` with ``pad`` garbage points appended (NaN features and weights,
+    positions ``far``) and the mask ``(B, N + pad)`` of the real points."""
+    b, n, c = x.shape
+    xp = torch.cat([x, torch.full((b, pad, c), float("nan"), dtype=torch.float64)], 1)
+    posp = torch.cat([pos, torch.full((b, pad, pos.shape[-1]), far, dtype=torch.float64)], 1)
+    wp = torch.cat([w, torch.full((b, pad), float("nan"), dtype=torch.float64)], 1)
+    mask = torch.ones(b, n + pad, dtype=torch.bool)
+    mask[:, n:] = False
+    return xp, posp, wp, mask
+
+
 def check_padding(model):
     x, pos, w = cloud()
     ref = model(x, pos, w)
-    pad = 9
-    xp = torch.cat([x, torch.full((2, pad, 2), float("nan"), dtype=torch.float64)], 1)
-    posp = torch.cat([pos, torch.full((2, pad, 2), 1e6, dtype=torch.float64)], 1)
-    wp = torch.cat([w, torch.full((2, pad), float("nan"), dtype=torch.float64)], 1)
-    mask = torch.ones(2, 40 + pad, dtype=torch.bool)
-    mask[:, 40:] = False
+    xp, posp, wp, mask = pad_cloud(x, pos, w, 9)
     out = model(xp, posp, wp, mask)
     torch.testing.assert_close(out[:, :40], ref, atol=1e-11, rtol=0)
     assert (out[:, 40:] == 0).all()
@@ -174,6 +181,21 @@ def check_grid_dims(name, cfg):
     assert errs[0] > errs[1] > errs[2] and errs[2] < 0.6 * errs[0], errs
 
 
+def grid_refinement_errors(model):
+    """At initialisation, a smooth input on 32², 64², 128² against 256² at the shared nodes: the maximum
+    differences relative to the 256² output (no gradients)."""
+
+    def field(n):
+        t = torch.arange(n, dtype=torch.float64) / n
+        xx, yy = torch.meshgrid(t, t, indexing="ij")
+        return (torch.sin(2 * xx + 1) * torch.cos(3 * yy) + xx * yy)[None, None]
+
+    with torch.no_grad():
+        fine = model(field(256))
+        return [float((model(field(n)) - fine[..., :: 256 // n, :: 256 // n]).abs().max() / fine.abs().max())
+                for n in (32, 64, 128)]
+
+
 def check_grid_is_the_point_set_of_its_nodes(model):
     """A grid input equals the point set of its nodes (C order) with equal weights, and with weights given as the
     cell volumes (any constant: the rule is normalised)."""
@@ -185,3 +207,36 @@ def check_grid_is_the_point_set_of_its_nodes(model):
     torch.testing.assert_close(pts, grid.flatten(2).transpose(1, 2), atol=1e-12, rtol=0)
     torch.testing.assert_close(model(tokens, pos, torch.full((2, 30), 1 / 30, dtype=torch.float64)), pts,
                                atol=1e-12, rtol=0)
+
+
+# ----------------------------------------------------------------------------- the shared tests
+def property_tests(name, cfg, skip=()):
+    """The property tests every token operator runs (Transolver, LinearNO, ONO), as module-level test functions
+    named as pytest collects them; a test module installs them with ``globals().update(property_tests(NAME, CFG))``.
+    ``skip``: names the module defines itself."""
+
+    def test_weights_enter_as_a_quadrature():
+        check_duplicate_half_weights(build(name, cfg))
+
+    def test_padding_is_ignored():
+        check_padding(build(name, cfg))
+
+    def test_permutation_equivariance():
+        check_permutation(build(name, cfg))
+
+    def test_gradients_are_finite_and_reach_the_input():
+        check_gradients(build(name, cfg))
+
+    def test_one_and_three_dimensional_grids():
+        check_grid_dims(name, cfg)
+
+    def test_grid_is_the_point_set_of_its_nodes():
+        check_grid_is_the_point_set_of_its_nodes(build(name, cfg))
+
+    tests = {t.__name__: t for t in (test_weights_enter_as_a_quadrature, test_padding_is_ignored,
+                                     test_permutation_equivariance, test_gradients_are_finite_and_reach_the_input,
+                                     test_one_and_three_dimensional_grids, test_grid_is_the_point_set_of_its_nodes)}
+    unknown = set(skip) - set(tests)
+    if unknown:
+        raise ValueError(f"skip: not a shared test: {sorted(unknown)}")
+    return {k: t for k, t in tests.items() if k not in skip}

@@ -4,12 +4,17 @@ axial sums and a uniform GroupNorm), resolution behaviour and input checks."""
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 import sciattn.operators.factformer  # noqa: F401  (registers "factformer")
 from sciattn.operators import create_operator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _token_checks as tc  # noqa: E402
 
 CFG = dict(in_channels=2, out_channels=3, width=8, n_layers=2, n_heads=2, dim_head=4, latent_width=6,
            kernel_multiplier=2, rope_scale=5.0, rff_features=4)
@@ -124,14 +129,5 @@ def test_bad_inputs_name_the_argument():
 def test_default_config_converges_under_grid_refinement():
     torch.manual_seed(0)
     model = create_operator("factformer", in_channels=1, out_channels=1).double().eval()
-
-    def field(n):
-        t = torch.arange(n, dtype=torch.float64) / n
-        xx, yy = torch.meshgrid(t, t, indexing="ij")
-        return (torch.sin(2 * xx + 1) * torch.cos(3 * yy) + xx * yy)[None, None]
-
-    with torch.no_grad():
-        fine = model(field(256))
-        errs = [float((model(field(n)) - fine[..., :: 256 // n, :: 256 // n]).abs().max() / fine.abs().max())
-                for n in (32, 64, 128)]
+    errs = tc.grid_refinement_errors(model)
     assert errs[2] <= 0.05 and errs[1] / errs[2] > 1.6 and errs[0] / errs[1] > 1.6, errs

@@ -3,11 +3,17 @@ padding, permutation and input checks."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 import sciattn.operators.gnot  # noqa: F401  (registers "gnot")
 from sciattn.operators import create_operator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _token_checks as tc  # noqa: E402
 
 CFG = dict(in_channels=2, out_channels=3, spatial_dims=2, width=8, n_layers=2, n_heads=2, n_inner=2, mlp_layers=1,
            n_experts=2)
@@ -131,12 +137,7 @@ def test_padding_with_garbage_changes_no_real_output():
     model = _model()
     a, x, w = _cloud(2, 20)
     ref = model(a, pos=x, weights=w)
-    pad = 5
-    ap = torch.cat([a, torch.full((2, pad, 2), float("nan"), dtype=torch.float64)], 1)
-    xp = torch.cat([x, torch.full((2, pad, 2), 1e6, dtype=torch.float64)], 1)
-    wp = torch.cat([w, torch.full((2, pad), float("nan"), dtype=torch.float64)], 1)
-    mask = torch.ones(2, 20 + pad, dtype=torch.bool)
-    mask[:, 20:] = False
+    ap, xp, wp, mask = tc.pad_cloud(a, x, w, 5)
     out = model(ap, pos=xp, weights=wp, mask=mask)
     assert (out[:, :20] - ref).abs().max() <= 1e-12 and (out[:, 20:] == 0).all()
 
@@ -177,14 +178,5 @@ def test_default_config_converges_under_grid_refinement():
     shrinks at first order (the left-point rule of a non-periodic integrand)."""
     torch.manual_seed(0)
     model = create_operator("gnot", in_channels=1, out_channels=1).double().eval()
-
-    def field(n):
-        t = torch.arange(n, dtype=torch.float64) / n
-        xx, yy = torch.meshgrid(t, t, indexing="ij")
-        return (torch.sin(2 * xx + 1) * torch.cos(3 * yy) + xx * yy)[None, None]
-
-    with torch.no_grad():
-        fine = model(field(256))
-        errs = [float((model(field(n)) - fine[..., :: 256 // n, :: 256 // n]).abs().max() / fine.abs().max())
-                for n in (32, 64, 128)]
+    errs = tc.grid_refinement_errors(model)
     assert errs[2] <= 0.05 and errs[1] / errs[2] > 1.6 and errs[0] / errs[1] > 1.6, errs

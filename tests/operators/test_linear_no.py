@@ -72,16 +72,9 @@ def test_points_equal_the_weighted_transcription():
     assert ref.abs().mean() > 0.05
 
 
-def test_weights_enter_as_a_quadrature():
-    tc.check_duplicate_half_weights(tc.build(NAME, CFG))
-
-
-def test_padding_is_ignored():
-    tc.check_padding(tc.build(NAME, CFG))
-
-
-def test_permutation_equivariance():
-    tc.check_permutation(tc.build(NAME, CFG))
+# test_weights_enter_as_a_quadrature, test_padding_is_ignored, test_permutation_equivariance,
+# test_one_and_three_dimensional_grids, test_grid_is_the_point_set_of_its_nodes
+globals().update(tc.property_tests(NAME, CFG, skip=("test_gradients_are_finite_and_reach_the_input",)))
 
 
 def test_gradients_are_finite_and_reach_the_input():
@@ -95,11 +88,3 @@ def test_bad_inputs_name_the_argument():
         create_operator(NAME, **{**CFG, "learn_temperature": 1})
     with pytest.raises(ValueError, match=r"key_ratio: expected a positive"):
         create_operator(NAME, **{**CFG, "key_ratio": -2})
-
-
-def test_one_and_three_dimensional_grids():
-    tc.check_grid_dims(NAME, CFG)
-
-
-def test_grid_is_the_point_set_of_its_nodes():
-    tc.check_grid_is_the_point_set_of_its_nodes(tc.build(NAME, CFG))

@@ -124,20 +124,10 @@ def test_published_bare_sum_grows_with_the_point_count():
     assert shift[True] > 1.5 * shift[False], shift
 
 
-def test_weights_enter_as_a_quadrature():
-    tc.check_duplicate_half_weights(tc.build(NAME, CFG))
-
-
-def test_padding_is_ignored():
-    tc.check_padding(tc.build(NAME, CFG))
-
-
-def test_permutation_equivariance():
-    tc.check_permutation(tc.build(NAME, CFG))
-
-
-def test_gradients_are_finite_and_reach_the_input():
-    tc.check_gradients(tc.build(NAME, CFG))
+# test_weights_enter_as_a_quadrature, test_padding_is_ignored, test_permutation_equivariance,
+# test_gradients_are_finite_and_reach_the_input, test_one_and_three_dimensional_grids,
+# test_grid_is_the_point_set_of_its_nodes
+globals().update(tc.property_tests(NAME, CFG))
 
 
 def test_bad_inputs_name_the_argument():
@@ -146,11 +136,3 @@ def test_bad_inputs_name_the_argument():
         create_operator(NAME, **{**CFG, "cov_jitter": -0.1})
     with pytest.raises(ValueError, match=r"psi_dim: expected a positive"):
         create_operator(NAME, **{**CFG, "psi_dim": 0})
-
-
-def test_one_and_three_dimensional_grids():
-    tc.check_grid_dims(NAME, CFG)
-
-
-def test_grid_is_the_point_set_of_its_nodes():
-    tc.check_grid_is_the_point_set_of_its_nodes(tc.build(NAME, CFG))

@@ -74,20 +74,10 @@ def test_points_equal_the_weighted_transcription():
     assert ref.abs().mean() > 0.05  # not a trivial comparison
 
 
-def test_weights_enter_as_a_quadrature():
-    tc.check_duplicate_half_weights(tc.build(NAME, CFG))
-
-
-def test_padding_is_ignored():
-    tc.check_padding(tc.build(NAME, CFG))
-
-
-def test_permutation_equivariance():
-    tc.check_permutation(tc.build(NAME, CFG))
-
-
-def test_gradients_are_finite_and_reach_the_input():
-    tc.check_gradients(tc.build(NAME, CFG))
+# test_weights_enter_as_a_quadrature, test_padding_is_ignored, test_permutation_equivariance,
+# test_gradients_are_finite_and_reach_the_input, test_one_and_three_dimensional_grids,
+# test_grid_is_the_point_set_of_its_nodes
+globals().update(tc.property_tests(NAME, CFG))
 
 
 def test_bad_inputs_name_the_argument():
@@ -96,10 +86,6 @@ def test_bad_inputs_name_the_argument():
         create_operator(NAME, **{**CFG, "slice_eps": -1})
     with pytest.raises(ValueError, match=r"slice_num: expected a positive"):
         create_operator(NAME, **{**CFG, "slice_num": 0})
-
-
-def test_one_and_three_dimensional_grids():
-    tc.check_grid_dims(NAME, CFG)
 
 
 @torch.no_grad()
@@ -122,7 +108,3 @@ def test_uniform_average_differs_from_quadrature_on_a_graded_cloud():
     err_w = float((weighted[0, :, 0] - g).abs().max())
     err_u = float((uniform[0, :, 0] - g).abs().max())
     assert err_w < 0.05 * err_u, (err_w, err_u)
-
-
-def test_grid_is_the_point_set_of_its_nodes():
-    tc.check_grid_is_the_point_set_of_its_nodes(tc.build(NAME, CFG))
