@@ -123,6 +123,17 @@ def check_permutation(model):
     torch.testing.assert_close(out, ref[:, perm], atol=1e-11, rtol=0)
 
 
+def check_permutation_and_gradients(model, a, x, w):
+    """Permuting the points of ``a``, ``x``, ``w`` permutes the output (``torch.randperm``: the global generator);
+    the gradients of a loss of the output are finite at every parameter, and not all zero."""
+    perm = torch.randperm(a.shape[1])
+    out = model(a, pos=x, weights=w)
+    assert float((model(a[:, perm], pos=x[:, perm], weights=w[:, perm]) - out[:, perm]).abs().max()) <= 1e-12
+    out.square().mean().backward()
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads) and any(g.abs().sum() > 0 for g in grads)
+
+
 def check_gradients(model):
     x, pos, w = cloud()
     x.requires_grad_(True)

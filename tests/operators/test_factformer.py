@@ -31,18 +31,12 @@ def _model(spatial_dims=2, **change):
 
 
 # ----------------------------------------------------------------------------- transcription of the paper's maths
-def _lin(p, name, x, bias=True):
-    y = x @ p[f"{name}.weight"].T
-    return y + p[f"{name}.bias"] if bias else y
+_lin, _gelu = tc.lin, tc.gelu
 
 
 def _ln(p, name, x):
     var, mu = torch.var_mean(x, dim=-1, keepdim=True, unbiased=False)
     return (x - mu) / torch.sqrt(var + 1e-5) * p[f"{name}.weight"] + p[f"{name}.bias"]
-
-
-def _gelu(x):
-    return 0.5 * x * (1 + torch.erf(x / 2 ** 0.5))
 
 
 def _rope(t, pos, s):

@@ -145,12 +145,7 @@ def test_padding_with_garbage_changes_no_real_output():
 def test_permutation_equivariant_and_gradients_finite():
     model = _model()
     a, x, w = _cloud(2, 25)
-    perm = torch.randperm(25)
-    out = model(a, pos=x, weights=w)
-    assert (model(a[:, perm], pos=x[:, perm], weights=w[:, perm]) - out[:, perm]).abs().max() <= 1e-12
-    out.square().mean().backward()
-    grads = [p.grad for p in model.parameters()]
-    assert all(g is not None and torch.isfinite(g).all() for g in grads) and any(g.abs().sum() > 0 for g in grads)
+    tc.check_permutation_and_gradients(model, a, x, w)
 
 
 def test_bad_inputs_name_the_argument():

@@ -26,18 +26,12 @@ def _model(**change):
 
 
 # ----------------------------------------------------------------------------- transcription of the paper's maths
-def _lin(p, name, x, bias=True):
-    y = x @ p[f"{name}.weight"].T
-    return y + p[f"{name}.bias"] if bias else y
+_lin, _gelu = tc.lin, tc.gelu
 
 
 def _ln(p, name, x):
     var, mu = torch.var_mean(x, dim=-1, keepdim=True, unbiased=False)
     return (x - mu) / torch.sqrt(var + 1e-5) * p[f"{name}.weight"] + p[f"{name}.bias"]
-
-
-def _gelu(x):
-    return 0.5 * x * (1 + torch.erf(x / 2 ** 0.5))
 
 
 def _rope(t, pos, scale):
@@ -177,12 +171,7 @@ def test_padding_with_garbage_changes_no_real_output():
 def test_permutation_equivariant_and_gradients_finite():
     model = _model()
     a, x, w = _cloud(2, 25)
-    perm = torch.randperm(25)
-    out = model(a, pos=x, weights=w)
-    assert float((model(a[:, perm], pos=x[:, perm], weights=w[:, perm]) - out[:, perm]).abs().max()) <= 1e-12
-    out.square().mean().backward()
-    grads = [p.grad for p in model.parameters()]
-    assert all(g is not None and torch.isfinite(g).all() for g in grads) and any(g.abs().sum() > 0 for g in grads)
+    tc.check_permutation_and_gradients(model, a, x, w)
 
 
 def test_bad_inputs_name_the_argument():
