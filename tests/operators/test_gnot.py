@@ -143,9 +143,7 @@ def test_padding_with_garbage_changes_no_real_output():
 
 
 def test_permutation_equivariant_and_gradients_finite():
-    model = _model()
-    a, x, w = _cloud(2, 25)
-    tc.check_permutation_and_gradients(model, a, x, w)
+    tc.check_permutation_and_gradients(_model(), *_cloud(2, 25))
 
 
 def test_bad_inputs_name_the_argument():
