@@ -114,10 +114,16 @@ def write_api_pages(out: Path) -> dict[int, str]:
     return documented
 
 
+def _is_module_class(obj) -> bool:
+    return any(c.__name__ == "Module" and c.__module__ == "torch.nn.modules.module" for c in inspect.getmro(obj))
+
+
 def _directive(obj, name: str) -> str:
     """The autodoc directive documenting ``name`` on its module's page."""
     if inspect.isclass(obj):
-        return f".. autoclass:: {name}\n   :members:\n   :show-inheritance:"
+        # modules also list what they inherit from a shared base of ours (e.g. forward), not torch.nn.Module's
+        inherited = "\n   :inherited-members: Module" if _is_module_class(obj) else ""
+        return f".. autoclass:: {name}\n   :members:{inherited}\n   :show-inheritance:"
     if inspect.isroutine(obj):
         return f".. autofunction:: {name}"
     return f".. autodata:: {name}\n   :no-value:" if not isinstance(obj, (int, float, str, tuple)) else f".. autodata:: {name}"
