@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .harness import Benchmark, int_param
+from .harness import Benchmark, divisor_sizes_param, int_param
 from .oformer_rope_refinement import restrict, smooth
 
 SCHEMA = {"init": "str", "kernel": "str", "n": "int", "error": "float"}
@@ -64,12 +64,7 @@ def check_params(params: dict[str, Any]) -> None:
     s = params["qk_std"]
     if isinstance(s, bool) or not isinstance(s, (int, float)) or not s > 0:
         raise ValueError(f"qk_std: expected a positive number, got {s!r}")
-    sizes, ref = params["sizes"], params["reference"]
-    if (not isinstance(sizes, list) or not sizes
-            or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 or ref % n for n in sizes)
-            or any(n >= ref for n in sizes)):
-        raise ValueError(f"sizes: expected a non-empty list of grid sizes below reference={ref} that divide it, "
-                         f"got {sizes!r}")
+    divisor_sizes_param(params)
 
 
 def run(params: dict) -> list[dict]:

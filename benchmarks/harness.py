@@ -39,7 +39,7 @@ META_FIELDS = ("benchmark", "run_id", "date", "hardware", "versions", "command",
 
 __all__ = [
     "Benchmark", "SchemaError", "register", "get", "names", "REGISTRY", "validate_row", "metadata",
-    "append_rows", "read_rows", "latest_run", "select", "parse_where", "int_param", "markdown_table", "run_benchmark", "results_path", "plot_rows",
+    "append_rows", "read_rows", "latest_run", "select", "parse_where", "int_param", "divisor_sizes_param", "markdown_table", "run_benchmark", "results_path", "plot_rows",
 ]
 
 
@@ -274,6 +274,18 @@ def int_param(params: dict[str, Any], key: str, minimum: int = 1) -> int:
         what = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
         raise ValueError(f"{key}: expected {what}, got {v!r}")
     return v
+
+
+def divisor_sizes_param(params: dict[str, Any], key: str = "sizes", reference_key: str = "reference") -> list[int]:
+    """``params[key]``: a non-empty list of grid sizes below ``params[reference_key]`` that divide it (coarse grids
+    whose cells are unions of reference cells); otherwise a ValueError naming the parameter."""
+    sizes, ref = params[key], params[reference_key]
+    if (not isinstance(sizes, list) or not sizes
+            or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 or ref % n for n in sizes)
+            or any(n >= ref for n in sizes)):
+        raise ValueError(f"{key}: expected a non-empty list of grid sizes below {reference_key}={ref} that divide it, "
+                         f"got {sizes!r}")
+    return sizes
 
 
 def parse_where(pairs: list[str] | tuple[str, ...], what: str = "--where") -> dict[str, Any]:

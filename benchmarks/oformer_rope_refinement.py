@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .harness import Benchmark, int_param
+from .harness import Benchmark, divisor_sizes_param, int_param
 
 SCHEMA = {"label": "str", "rope_scales": "list", "decoder_rope_scale": "float", "quantity": "str", "n": "int",
           "error": "float"}
@@ -86,12 +86,7 @@ def check_params(params: dict[str, Any]) -> None:
     """A ValueError naming the parameter for a bad one."""
     for key, low in (("res", 1), ("seed", 0), ("reference", 1)):
         int_param(params, key, low)
-    sizes, ref = params["sizes"], params["reference"]
-    if (not isinstance(sizes, list) or not sizes
-            or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 or ref % n for n in sizes)
-            or any(n >= ref for n in sizes)):
-        raise ValueError(f"sizes: expected a non-empty list of grid sizes below reference={ref} that divide it, "
-                         f"got {sizes!r}")
+    divisor_sizes_param(params)
 
 
 def run(params: dict) -> list[dict]:
