@@ -62,7 +62,8 @@ from torch import nn
 
 from sciattn._checks import check_dim, check_finite, check_input_dtype, check_positive_int, check_rank
 from sciattn.domain import Grid
-from sciattn.multipole import MultipoleAttention
+from sciattn.multipole import MultipoleAttention, MultipoleSpec
+from sciattn.multipole.spec import DEFAULTS
 
 from .registry import register_operator
 
@@ -118,21 +119,17 @@ class _Block(nn.Module):
         return h + self.ffn(self.norm2(h))
 
 
-def layer_kwargs(*, pyramid, window, window_fraction, coarse_cells, local_window, pool_factor, pool, unpool,
-                 max_levels, window_taper=None, **extra) -> dict:
-    """The :class:`~sciattn.multipole.MultipoleAttention` arguments of one MANO block. ``window`` (cells) selects
-    the layer's input pyramid with cell-counted windows, so the physical sizes (``window_fraction``,
-    ``coarse_cells``, ``local_window``) are not passed with it; ``pyramid="input"`` with ``window_fraction`` is
-    the layer's earlier fraction modes (no local term, no window taper); ``extra`` (bias, gate, QK-norm) passes
-    through."""
-    common = dict(pool_factor=pool_factor, pool=pool, unpool=unpool, max_levels=max_levels, **extra)
-    if window is not None:
-        return dict(pyramid="input", window=window, window_fraction=None, coarse_cells=None, **common)
-    if pyramid == "input":
-        return dict(pyramid="input", window=None, window_fraction=window_fraction, coarse_cells=coarse_cells,
-                    **common)
-    return dict(pyramid=pyramid, window=None, window_fraction=window_fraction, coarse_cells=coarse_cells,
-                local_window=local_window, window_taper=window_taper, **common)
+def layer_kwargs(*, spatial_dims, window, window_fraction, coarse_cells, local_window, pool_factor, pool, unpool,
+                 max_levels, pyramid=None, window_taper=None, **extra) -> dict:
+    """The :class:`~sciattn.multipole.MultipoleAttention` arguments of one MANO block: the block's
+    :class:`~sciattn.multipole.MultipoleSpec`, resolved once by :meth:`~sciattn.multipole.MultipoleSpec.for_operator`
+    (``window`` in cells selects the input pyramid; ``None`` sizes are the layer's defaults), and ``extra`` (bias,
+    gate, QK-norm)."""
+    spec = MultipoleSpec.for_operator(spatial_dims, window=window, window_fraction=window_fraction,
+                                      coarse_cells=coarse_cells, local_window=local_window, pool_factor=pool_factor,
+                                      pool=pool, unpool=unpool, max_levels=max_levels, pyramid=pyramid,
+                                      window_taper=window_taper)
+    return dict(spec=spec, **extra)
 
 
 class MultipoleOperatorBase(nn.Module):
@@ -215,7 +212,8 @@ class MANO(MultipoleOperatorBase):
         mlp_ratio: hidden width of the feed-forward networks, as a multiple of ``width``.
         window_fraction, coarse_cells, local_window: the layer's physical sizes (window as a fraction of
             the domain, cells per window on every key level, local near-field window in input cells, ``0``:
-            none); see :class:`~sciattn.multipole.MultipoleAttention`. The defaults are the layer's.
+            none); the defaults are the layer's (:data:`sciattn.multipole.spec.DEFAULTS`: 1/8, 8, 3), stored
+            with the operator's config as values.
         window: window size in cells (int or one per axis), the MANO code's resolution-dependent
             windows (the layer's input pyramid); when given, ``window_fraction``, ``coarse_cells``,
             ``local_window`` and ``pyramid`` are not used.
@@ -242,9 +240,9 @@ class MANO(MultipoleOperatorBase):
         n_layers: int = 4,
         n_heads: int = 4,
         mlp_ratio: int = 2,
-        window_fraction: float | list[float] | None = 0.125,
-        coarse_cells: int | list[int] | None = 8,
-        local_window: int | list[int] | None = 3,
+        window_fraction: float | list[float] | None = DEFAULTS["window_fraction"],
+        coarse_cells: int | list[int] | None = DEFAULTS["coarse_cells"],
+        local_window: int | list[int] | None = DEFAULTS["local_window"],
         window: int | list[int] | None = None,
         pool_factor: int = 2,
         pool: str = "avg",
@@ -256,7 +254,7 @@ class MANO(MultipoleOperatorBase):
         super().__init__()
         check_common(in_channels, out_channels, spatial_dims, width, n_layers, mlp_ratio)
         self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
-        attn = layer_kwargs(window=window, window_fraction=window_fraction, coarse_cells=coarse_cells,
+        attn = layer_kwargs(spatial_dims=spatial_dims, window=window, window_fraction=window_fraction, coarse_cells=coarse_cells,
                             local_window=local_window, pool_factor=pool_factor, pool=pool, unpool=unpool,
                             max_levels=max_levels, pyramid=pyramid, window_taper=window_taper)
         self.lift = _PointwiseLinear(in_channels + spatial_dims, width)

@@ -54,6 +54,7 @@ from torch import nn
 
 from sciattn._checks import check_choice, check_per_axis_ints, check_positive_int
 from sciattn.domain import fourier_resample, resample_field
+from sciattn.multipole.spec import DEFAULTS
 
 from .mano import (
     MultipoleOperatorBase,
@@ -219,9 +220,9 @@ class MANOExtended(MultipoleOperatorBase):
         n_layers: int = 4,
         n_heads: int = 4,
         mlp_ratio: int = 3,
-        window_fraction: float | list[float] | None = 0.125,
-        coarse_cells: int | list[int] | None = 8,
-        local_window: int | list[int] | None = 3,
+        window_fraction: float | list[float] | None = DEFAULTS["window_fraction"],
+        coarse_cells: int | list[int] | None = DEFAULTS["coarse_cells"],
+        local_window: int | list[int] | None = DEFAULTS["local_window"],
         window: int | list[int] | None = None,
         pool_factor: int = 2,
         pool: str = "avg",
@@ -258,7 +259,7 @@ class MANOExtended(MultipoleOperatorBase):
                                  f"got {head_grid!r}")
             head_grid = check_per_axis_ints("head_grid", head_grid, spatial_dims)
         self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
-        attn = layer_kwargs(window=window, window_fraction=window_fraction, coarse_cells=coarse_cells,
+        attn = layer_kwargs(spatial_dims=spatial_dims, window=window, window_fraction=window_fraction, coarse_cells=coarse_cells,
                             local_window=local_window, pool_factor=pool_factor, pool=pool, unpool=unpool,
                             max_levels=max_levels, pyramid=pyramid, window_taper=window_taper,
                             rel_pos_bias=rel_pos_bias, gate=gate,

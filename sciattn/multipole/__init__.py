@@ -2,5 +2,6 @@
 
 from .functional import window_attention
 from .module import MultipoleAttention
+from .spec import MultipoleSpec
 
-__all__ = ["window_attention", "MultipoleAttention"]
+__all__ = ["window_attention", "MultipoleAttention", "MultipoleSpec"]

@@ -1,0 +1,235 @@
+r"""Box attention: the windowed softmax of the physical pyramid, every query over a box of key cells.
+
+Every query cell ``i`` of the input grid ``n`` attends to the key cells of a level grid ``m`` inside a box
+``y = start(i) + p`` (per axis ``a``: ``start_a[i_a] + p_a``, ``0 <= p_a < L_a``), each weighted by its key
+weight ``ω_y`` and the window weight ``φ(i, y) = Π_a φ_a[i_a, p_a]``:
+
+.. math::
+    A(x_i) = \frac{\sum_p φ(i, y_p)\, ω_{y_p}\, e^{s(q_i, k_{y_p})}\, v_{y_p}}
+                  {\sum_p φ(i, y_p)\, ω_{y_p}\, e^{s(q_i, k_{y_p})}}, \qquad s = \mathrm{scale}\; q \cdot k,
+
+the quadrature of ``∫ φ(x, y) e^{s(q(x), k(y))} v(y) dy / ∫ φ(x, y) e^{s(q(x), k(y))} dy`` on the level's cells
+(:mod:`sciattn.multipole.physical`). Boxes and per-axis weights come from
+:func:`sciattn.multipole.geometry.axis_geometry` (tapered windows, hard windows, the global level, the local
+near field). Keys of weight 0 (``log ω = -inf`` or ``φ = 0``) are excluded; a query without an admissible key
+gets 0.
+
+Backends, chosen per call (:func:`box_attention_backend`):
+
+* ``cpu``: the fused C++ kernels (``csrc/``, built on first use by :mod:`._cpu_extension`) for CPU tensors in
+  float32 or float64, as the custom operator ``sciattn::box_attention`` with its backward
+  ``sciattn::box_attention_backward`` (registered autograd and fake implementations, checked with
+  ``torch.library.opcheck``). Two strategies, chosen per level by :func:`lane_strides`: queries in the vector
+  lanes (``csrc/query_lanes.cpp``; boxes that slide with the query: the local term and fine key grids) or keys
+  in the lanes with boxes shared by runs of queries (``csrc/shared_boxes.cpp``; coarse key grids, the global
+  level, sizes without lane structure);
+* ``sdpa``: :func:`sciattn.multipole.physical.level_attention` (groups of queries against a halo of key cells
+  through fused SDPA, masked to each query's window): any device and dtype, under ``torch.compile`` and
+  ``torch.export``, and with a score bias (the relative-position table).
+
+All compute the same sums (float64: within 1e-14 relative of each other, tested).
+
+Shapes (channels first, as the layer's projections produce them): ``q (B, H, D, *n)``; ``k, v (B, H, D, *m)``;
+``logw (B, *m)``; returns ``(B, H, D, *n)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+from . import _cpu_extension
+from .geometry import axis_geometry
+from .physical import level_attention, local_attention
+
+__all__ = ["box_attention", "local_box_attention", "box_attention_backend", "lane_strides", "BACKENDS"]
+
+BACKENDS = ("cpu", "sdpa")
+# The query-lane kernel beats the shared boxes when each residue class has at least MIN_LANES queries along the
+# last axis, neighbouring lanes' keys are at most MAX_SLOPE cells apart and a key cell holds at most MAX_RUN
+# queries (beyond, the shared boxes are loaded once for that many queries and the lane sets' strided query loads
+# cost more); measured per level at 64² (batch 16), 256² and 512² (docs/benchmarks/kernels.md).
+MIN_LANES, MAX_SLOPE, MAX_RUN = 16, 4, 4
+
+
+def lane_strides(n2: int, m2: int, box2: int) -> tuple[int, int]:
+    """``(a, r)`` for the query-lane kernel along the last axis (queries ``ρ + r t``, keys ``a t + const``), or
+    ``(0, 0)`` for the shared-box kernel: a box that spans the whole axis is shared by every query, and sizes
+    with fewer than :data:`MIN_LANES` queries per residue class, a key slope above :data:`MAX_SLOPE` or more than
+    :data:`MAX_RUN` queries per key cell run faster with shared boxes."""
+    g = math.gcd(n2, m2)
+    a, r = m2 // g, n2 // g
+    if box2 >= m2 or g < MIN_LANES or a > MAX_SLOPE or r > MAX_RUN:
+        return 0, 0
+    return a, r
+
+
+def _geometry(n: Sequence[int], m: Sequence[int], window: Sequence[int], taper: bool, dtype, device):
+    """Tables of the three kernel axes (leading unused axes of size 1): ``n3, m3, starts, logphi``."""
+    tables = [axis_geometry(na, ma, ca, taper, dtype, device) for na, ma, ca in zip(n, m, window)]
+    pad = 3 - len(tables)
+    one = axis_geometry(1, 1, 1, False, dtype, device)
+    tables = [one] * pad + tables
+    return ([1] * pad + [int(a) for a in n], [1] * pad + [int(a) for a in m],
+            [t.start for t in tables], [t.logphi for t in tables])
+
+
+def _library():
+    lib = _cpu_extension.load()
+    if lib is None:  # pragma: no cover - the dispatcher checks availability first
+        raise RuntimeError(f"box_attention: the CPU kernels are not available ({_cpu_extension.why_not()})")
+    return lib
+
+
+@torch.library.custom_op("sciattn::box_attention", mutates_args=())
+def _box_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: torch.Tensor, n: list[int],
+                 m: list[int], starts: list[torch.Tensor], logphi: list[torch.Tensor], scale: float, a: int,
+                 r: int) -> tuple[torch.Tensor, torch.Tensor]:
+    out = torch.empty_like(q)
+    lse = q.new_empty(q.shape[0], q.shape[1], q.shape[3])
+    if a:
+        _library().lanes_forward(q, k, v, logw, n, m, starts, logphi, scale, a, r, out, lse)
+    else:
+        _library().boxes_forward(q, k, v, logw, n, m, starts, logphi, scale, out, lse)
+    return out, lse
+
+
+@_box_forward.register_fake
+def _(q, k, v, logw, n, m, starts, logphi, scale, a, r):
+    return torch.empty_like(q), q.new_empty(q.shape[0], q.shape[1], q.shape[3])
+
+
+@torch.library.custom_op("sciattn::box_attention_backward", mutates_args=())
+def _box_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: torch.Tensor, n: list[int],
+                  m: list[int], starts: list[torch.Tensor], logphi: list[torch.Tensor], scale: float, a: int, r: int,
+                  out: torch.Tensor, lse: torch.Tensor, grad: torch.Tensor,
+                  want_logw: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    dq, dk, dv, dlogw = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v), torch.zeros_like(logw)
+    grad = grad.contiguous()
+    if a:
+        _library().lanes_backward(q, k, v, logw, n, m, starts, logphi, scale, a, r, out, lse, grad, dq, dk, dv,
+                                  dlogw if want_logw else None)
+    else:
+        _library().boxes_backward(q, k, v, logw, n, m, starts, logphi, scale, out, lse, grad, dq, dk, dv,
+                                  dlogw if want_logw else None)
+    return dq, dk, dv, dlogw
+
+
+@_box_backward.register_fake
+def _(q, k, v, logw, n, m, starts, logphi, scale, a, r, out, lse, grad, want_logw):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(logw)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, logw, n, m, starts, logphi, scale, a, r = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, logw, out, lse, *starts, *logphi)
+    ctx.args = (n, m, scale, a, r)
+
+
+def _backward(ctx, grad_out, grad_lse):
+    q, k, v, logw, out, lse, *tables = ctx.saved_tensors
+    starts, logphi = tables[:3], tables[3:]
+    n, m, scale, a, r = ctx.args
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    want = bool(ctx.needs_input_grad[3])
+    dq, dk, dv, dlogw = _box_backward(q, k, v, logw, n, m, starts, logphi, scale, a, r, out, lse, grad_out, want)
+    none3 = [None] * len(starts)
+    return dq, dk, dv, (dlogw if want else None), None, None, none3, list(none3), None, None, None
+
+
+_box_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+def box_attention_backend(q: torch.Tensor, bias: Callable | None = None) -> tuple[str, str | None]:
+    """``(backend, why)``: the backend a call with ``q`` (and a score ``bias`` or not) takes, and why the fused
+    CPU kernels do not (``None`` when they do)."""
+    if bias is not None:
+        why = "a score bias (rel_pos_bias) runs through SDPA"
+    elif q.device.type != "cpu":
+        why = f"tensors on {q.device.type}, the kernels are CPU-only"
+    elif q.dtype not in (torch.float32, torch.float64):
+        why = f"dtype {q.dtype}, the kernels take float32 and float64"
+    elif q.dim() >= 3 and q.shape[2] > 64:
+        why = f"head dimension {q.shape[2]}, the kernels take at most 64"
+    elif torch.compiler.is_compiling():
+        why = "torch.compile / torch.export trace the SDPA path"
+    elif any(not isinstance(s, int) for s in q.shape):
+        why = "symbolic sizes trace the SDPA path"
+    else:
+        why = _cpu_extension.why_not()
+    return ("sdpa", why) if why is not None else ("cpu", None)
+
+
+def _choose(q, bias, backend):
+    chosen, why = box_attention_backend(q, bias)
+    if backend is not None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend: expected one of {BACKENDS} or None, got {backend!r}")
+        if backend == "cpu" and chosen != "cpu":
+            raise ValueError(f"backend: 'cpu' does not apply to this call ({why})")
+        chosen = backend
+    return chosen
+
+
+def _channels_last(t: torch.Tensor) -> torch.Tensor:
+    """``(B, H, D, *n) -> (B, *n, H, D)``."""
+    return t.movedim(1, -1).movedim(1, -1)
+
+
+def _channels_first(t: torch.Tensor) -> torch.Tensor:
+    """``(B, *n, H, D) -> (B, H, D, *n)``."""
+    return t.movedim(-1, 1).movedim(-1, 1)
+
+
+def box_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: torch.Tensor,
+                  window: Sequence[int], scale: float, bias: Callable | None = None, taper: bool = True,
+                  backend: str | None = None) -> torch.Tensor:
+    """One level of the physical pyramid (module docstring): ``q (B, H, D, *n)`` against ``k, v (B, H, D, *m)``,
+    ``logw (B, *m)``, windows of ``window`` key cells per axis (tapered when ``taper`` and the level is wider
+    than its window). Returns ``(B, H, D, *n)``.
+
+    ``bias``: the score bias of :func:`~sciattn.multipole.physical.level_attention` (SDPA only).
+    ``backend``: ``None`` (the fused CPU kernels where they apply, see :func:`box_attention_backend`), ``"cpu"``
+    or ``"sdpa"``; a forced backend that does not apply raises, naming why."""
+    if _choose(q, bias, backend) == "sdpa":
+        out = level_attention(_channels_last(q), _channels_last(k), _channels_last(v), logw, window, scale, bias,
+                              taper=taper)
+        return _channels_first(out)
+    return _box_cpu(q, k, v, logw, window, scale, taper)
+
+
+def local_box_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: torch.Tensor,
+                        window: Sequence[int], scale: float, backend: str | None = None) -> torch.Tensor:
+    """The local near field: every input cell over the clamped window of ``window`` input cells per axis around
+    it (at most ``n_a``), ``q, k, v (B, H, D, *n)``, ``logw (B, *n)`` (:func:`~sciattn.multipole.physical.
+    local_attention`; for the CPU kernels a box attention with ``m = n`` and hard windows)."""
+    if _choose(q, None, backend) == "sdpa":
+        out = local_attention(_channels_last(q), _channels_last(k), _channels_last(v), logw, window, scale)
+        return _channels_first(out)
+    n = q.shape[3:]
+    return _box_cpu(q, k, v, logw, [min(w, a) for w, a in zip(window, n)], scale, False)
+
+
+def _box_cpu(q, k, v, logw, window, scale, taper):
+    b, h, dh = q.shape[:3]
+    n, m = tuple(q.shape[3:]), tuple(k.shape[3:])
+    if v.shape[2] != dh or k.shape[2] != dh:
+        raise ValueError(f"v: expected the head dimension of q ({dh}) for the CPU kernels, got k {tuple(k.shape)}, "
+                         f"v {tuple(v.shape)}")
+    n3, m3, starts, logphi = _geometry(n, m, window, taper, q.dtype, q.device)
+    lengths = [t.shape[1] for t in logphi]
+    a, r = lane_strides(n3[2], m3[2], lengths[2])
+    training = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, logw))
+    if not a and training and all(length >= size for length, size in zip(lengths, m3)):
+        # the global level (one box, every key): fused SDPA's backward beats the shared box's (measured)
+        out = level_attention(_channels_last(q), _channels_last(k), _channels_last(v), logw, window, scale,
+                              taper=taper)
+        return _channels_first(out)
+    out, _ = _box_forward(q.reshape(b, h, dh, -1).contiguous(), k.reshape(b, h, dh, -1).contiguous(),
+                          v.reshape(b, h, dh, -1).contiguous(), logw.to(q.dtype).reshape(b, -1).contiguous(),
+                          n3, m3, starts, logphi, float(scale), a, r)
+    return out.view(b, h, dh, *n)

@@ -1,0 +1,37 @@
+// Entry points of the fused CPU kernels (registered as operators in ops.cpp) and their input checks.
+#pragma once
+
+#include "vec.h"
+
+#include <c10/util/Optional.h>
+
+namespace sciattn_box {
+
+void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+                  c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi);
+void check_outputs(const at::Tensor& q, const at::Tensor& out, const at::Tensor& lse);
+void check_gradients(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+                     const at::Tensor& gout, const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv,
+                     const c10::optional<at::Tensor>& dlogw);
+
+// Keys in lanes, boxes shared by the queries of a run (shared_boxes.cpp).
+void boxes_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+                   c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi, double scale,
+                   const at::Tensor& out, const at::Tensor& lse);
+void boxes_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+                    c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi,
+                    double scale, const at::Tensor& out, const at::Tensor& lse, const at::Tensor& gout,
+                    const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv,
+                    const c10::optional<at::Tensor>& dlogw);
+
+// Queries in lanes, residue classes of the last axis (query_lanes.cpp).
+void lanes_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+                   c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi, double scale,
+                   int64_t a, int64_t r, const at::Tensor& out, const at::Tensor& lse);
+void lanes_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+                    c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi,
+                    double scale, int64_t a, int64_t r, const at::Tensor& out, const at::Tensor& lse,
+                    const at::Tensor& gout, const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv,
+                    const c10::optional<at::Tensor>& dlogw);
+
+}  // namespace sciattn_box

@@ -1,0 +1,381 @@
+// Box attention with queries in the vector lanes: the fused CPU kernel for levels whose boxes slide with the
+// query (the local near field, key grids finer than about eight input cells per key cell).
+//
+// Along the last axis the queries are split into residue classes i2 = rho + r t (r = n2 / gcd(n2, m2)); within a
+// class the box start of query t is a t + const (a = m2 / gcd), except where the domain boundary clamps the
+// window. kLanes consecutive queries t0 .. t0+15 of a class form a lane set: their keys for box offset c are
+// the cells a (t0 + l) + b0 + c, one vector load from a copy of the keys whose last axis is split by residue
+// mod a (so consecutive lanes are consecutive entries) and padded, so a set near the boundary takes a wider
+// box (its lanes' boxes are shifted by the clamp) with per-lane window weights that exclude what lies outside
+// each lane's own box. Scores, softmax and the value sums are then lane-wise fused multiply-adds: no gathers,
+// no masks, no key lanes wasted on padding.
+#include "kernels.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+
+namespace sciattn_box {
+namespace {
+
+struct LaneSet {
+  int64_t rho, t0, count, b0, width;
+};
+
+template <typename T>
+struct LaneLayout {
+  int64_t a, r, padl, S, aS, R, M01, max_width;
+  std::vector<LaneSet> sets;
+
+  LaneLayout(const Level<T>& g, int64_t a_, int64_t r_) : a(a_), r(r_) {
+    const int64_t n2 = g.n[2], L2 = g.len[2], m2 = g.m[2];
+    const int64_t* s = g.start[2];
+    int64_t ymin = 0, ymax = m2 - 1;
+    max_width = 0;
+    for (int64_t rho = 0; rho < std::min(r, n2); ++rho) {
+      const int64_t count_all = (n2 - rho + r - 1) / r;
+      for (int64_t t0 = 0; t0 < count_all; t0 += kLanes) {
+        const int64_t count = std::min<int64_t>(kLanes, count_all - t0);
+        int64_t lo = s[rho + r * t0] - a * t0, hi = lo;
+        for (int64_t l = 1; l < count; ++l) {
+          const int64_t t = t0 + l, off = s[rho + r * t] - a * t;
+          lo = std::min(lo, off);
+          hi = std::max(hi, off);
+        }
+        sets.push_back(LaneSet{rho, t0, count, lo, L2 + hi - lo});
+        max_width = std::max(max_width, L2 + hi - lo);
+        ymin = std::min(ymin, a * t0 + lo);
+        ymax = std::max(ymax, a * (t0 + kLanes - 1) + hi + L2 - 1);
+      }
+    }
+    padl = ymin < 0 ? (-ymin + a - 1) / a * a : 0;
+    S = (ymax + padl) / a + 1;
+    aS = a * S;
+    R = g.len[0] * g.len[1];
+    M01 = g.m[0] * g.m[1];
+  }
+  int64_t pos(int64_t y2) const {
+    const int64_t f = y2 + padl;
+    return (f % a) * S + f / a;
+  }
+};
+
+// Keys or values (B, H, D, Nk) into the lane layout (B, H, M01, D, aS), zero padding.
+template <typename T>
+void to_lanes(const T* src, std::vector<T>& dst, const LaneLayout<T>& L, int64_t BH, int64_t D, int64_t m2) {
+  dst.assign(BH * L.M01 * D * L.aS, T(0));
+  const int64_t Nk = L.M01 * m2;
+  at::parallel_for(0, BH * L.M01, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t task = b0; task < b1; ++task) {
+      const int64_t bh = task / L.M01, row = task % L.M01;
+      for (int64_t d = 0; d < D; ++d) {
+        const T* from = src + (bh * D + d) * Nk + row * m2;
+        T* to = dst.data() + (task * D + d) * L.aS;
+        if (L.a == 1) {
+          std::memcpy(to + L.padl, from, sizeof(T) * m2);
+        } else {
+          for (int64_t y = 0; y < m2; ++y) to[L.pos(y)] = from[y];
+        }
+      }
+    }
+  });
+}
+
+// Log key weights (B, Nk) into the lane layout (B, M01, aS), -inf padding.
+template <typename T>
+void logw_to_lanes(const T* src, std::vector<T>& dst, const LaneLayout<T>& L, int64_t B, int64_t Nk, int64_t m2) {
+  dst.assign(B * L.M01 * L.aS, static_cast<T>(kNegInf));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t row = 0; row < L.M01; ++row)
+      for (int64_t y = 0; y < m2; ++y) dst[(b * L.M01 + row) * L.aS + L.pos(y)] = src[b * Nk + row * m2 + y];
+}
+
+template <typename T>
+struct LaneSetData {
+  std::vector<int64_t> base;  // per (row, c): offset of lane 0's key in the lane layout of one (b, h), minus row*D*aS
+  std::vector<int64_t> lpos;  // per (row, c): offset of lane 0 in the log weights of one b
+  std::vector<V<T>> w2;       // per c: lane-wise window weights of the last axis (-inf outside each lane's box)
+  std::vector<T> w01;         // per row
+  std::vector<int64_t> rowid;
+  void prepare(const Level<T>& g, const LaneLayout<T>& L, const LaneSet& set, int64_t i0, int64_t i1, int64_t D) {
+    const int64_t W = set.width, L2 = g.len[2];
+    base.resize(L.R * W);
+    lpos.resize(L.R * W);
+    w2.resize(W);
+    w01.resize(L.R);
+    rowid.resize(L.R);
+    int64_t rr = 0;
+    for (int64_t p0 = 0; p0 < g.len[0]; ++p0)
+      for (int64_t p1 = 0; p1 < g.len[1]; ++p1, ++rr) {
+        rowid[rr] = (g.start[0][i0] + p0) * g.m[1] + (g.start[1][i1] + p1);
+        w01[rr] = g.logphi[0][i0 * g.len[0] + p0] + g.logphi[1][i1 * g.len[1] + p1];
+      }
+    for (int64_t c = 0; c < W; ++c) {
+      const int64_t p = L.pos(L.a * set.t0 + set.b0 + c);
+      for (rr = 0; rr < L.R; ++rr) {
+        base[rr * W + c] = rowid[rr] * D * L.aS + p;
+        lpos[rr * W + c] = rowid[rr] * L.aS + p;
+      }
+      V<T> w = splat<T>(static_cast<T>(kNegInf));
+      for (int64_t l = 0; l < set.count; ++l) {
+        const int64_t t = set.t0 + l, i2 = set.rho + L.r * t;
+        const int64_t off = L.a * t + set.b0 + c - g.start[2][i2];
+        if (off >= 0 && off < L2) w[l] = g.logphi[2][i2 * L2 + off];
+      }
+      w2[c] = w;
+    }
+  }
+};
+
+// acc[c] = sum_d x[d] * src[base[c] + d * stride] for NC pairs, lane-wise.
+template <typename T, int NC>
+inline void lane_dots(const V<T>* x, const T* src, const int64_t* base, int64_t D, int64_t stride, V<T>* acc) {
+  V<T> a[NC] = {};
+  for (int64_t d = 0; d < D; ++d) {
+    const V<T> xd = x[d];
+    for (int c = 0; c < NC; ++c) a[c] += xd * ld(src + base[c] + d * stride);
+  }
+  for (int c = 0; c < NC; ++c) acc[c] = a[c];
+}
+
+template <typename T>
+inline void all_lane_dots(const V<T>* x, const T* src, const int64_t* base, int64_t n, int64_t D, int64_t stride,
+                          V<T>* acc) {
+  int64_t c = 0;
+  for (; c + 4 <= n; c += 4) lane_dots<T, 4>(x, src, base + c, D, stride, acc + c);
+  switch (n - c) {
+    case 3: lane_dots<T, 3>(x, src, base + c, D, stride, acc + c); break;
+    case 2: lane_dots<T, 2>(x, src, base + c, D, stride, acc + c); break;
+    case 1: lane_dots<T, 1>(x, src, base + c, D, stride, acc + c); break;
+    default: break;
+  }
+}
+
+// The set's queries (B, H, D, Nq) channel by channel into lanes (times `mul`), zero beyond count.
+template <typename T>
+inline void load_lanes(const T* src, int64_t Nq, int64_t qbase, const LaneSet& set, int64_t r, int64_t D, T mul,
+                       V<T>* dst) {
+  const int64_t first = qbase + set.rho + r * set.t0;
+  for (int64_t d = 0; d < D; ++d) {
+    const T* p = src + d * Nq + first;
+    if (r == 1 && set.count == kLanes) {
+      dst[d] = ld(p) * mul;
+    } else {
+      V<T> v{};
+      for (int64_t l = 0; l < set.count; ++l) v[l] = p[r * l] * mul;
+      dst[d] = v;
+    }
+  }
+}
+
+template <typename T>
+inline void store_lanes(T* dst, int64_t Nq, int64_t qbase, const LaneSet& set, int64_t r, int64_t D, const V<T>* src) {
+  const int64_t first = qbase + set.rho + r * set.t0;
+  for (int64_t d = 0; d < D; ++d) {
+    T* p = dst + d * Nq + first;
+    if (r == 1 && set.count == kLanes) {
+      st(p, src[d]);
+    } else {
+      for (int64_t l = 0; l < set.count; ++l) p[r * l] = src[d][l];
+    }
+  }
+}
+
+template <typename T>
+struct Lanes {
+  const T *q, *k, *v, *logw;
+  int64_t B, H, D;
+};
+
+template <typename T, int DD>
+void forward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, T scale, T* out, T* lse) {
+  const int64_t H = x.H, D = DD > 0 ? DD : x.D, Nq = g.Nq, Nk = g.Nk, BH = x.B * H, m2 = g.m[2];
+  std::vector<T> kt, vt, lwt;
+  to_lanes(x.k, kt, L, BH, D, m2);
+  to_lanes(x.v, vt, L, BH, D, m2);
+  logw_to_lanes(x.logw, lwt, L, x.B, Nk, m2);
+  const int64_t rows = g.n[0] * g.n[1], aS = L.aS;
+  at::parallel_for(0, BH * rows, 1, [&](int64_t begin, int64_t end) {
+    LaneSetData<T> sd;
+    V<T> qt[kMaxHead], o[kMaxHead];
+    std::vector<V<T>> s(L.R * L.max_width);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t bh = task / rows, qr = task % rows, b = bh / H;
+      const int64_t i0 = qr / g.n[1], i1 = qr % g.n[1], qbase = qr * g.n[2];
+      const T* kb = kt.data() + bh * L.M01 * D * L.aS;
+      const T* vb = vt.data() + bh * L.M01 * D * L.aS;
+      const T* lb = lwt.data() + b * L.M01 * L.aS;
+      for (const LaneSet& set : L.sets) {
+        sd.prepare(g, L, set, i0, i1, D);
+        const int64_t np = L.R * set.width, W = set.width;
+        load_lanes(x.q + bh * D * Nq, Nq, qbase, set, L.r, D, scale, qt);
+        all_lane_dots<T>(qt, kb, sd.base.data(), np, D, L.aS, s.data());
+        V<T> mx = splat<T>(static_cast<T>(kNegInf));
+        for (int64_t rr = 0; rr < L.R; ++rr) {
+          const T w01 = sd.w01[rr];
+          for (int64_t c = 0; c < W; ++c) {
+            const int64_t pc = rr * W + c;
+            const V<T> z = s[pc] + ld(lb + sd.lpos[pc]) + w01 + sd.w2[c];
+            s[pc] = z;
+            mx = mx > z ? mx : z;
+          }
+        }
+        const V<T> empty = mx == static_cast<T>(kNegInf) ? splat<T>(1) : V<T>{};
+        const V<T> mxs = empty != T(0) ? V<T>{} : mx;
+        V<T> sum{};
+        for (int64_t e = 0; e < D; ++e) o[e] = V<T>{};
+        for (int64_t pc = 0; pc < np; ++pc) {
+          const V<T> p = vexp(s[pc] - mxs);
+          sum += p;
+          const T* __restrict vp = vb + sd.base[pc];
+          for (int64_t e = 0; e < D; ++e) o[e] += p * ld(vp + e * aS);
+        }
+        const V<T> inv = empty != T(0) ? V<T>{} : T(1) / (sum + empty);
+        for (int64_t e = 0; e < D; ++e) o[e] *= inv;
+        store_lanes(out + bh * D * Nq, Nq, qbase, set, L.r, D, o);
+        V<T> l = mx + V<T>{};
+        for (int ln = 0; ln < kLanes; ++ln) l[ln] = empty[ln] != T(0) ? static_cast<T>(kNegInf) : mx[ln] + std::log(sum[ln]);
+        store_lanes(lse + bh * Nq, Nq, qbase, set, L.r, 1, &l);
+      }
+    }
+  });
+}
+
+template <typename T, int DD>
+void backward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, T scale, const T* out,
+                   const T* lse, const T* gout, T* dq, T* dk, T* dv, T* dlogw) {
+  const int64_t H = x.H, D = DD > 0 ? DD : x.D, Nq = g.Nq, Nk = g.Nk, BH = x.B * H, m2 = g.m[2];
+  std::vector<T> kt, vt, lwt;
+  to_lanes(x.k, kt, L, BH, D, m2);
+  to_lanes(x.v, vt, L, BH, D, m2);
+  logw_to_lanes(x.logw, lwt, L, x.B, Nk, m2);
+  std::vector<T> dkt(kt.size(), T(0)), dvt(vt.size(), T(0));
+  std::vector<T> dlwt(dlogw ? BH * L.M01 * L.aS : 0, T(0));
+  const int64_t rows = g.n[0] * g.n[1], aS = L.aS;
+  at::parallel_for(0, BH, 1, [&](int64_t begin, int64_t end) {
+    LaneSetData<T> sd;
+    V<T> qt[kMaxHead], go[kMaxHead], ot[kMaxHead], dqt[kMaxHead];
+    std::vector<V<T>> s(L.R * L.max_width);
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / H;
+      const T* kb = kt.data() + bh * L.M01 * D * L.aS;
+      const T* vb = vt.data() + bh * L.M01 * D * L.aS;
+      T* dkb = dkt.data() + bh * L.M01 * D * L.aS;
+      T* dvb = dvt.data() + bh * L.M01 * D * L.aS;
+      T* dlb = dlogw ? dlwt.data() + bh * L.M01 * L.aS : nullptr;
+      const T* lb = lwt.data() + b * L.M01 * L.aS;
+      for (int64_t qr = 0; qr < rows; ++qr) {
+        const int64_t i0 = qr / g.n[1], i1 = qr % g.n[1], qbase = qr * g.n[2];
+        for (const LaneSet& set : L.sets) {
+          sd.prepare(g, L, set, i0, i1, D);
+          const int64_t np = L.R * set.width, W = set.width;
+          load_lanes(x.q + bh * D * Nq, Nq, qbase, set, L.r, D, scale, qt);
+          load_lanes(gout + bh * D * Nq, Nq, qbase, set, L.r, D, T(1), go);
+          load_lanes(out + bh * D * Nq, Nq, qbase, set, L.r, D, T(1), ot);
+          V<T> lsev;
+          load_lanes(lse + bh * Nq, Nq, qbase, set, L.r, 1, T(1), &lsev);
+          for (int64_t l = set.count; l < kLanes; ++l) lsev[l] = static_cast<T>(kNegInf);
+          const V<T> lse_safe = lsev == static_cast<T>(kNegInf) ? splat<T>(std::numeric_limits<T>::infinity()) : lsev;
+          V<T> di{};
+          for (int64_t e = 0; e < D; ++e) di += go[e] * ot[e];
+          all_lane_dots<T>(qt, kb, sd.base.data(), np, D, L.aS, s.data());
+          for (int64_t e = 0; e < D; ++e) dqt[e] = V<T>{};
+          for (int64_t rr = 0; rr < L.R; ++rr) {
+            const T w01 = sd.w01[rr];
+            for (int64_t c = 0; c < W; ++c) {
+              const int64_t pc = rr * W + c;
+              V<T> zz = s[pc] + ld(lb + sd.lpos[pc]) + w01 + sd.w2[c] - lse_safe;
+              zz = zz > T(0) ? V<T>{} : zz;
+              const V<T> p = vexp(zz);
+              const int64_t bo = sd.base[pc];
+              const T* __restrict kp = kb + bo;
+              const T* __restrict vp = vb + bo;
+              T* __restrict dkp = dkb + bo;
+              T* __restrict dvp = dvb + bo;
+              V<T> dp{};
+              for (int64_t e = 0; e < D; ++e) dp += go[e] * ld(vp + e * aS);
+              const V<T> ds = p * (dp - di);
+              for (int64_t d = 0; d < D; ++d) {
+                dqt[d] += ds * ld(kp + d * aS);
+                st(dkp + d * aS, ld(dkp + d * aS) + ds * qt[d]);
+                st(dvp + d * aS, ld(dvp + d * aS) + p * go[d]);
+              }
+              if (dlb) st(dlb + sd.lpos[pc], ld(dlb + sd.lpos[pc]) + ds);
+            }
+          }
+          for (int64_t d = 0; d < D; ++d) dqt[d] *= scale;
+          store_lanes(dq + bh * D * Nq, Nq, qbase, set, L.r, D, dqt);
+        }
+      }
+    }
+  });
+  at::parallel_for(0, BH * L.M01, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t task = b0; task < b1; ++task) {
+      const int64_t bh = task / L.M01, row = task % L.M01;
+      for (int64_t d = 0; d < D; ++d) {
+        const T* fk = dkt.data() + (task * D + d) * L.aS;
+        const T* fv = dvt.data() + (task * D + d) * L.aS;
+        T* tk = dk + (bh * D + d) * Nk + row * m2;
+        T* tv = dv + (bh * D + d) * Nk + row * m2;
+        for (int64_t y = 0; y < m2; ++y) {
+          tk[y] = fk[L.pos(y)];
+          tv[y] = fv[L.pos(y)];
+        }
+      }
+    }
+  });
+  if (dlogw)
+    for (int64_t b = 0; b < x.B; ++b)
+      for (int64_t row = 0; row < L.M01; ++row)
+        for (int64_t y = 0; y < m2; ++y) {
+          T acc = 0;
+          for (int64_t h = 0; h < H; ++h) acc += dlwt[((b * H + h) * L.M01 + row) * L.aS + L.pos(y)];
+          dlogw[b * Nk + row * m2 + y] = acc;
+        }
+}
+
+}  // namespace
+
+void lanes_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+                   c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi, double scale,
+                   int64_t a, int64_t r, const at::Tensor& out, const at::Tensor& lse) {
+  check_inputs(q, k, v, logw, n, m, starts, logphi);
+  check_outputs(q, out, lse);
+  TORCH_CHECK(a >= 1 && r >= 1 && n[2] % r == 0 && m[2] % a == 0 && n[2] / r == m[2] / a,
+              "box_attention: lane strides a, r must split the last axis (n2 / r = m2 / a)");
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "lanes_forward", [&] {
+    Level<scalar_t> g(n, m, starts, logphi);
+    LaneLayout<scalar_t> L(g, a, r);
+    Lanes<scalar_t> x{q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
+                      logw.data_ptr<scalar_t>(), q.size(0), q.size(1), q.size(2)};
+    dispatch_head(q.size(2), [&](auto size) {
+      forward_impl<scalar_t, decltype(size)::value>(x, g, L, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(),
+                                                     lse.data_ptr<scalar_t>());
+    });
+  });
+}
+
+void lanes_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+                    c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi,
+                    double scale, int64_t a, int64_t r, const at::Tensor& out, const at::Tensor& lse,
+                    const at::Tensor& gout, const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv,
+                    const c10::optional<at::Tensor>& dlogw) {
+  check_inputs(q, k, v, logw, n, m, starts, logphi);
+  check_outputs(q, out, lse);
+  check_gradients(q, k, v, logw, gout, dq, dk, dv, dlogw);
+  TORCH_CHECK(a >= 1 && r >= 1 && n[2] % r == 0 && m[2] % a == 0 && n[2] / r == m[2] / a,
+              "box_attention: lane strides a, r must split the last axis (n2 / r = m2 / a)");
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "lanes_backward", [&] {
+    Level<scalar_t> g(n, m, starts, logphi);
+    LaneLayout<scalar_t> L(g, a, r);
+    Lanes<scalar_t> x{q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
+                      logw.data_ptr<scalar_t>(), q.size(0), q.size(1), q.size(2)};
+    scalar_t* dl = dlogw.has_value() ? dlogw->data_ptr<scalar_t>() : nullptr;
+    dispatch_head(q.size(2), [&](auto size) {
+      backward_impl<scalar_t, decltype(size)::value>(
+          x, g, L, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
+          gout.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(), dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), dl);
+    });
+  });
+}
+
+}  // namespace sciattn_box

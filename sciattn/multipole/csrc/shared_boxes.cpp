@@ -1,0 +1,348 @@
+// Box attention with keys in the vector lanes: the fused CPU kernel for levels whose boxes are shared by runs
+// of queries (key cells holding many input cells, the global level, sizes with no lane structure).
+//
+// Queries with the same box start on every axis share the box, gathered once per (batch, head, box) with its
+// keys transposed into blocks of kLanes keys. The scores of one query are kLanes-wide fused multiply-adds over
+// the head channels (up to four blocks in flight, so no accumulator waits on the previous one); the softmax
+// runs on whole blocks (the last axis' window weights are padded with -inf, so padding lanes drop out), and
+// the value sum keeps four accumulators over the keys. The backward recomputes the scores from the saved
+// log-sum-exp (as flash attention does), accumulates the box's key, value and log-weight gradients and adds
+// them into place after the box; one (batch, head) pair per task, so no two tasks write one gradient.
+#include "kernels.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+
+#include <type_traits>
+
+namespace sciattn_box {
+namespace {
+
+constexpr int kAhead = 2;  // queries prefetched ahead along the last axis
+
+// acc[c] = sum_d x[d] * blk[(b0 + c) * D + d] (vectors of kLanes keys) for NC consecutive blocks.
+template <typename T, int NC>
+inline void block_dots(const T* __restrict x, const T* __restrict blk, int64_t D, int64_t b0, V<T>* acc) {
+  V<T> a[NC] = {};
+  const T* base = blk + b0 * D * kLanes;
+  for (int64_t d = 0; d < D; ++d) {
+    const T xd = x[d];
+    for (int c = 0; c < NC; ++c) a[c] += xd * ld(base + (c * D + d) * kLanes);
+  }
+  for (int c = 0; c < NC; ++c) acc[b0 + c] = a[c];
+}
+
+template <typename T>
+inline void all_block_dots(const T* x, const T* blk, int64_t D, int64_t nb, V<T>* acc) {
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) block_dots<T, 4>(x, blk, D, b, acc);
+  switch (nb - b) {
+    case 3: block_dots<T, 3>(x, blk, D, b, acc); break;
+    case 2: block_dots<T, 2>(x, blk, D, b, acc); break;
+    case 1: block_dots<T, 1>(x, blk, D, b, acc); break;
+    default: break;
+  }
+}
+
+// out[e] = sum_p w[p] * rows[p * E + e], four accumulators over p (registers when EE > 0).
+template <typename T, int EE>
+inline void weighted_rows(const T* __restrict w, const T* __restrict rows, int64_t P, int64_t E_, T* __restrict out) {
+  constexpr int64_t kMax = EE > 0 ? EE : 1;
+  const int64_t E = EE > 0 ? EE : E_;
+  if constexpr (EE > 0) {
+    T a0[kMax] = {}, a1[kMax] = {}, a2[kMax] = {}, a3[kMax] = {};
+    int64_t p = 0;
+    for (; p + 4 <= P; p += 4) {
+      const T w0 = w[p], w1 = w[p + 1], w2 = w[p + 2], w3 = w[p + 3];
+      const T* r = rows + p * E;
+#pragma omp simd
+      for (int64_t e = 0; e < E; ++e) {
+        a0[e] += w0 * r[e];
+        a1[e] += w1 * r[E + e];
+        a2[e] += w2 * r[2 * E + e];
+        a3[e] += w3 * r[3 * E + e];
+      }
+    }
+    for (; p < P; ++p) {
+      const T w0 = w[p];
+#pragma omp simd
+      for (int64_t e = 0; e < E; ++e) a0[e] += w0 * rows[p * E + e];
+    }
+#pragma omp simd
+    for (int64_t e = 0; e < E; ++e) out[e] = (a0[e] + a1[e]) + (a2[e] + a3[e]);
+  } else {
+    for (int64_t e = 0; e < E; ++e) out[e] = 0;
+    for (int64_t p = 0; p < P; ++p) {
+      const T w0 = w[p];
+#pragma omp simd
+      for (int64_t e = 0; e < E; ++e) out[e] += w0 * rows[p * E + e];
+    }
+  }
+}
+
+struct Runs {
+  std::vector<int64_t> begin[3];  // per axis: query runs with one box start, [begin[r], begin[r + 1])
+  int64_t count[3], max2;
+  template <typename T>
+  explicit Runs(const Level<T>& g) {
+    max2 = 0;
+    for (int a = 0; a < 3; ++a) {
+      for (int64_t i = 0; i < g.n[a]; ++i)
+        if (i == 0 || g.start[a][i] != g.start[a][i - 1]) begin[a].push_back(i);
+      begin[a].push_back(g.n[a]);
+      count[a] = static_cast<int64_t>(begin[a].size()) - 1;
+    }
+    for (int64_t r = 0; r < count[2]; ++r) max2 = std::max(max2, begin[2][r + 1] - begin[2][r]);
+  }
+  int64_t groups() const { return count[0] * count[1] * count[2]; }
+};
+
+// One box for one (batch, head): keys transposed in blocks (kt[blk][d][lane]), keys and values row-major (kr for
+// the backward; vr), the transposed values (vt, backward), the key cells' log weights, the row base (logw + w0 +
+// w1) and the last axis' window weights of each query of the run, -inf on the padding.
+template <typename T>
+struct Box {
+  int64_t P, Pp, nb, D;
+  std::vector<int64_t> cell;
+  std::vector<T> kt, kr, vr, vt, lw, base, w2, s, qs;
+  std::vector<V<T>> acc;
+  Box(const Level<T>& g, const Runs& runs, int64_t D_, bool backward)
+      : P(g.P), Pp((g.P + kLanes - 1) / kLanes * kLanes), nb(Pp / kLanes), D(D_), cell(P), kt(Pp * D_, T(0)),
+        kr(backward ? P * D_ : 0), vr(P * D_), vt(backward ? Pp * D_ : 0, T(0)), lw(P), base(Pp, T(0)),
+        w2(runs.max2 * Pp), s(Pp), qs(D_), acc(nb) {}
+
+  void load(const Level<T>& g, const Runs& runs, const int64_t r[3], const T* k, const T* v, const T* logw) {
+    const int64_t s0 = g.start[0][runs.begin[0][r[0]]], s1 = g.start[1][runs.begin[1][r[1]]],
+                  s2 = g.start[2][runs.begin[2][r[2]]];
+    int64_t p = 0;
+    for (int64_t a = 0; a < g.len[0]; ++a)
+      for (int64_t b = 0; b < g.len[1]; ++b)
+        for (int64_t c = 0; c < g.len[2]; ++c, ++p) cell[p] = ((s0 + a) * g.m[1] + (s1 + b)) * g.m[2] + (s2 + c);
+    for (p = 0; p < P; ++p) {
+      const int64_t y = cell[p];
+      T* kb = kt.data() + (p / kLanes) * D * kLanes + p % kLanes;
+      for (int64_t d = 0; d < D; ++d) {
+        const T kv = k[d * g.Nk + y], vv = v[d * g.Nk + y];
+        kb[d * kLanes] = kv;
+        vr[p * D + d] = vv;
+        if (!kr.empty()) {
+          kr[p * D + d] = kv;
+          vt[(p / kLanes) * D * kLanes + d * kLanes + p % kLanes] = vv;
+        }
+      }
+      lw[p] = logw[y];
+    }
+    const int64_t l2 = g.len[2], b2 = runs.begin[2][r[2]], e2 = runs.begin[2][r[2] + 1];
+    for (int64_t i2 = b2; i2 < e2; ++i2) {
+      T* row = w2.data() + (i2 - b2) * Pp;
+      const T* w = g.logphi[2] + i2 * l2;
+      for (p = 0; p < P; ++p) row[p] = w[p % l2];
+      for (; p < Pp; ++p) row[p] = static_cast<T>(kNegInf);
+    }
+  }
+
+  void row_base(const Level<T>& g, int64_t i0, int64_t i1) {
+    const T* w0 = g.logphi[0] + i0 * g.len[0];
+    const T* w1 = g.logphi[1] + i1 * g.len[1];
+    int64_t p = 0;
+    for (int64_t a = 0; a < g.len[0]; ++a)
+      for (int64_t b = 0; b < g.len[1]; ++b) {
+        const T w = w0[a] + w1[b];
+        for (int64_t c = 0; c < g.len[2]; ++c, ++p) base[p] = lw[p] + w;
+      }
+  }
+
+  // s = scale q.k + base + w2 over the padded box, q read with stride Nq (channels first); returns the maximum.
+  T scores(const T* q, int64_t Nq, T scale, const T* w2row) {
+    for (int64_t d = 0; d < D; ++d) qs[d] = q[d * Nq] * scale;
+    all_block_dots<T>(qs.data(), kt.data(), D, nb, acc.data());
+    V<T> mx = splat<T>(static_cast<T>(kNegInf));
+    for (int64_t b = 0; b < nb; ++b) {
+      const V<T> x = acc[b] + ld(base.data() + b * kLanes) + ld(w2row + b * kLanes);
+      st(s.data() + b * kLanes, x);
+      mx = mx > x ? mx : x;
+    }
+    return hmax<T>(mx);
+  }
+};
+
+template <typename T>
+struct Tensors {
+  const T *q, *k, *v, *logw;
+  int64_t B, H, D;
+};
+
+template <typename T, int DD>
+void forward_impl(const Tensors<T>& x, const Level<T>& g, T scale, T* out, T* lse) {
+  const int64_t H = x.H, D = DD > 0 ? DD : x.D, Nq = g.Nq, Nk = g.Nk;
+  const Runs runs(g);
+  const int64_t groups = runs.groups();
+  at::parallel_for(0, x.B * H * groups, 1, [&](int64_t begin, int64_t end) {
+    Box<T> box(g, runs, D, false);
+    std::vector<T> o(D);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t bh = task / groups, grp = task % groups, b = bh / H;
+      const int64_t r[3] = {grp / (runs.count[1] * runs.count[2]), grp / runs.count[2] % runs.count[1],
+                            grp % runs.count[2]};
+      box.load(g, runs, r, x.k + bh * D * Nk, x.v + bh * D * Nk, x.logw + b * Nk);
+      const T* qb = x.q + bh * D * Nq;
+      T* ob = out + bh * D * Nq;
+      T* lb = lse + bh * Nq;
+      const int64_t b2 = runs.begin[2][r[2]], e2 = runs.begin[2][r[2] + 1];
+      for (int64_t i0 = runs.begin[0][r[0]]; i0 < runs.begin[0][r[0] + 1]; ++i0)
+        for (int64_t i1 = runs.begin[1][r[1]]; i1 < runs.begin[1][r[1] + 1]; ++i1) {
+          box.row_base(g, i0, i1);
+          const int64_t row0 = (i0 * g.n[1] + i1) * g.n[2];
+          for (int64_t i2 = b2; i2 < e2; ++i2) {
+            const int64_t iq = row0 + i2;
+            if (i2 + kAhead < e2)
+              for (int64_t d = 0; d < D; d += 4) __builtin_prefetch(qb + d * Nq + iq + kAhead);
+            const T mx = box.scores(qb + iq, Nq, scale, box.w2.data() + (i2 - b2) * box.Pp);
+            if (mx == static_cast<T>(kNegInf)) {
+              for (int64_t e = 0; e < D; ++e) ob[e * Nq + iq] = 0;
+              lb[iq] = mx;
+              continue;
+            }
+            V<T> sum{};
+            for (int64_t bb = 0; bb < box.nb; ++bb) {
+              const V<T> e = vexp(ld(box.s.data() + bb * kLanes) - mx);
+              st(box.s.data() + bb * kLanes, e);
+              sum += e;
+            }
+            const T total = hsum<T>(sum);
+            weighted_rows<T, DD>(box.s.data(), box.vr.data(), box.P, D, o.data());
+            const T inv = T(1) / total;
+            for (int64_t e = 0; e < D; ++e) ob[e * Nq + iq] = o[e] * inv;
+            lb[iq] = mx + std::log(total);
+          }
+        }
+    }
+  });
+}
+
+template <typename T, int DD>
+void backward_impl(const Tensors<T>& x, const Level<T>& g, T scale, const T* out, const T* lse, const T* gout,
+                   T* dq, T* dk, T* dv, T* dlogw) {
+  const int64_t H = x.H, D = DD > 0 ? DD : x.D, Nq = g.Nq, Nk = g.Nk, B = x.B;
+  const Runs runs(g);
+  std::vector<T> dlw(dlogw ? B * H * Nk : 0, T(0));  // per (batch, head), summed over the heads afterwards
+  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+    Box<T> box(g, runs, D, true);
+    const int64_t P = box.P, Pp = box.Pp, nb = box.nb;
+    std::vector<T> prob(Pp), ds(Pp), dkb(P * D), dvb(P * D), dlb(Pp), gq(D), go(D), qrow(D);
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / H;
+      const T* qb = x.q + bh * D * Nq;
+      const T* ob = out + bh * D * Nq;
+      const T* gb = gout + bh * D * Nq;
+      T* dqb = dq + bh * D * Nq;
+      const T* lb = lse + bh * Nq;
+      for (int64_t grp = 0; grp < runs.groups(); ++grp) {
+        const int64_t r[3] = {grp / (runs.count[1] * runs.count[2]), grp / runs.count[2] % runs.count[1],
+                              grp % runs.count[2]};
+        box.load(g, runs, r, x.k + bh * D * Nk, x.v + bh * D * Nk, x.logw + b * Nk);
+        std::fill(dkb.begin(), dkb.end(), T(0));
+        std::fill(dvb.begin(), dvb.end(), T(0));
+        std::fill(dlb.begin(), dlb.end(), T(0));
+        const int64_t b2 = runs.begin[2][r[2]], e2 = runs.begin[2][r[2] + 1];
+        for (int64_t i0 = runs.begin[0][r[0]]; i0 < runs.begin[0][r[0] + 1]; ++i0)
+          for (int64_t i1 = runs.begin[1][r[1]]; i1 < runs.begin[1][r[1] + 1]; ++i1) {
+            box.row_base(g, i0, i1);
+            const int64_t row0 = (i0 * g.n[1] + i1) * g.n[2];
+            for (int64_t i2 = b2; i2 < e2; ++i2) {
+              const int64_t iq = row0 + i2;
+              const T l = lb[iq];
+              if (l == static_cast<T>(kNegInf)) {
+                for (int64_t d = 0; d < D; ++d) dqb[d * Nq + iq] = 0;
+                continue;
+              }
+              box.scores(qb + iq, Nq, scale, box.w2.data() + (i2 - b2) * Pp);
+              T di = 0;
+              for (int64_t e = 0; e < D; ++e) {
+                go[e] = gb[e * Nq + iq];
+                qrow[e] = qb[e * Nq + iq];
+                di += go[e] * ob[e * Nq + iq];
+              }
+              all_block_dots<T>(go.data(), box.vt.data(), D, nb, box.acc.data());  // dO . v_p
+              for (int64_t bb = 0; bb < nb; ++bb) {
+                V<T> z = ld(box.s.data() + bb * kLanes) - l;
+                z = z > T(0) ? V<T>{} : z;
+                const V<T> pv = vexp(z);
+                const V<T> dsv = pv * (box.acc[bb] - di);
+                st(prob.data() + bb * kLanes, pv);
+                st(ds.data() + bb * kLanes, dsv);
+                st(dlb.data() + bb * kLanes, ld(dlb.data() + bb * kLanes) + dsv);
+              }
+              weighted_rows<T, DD>(ds.data(), box.kr.data(), P, D, gq.data());
+              for (int64_t d = 0; d < D; ++d) dqb[d * Nq + iq] = gq[d] * scale;
+              T* __restrict dka = dkb.data();
+              T* __restrict dva = dvb.data();
+              for (int64_t p = 0; p < P; ++p) {
+                const T dss = ds[p] * scale, pr = prob[p];
+#pragma omp simd
+                for (int64_t d = 0; d < D; ++d) {
+                  dka[p * D + d] += dss * qrow[d];
+                  dva[p * D + d] += pr * go[d];
+                }
+              }
+            }
+          }
+        T* dkh = dk + bh * D * Nk;
+        T* dvh = dv + bh * D * Nk;
+        for (int64_t p = 0; p < P; ++p) {
+          const int64_t y = box.cell[p];
+          for (int64_t d = 0; d < D; ++d) {
+            dkh[d * Nk + y] += dkb[p * D + d];
+            dvh[d * Nk + y] += dvb[p * D + d];
+          }
+          if (dlogw) dlw[bh * Nk + y] += dlb[p];
+        }
+      }
+    }
+  });
+  if (dlogw)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t j = 0; j < Nk; ++j) dlogw[b * Nk + j] += dlw[(b * H + h) * Nk + j];
+}
+
+}  // namespace
+
+void boxes_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+                   c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi, double scale,
+                   const at::Tensor& out, const at::Tensor& lse) {
+  check_inputs(q, k, v, logw, n, m, starts, logphi);
+  check_outputs(q, out, lse);
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "boxes_forward", [&] {
+    Level<scalar_t> g(n, m, starts, logphi);
+    Tensors<scalar_t> x{q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
+                        logw.data_ptr<scalar_t>(), q.size(0), q.size(1), q.size(2)};
+    dispatch_head(q.size(2), [&](auto size) {
+      forward_impl<scalar_t, decltype(size)::value>(x, g, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(),
+                                                     lse.data_ptr<scalar_t>());
+    });
+  });
+}
+
+void boxes_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+                    c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi,
+                    double scale, const at::Tensor& out, const at::Tensor& lse, const at::Tensor& gout,
+                    const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv,
+                    const c10::optional<at::Tensor>& dlogw) {
+  check_inputs(q, k, v, logw, n, m, starts, logphi);
+  check_outputs(q, out, lse);
+  check_gradients(q, k, v, logw, gout, dq, dk, dv, dlogw);
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "boxes_backward", [&] {
+    Level<scalar_t> g(n, m, starts, logphi);
+    Tensors<scalar_t> x{q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
+                        logw.data_ptr<scalar_t>(), q.size(0), q.size(1), q.size(2)};
+    scalar_t* dl = dlogw.has_value() ? dlogw->data_ptr<scalar_t>() : nullptr;
+    dispatch_head(q.size(2), [&](auto size) {
+      backward_impl<scalar_t, decltype(size)::value>(
+          x, g, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
+          gout.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(), dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), dl);
+    });
+  });
+}
+
+}  // namespace sciattn_box

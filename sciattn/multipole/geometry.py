@@ -1,0 +1,113 @@
+r"""Per-grid geometry of the physical pyramid's windows: box starts and log window weights, cached.
+
+Along one axis, a level with ``m`` key cells and windows of ``c`` cells serves the ``n`` query cells of the input
+(query ``i`` at ``x_i = (i + 1/2) / n``, key cell ``y`` with centre ``(y + 1/2) / m``). Every query attends to a
+**box** of ``L`` consecutive key cells starting at ``start[i]`` with the per-axis window weights
+``φ[i, p]`` of the box's cells ``start[i] + p`` (:func:`sciattn.multipole.physical.taper_weights`):
+
+* tapered windows (``taper`` and ``m > c``): ``u = x_i m - 1/2``, ``j = ⌊u⌋``, ``θ = u - j``; the blend
+  ``φ = (1-θ) [y ∈ W(j)] + θ [y ∈ W(j+1)]`` of the clamped windows ``W(j) = {s(j), …, s(j)+c-1}``,
+  ``s(j) = clamp(clamp(j, 0, m-1) - ⌊c/2⌋, 0, m - c)``. ``W(j) ∪ W(j+1)`` is ``c + 1`` cells (``c`` where the
+  boundary clamps both to one window), so the box is ``L = c + 1`` cells from ``min(s(j), m - c - 1)``: every
+  key a query can weigh, and no other (the cell of weight 0 in a clamped box is excluded by ``log 0 = -inf``);
+* hard windows: ``L = c``, the window of the key cell holding the query, ``φ = 1``; with ``m <= c`` this is the
+  whole level (the global level), and with ``m = n`` the local near-field window around the query's own cell.
+
+The product over axes of these per-axis weights is the window weight of a query cell and a key cell, so the
+geometry of a ``d``-dimensional level is ``d`` small tables: ``start (n_a,)`` and ``log φ (n_a, L_a)``. They
+depend on ``(n, m, c, taper)`` only, are computed once in float64 (the same arithmetic as the tables of
+:func:`~sciattn.multipole.physical.level_attention`) and kept in a least-recently-used cache, per dtype and
+device, so a call on a grid seen before builds nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+__all__ = ["AxisGeometry", "axis_geometry", "GEOMETRY_CACHE_SIZE"]
+
+# Distinct (n, m, c, taper, dtype, device) tables kept; a layer at one resolution uses one per level and axis.
+GEOMETRY_CACHE_SIZE = 512
+
+
+class AxisGeometry(tuple):
+    """``(start, logphi)``: box starts ``(n,)`` (int64) and log window weights ``(n, L)`` of one axis."""
+
+    __slots__ = ()
+
+    def __new__(cls, start: torch.Tensor, logphi: torch.Tensor):
+        return super().__new__(cls, (start, logphi))
+
+    @property
+    def start(self) -> torch.Tensor:
+        return self[0]
+
+    @property
+    def logphi(self) -> torch.Tensor:
+        return self[1]
+
+    @property
+    def length(self) -> int:
+        return self[1].shape[1]
+
+
+def _window_starts(m: int, c: int) -> torch.Tensor:
+    return (torch.arange(m) - c // 2).clamp(0, m - c)
+
+
+@functools.lru_cache(maxsize=GEOMETRY_CACHE_SIZE)
+def _axis_float64(n: int, m: int, c: int, taper: bool) -> AxisGeometry:
+    """The tables of one axis in float64 on the CPU (module docstring)."""
+    if n < 1 or m < 1 or not 1 <= c <= m:
+        raise ValueError(f"axis geometry: expected n >= 1, m >= 1 and 1 <= c <= m, got n={n}, m={m}, c={c}")
+    i = torch.arange(n, dtype=torch.float64)
+    xq = (i + 0.5) * m / n  # query positions in key cells, [0, m]
+    starts = _window_starts(m, c)
+    if taper and m > c:
+        u = xq - 0.5
+        j = u.floor()
+        theta = (u - j)[:, None]
+        j = j.long()
+        s0 = starts[j.clamp(0, m - 1)]
+        s1 = starts[(j + 1).clamp(0, m - 1)]
+        length = c + 1
+        start = torch.minimum(s0, torch.full_like(s0, m - length))
+        keys = start[:, None] + torch.arange(length)
+        in0 = ((keys >= s0[:, None]) & (keys < s0[:, None] + c)).to(torch.float64)
+        in1 = ((keys >= s1[:, None]) & (keys < s1[:, None] + c)).to(torch.float64)
+        logphi = ((1 - theta) * in0 + theta * in1).log()
+    else:
+        cell = xq.floor().clamp(0, m - 1).long()
+        start = starts[cell]
+        logphi = torch.zeros(n, c, dtype=torch.float64)
+    return AxisGeometry(start.contiguous(), logphi.contiguous())
+
+
+@functools.lru_cache(maxsize=GEOMETRY_CACHE_SIZE)
+def _axis_cast(n: int, m: int, c: int, taper: bool, dtype: torch.dtype, device: torch.device) -> AxisGeometry:
+    base = _axis_float64(n, m, c, taper)
+    return AxisGeometry(base.start.to(device), base.logphi.to(dtype=dtype, device=device))
+
+
+def axis_geometry(n: int, m: int, c: int, taper: bool, dtype: torch.dtype = torch.float64,
+                  device: torch.device | str = "cpu") -> AxisGeometry:
+    """Box starts and log window weights of one axis (module docstring), cached per arguments."""
+    return _axis_cast(int(n), int(m), int(c), bool(taper), dtype, torch.device(device))
+
+
+def box_keys(geometry: AxisGeometry) -> int:
+    """Key cells per box along the axis (``L``)."""
+    return geometry.length
+
+
+def geometry_cache_info() -> dict[str, object]:
+    """Hits, misses and sizes of the two caches (float64 tables; cast copies per dtype/device)."""
+    return {"float64": _axis_float64.cache_info(), "cast": _axis_cast.cache_info()}
+
+
+def clear_geometry_cache() -> None:
+    _axis_float64.cache_clear()
+    _axis_cast.cache_clear()
+

@@ -1,0 +1,235 @@
+"""The multipole layer's fused CPU kernels against the previous algorithm and the SDPA path.
+
+* The layer at its default (physical pyramid, tapered windows) equals the frozen copy of the algorithm it
+  replaced (``_multipole_oracle.previous_forward``, commit 157823a) to 1e-10 relative in float64, outputs and
+  gradients, on square, non-square, odd, 1-D and 3-D grids, with and without quadrature weights.
+* ``box_attention`` through each kernel strategy (queries in lanes with key slopes 1, 2 and 4 and query strides
+  1 to 4; shared boxes) equals its SDPA path, including keys of weight 0 and queries without an admissible key.
+* The custom operators pass ``torch.library.opcheck``; with the kernels switched off the layer takes the SDPA
+  path and gives the same outputs; the per-grid geometry is computed once per grid.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from sciattn.multipole import MultipoleAttention, MultipoleSpec, _cpu_extension
+from sciattn.multipole import box_attention as ba
+from sciattn.multipole.geometry import axis_geometry, clear_geometry_cache, geometry_cache_info
+from sciattn.multipole.physical import taper_weights, window_starts
+
+from ._multipole_oracle import previous_forward
+
+F64 = torch.float64
+needs_kernels = pytest.mark.skipif(_cpu_extension.why_not() is not None,
+                                   reason=f"CPU kernels unavailable: {_cpu_extension.why_not()}")
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-300)).item()
+
+
+def _layer(d: int, seed: int = 0, **kw) -> MultipoleAttention:
+    torch.manual_seed(seed)
+    layer = MultipoleAttention(16, 2, d, **kw).double()
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return layer
+
+
+@needs_kernels
+@pytest.mark.parametrize("shape", [(16, 16), (32, 32), (64, 64), (128, 128), (48, 40), (37, 29), (33, 65),
+                                   (100,), (257,), pytest.param((12, 10, 9), marks=pytest.mark.slow),
+                                   pytest.param((16, 16, 32), marks=pytest.mark.slow)])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_default_layer_equals_the_previous_algorithm(shape, weighted):
+    layer = _layer(len(shape))
+    x = torch.randn(2, 16, *shape, dtype=F64, requires_grad=True)
+    w = torch.rand(2, *shape, dtype=F64) + 0.2 if weighted else None
+    y, yo = layer(x, w), previous_forward(layer, x, w)
+    assert _rel(y, yo) <= 1e-10
+    g = torch.randn_like(y)
+    params = [x, *layer.parameters()]
+    new = torch.autograd.grad((y * g).sum(), params)
+    old = torch.autograd.grad((yo * g).sum(), params)
+    for a, b in zip(new, old):
+        assert (a - b).abs().max() <= 1e-10 * max(b.abs().max().item(), 1.0)
+
+
+@needs_kernels
+@pytest.mark.parametrize("kw", [dict(window_taper="none"), dict(gate=True, qk_norm=True), dict(local_window=0),
+                                dict(window_fraction=0.25, coarse_cells=4, local_window=5)])
+def test_variants_equal_the_previous_algorithm(kw):
+    layer = _layer(2, **kw)
+    x = torch.randn(2, 16, 40, 48, dtype=F64)
+    assert _rel(layer(x), previous_forward(layer, x)) <= 1e-10
+
+
+@needs_kernels
+def test_default_layer_at_256_equals_the_previous_algorithm():
+    layer = _layer(2)
+    x = torch.randn(1, 16, 256, 256, dtype=F64)
+    with torch.no_grad():
+        assert _rel(layer(x), previous_forward(layer, x)) <= 1e-10
+
+
+def _cl(t):
+    return t.movedim(1, -1).movedim(1, -1)
+
+
+CASES = [  # (n, m, window, taper): lanes with slopes 1, 2, 4 and strides 1 to 4; shared boxes
+    ((16, 16), (64, 64), (8, 8), True),
+    ((64, 32), (64, 64), (8, 8), True),
+    ((64, 64), (64, 64), (8, 8), True),
+    ((128, 64), (32, 32), (8, 8), True),
+    ((48, 40), (64, 64), (8, 8), True),
+    ((37, 29), (32, 32), (8, 8), True),
+    ((256, 32), (16, 16), (8, 8), True),
+    ((20, 20), (8, 8), (8, 8), False),
+    ((33, 31), (33, 31), (3, 3), False),
+    ((20,), (64,), (8,), True),
+    ((12, 10, 9), (16, 16, 16), (8, 8, 8), True),
+]
+
+
+@needs_kernels
+@pytest.mark.parametrize("n, m, window, taper", CASES)
+def test_kernels_equal_the_sdpa_path(n, m, window, taper):
+    torch.manual_seed(1)
+    b, h, d = 2, 2, 16
+
+    def make(*shape):
+        return torch.randn(*shape, dtype=F64, requires_grad=True)
+
+    q, k, v = make(b, h, d, *n), make(b, h, d, *m), make(b, h, d, *m)
+    logw = torch.rand(b, *m, dtype=F64).log()
+    logw.view(-1)[::7] = -math.inf  # keys of weight 0
+    logw.requires_grad_()
+    out = ba.box_attention(q, k, v, logw, window, 0.25, taper=taper, backend="cpu")
+    ref = ba.box_attention(q, k, v, logw, window, 0.25, taper=taper, backend="sdpa")
+    assert _rel(out, ref) <= 1e-13
+    g = torch.randn_like(ref)
+    got = torch.autograd.grad((out * g).sum(), (q, k, v, logw))
+    want = torch.autograd.grad((ref * g).sum(), (q, k, v, logw))
+    for a, w in zip(got, want):
+        assert (a - w).abs().max() <= 1e-12 * max(w.abs().max().item(), 1.0)
+
+
+@needs_kernels
+@pytest.mark.parametrize("n, m", [((64, 64), (64, 64)), ((64, 64), (8, 8))])
+def test_a_query_without_admissible_keys_gets_zero(n, m):
+    q, k, v = torch.randn(1, 2, 8, *n), torch.randn(1, 2, 8, *m), torch.randn(1, 2, 8, *m)
+    logw = torch.full((1, *m), -math.inf)
+    out = ba.box_attention(q, k, v, logw, (8, 8), 0.3, taper=True, backend="cpu")
+    assert torch.equal(out, torch.zeros_like(out))
+
+
+@needs_kernels
+def test_float32_kernels_agree_with_sdpa_to_rounding():
+    torch.manual_seed(2)
+    q, k, v = torch.randn(1, 4, 16, 96, 96), torch.randn(1, 4, 16, 32, 32), torch.randn(1, 4, 16, 32, 32)
+    logw = torch.rand(1, 32, 32).log()
+    out = ba.box_attention(q, k, v, logw, (8, 8), 0.25, backend="cpu")
+    ref = ba.box_attention(q, k, v, logw, (8, 8), 0.25, backend="sdpa")
+    torch.testing.assert_close(out, ref, rtol=2e-5, atol=2e-6)
+
+
+@needs_kernels
+@pytest.mark.parametrize("a, r, n, m", [(1, 1, (20, 32), (20, 32)), (0, 0, (20, 32), (8, 8)), (2, 1, (10, 16), (20, 32))])
+def test_opcheck(a, r, n, m):
+    torch.manual_seed(3)
+    window = (3, 3) if n == m else (8, 8)
+    n3, m3, starts, logphi = ba._geometry(n, m, window, n != m, F64, "cpu")
+    q = torch.randn(1, 2, 8, math.prod(n), dtype=F64, requires_grad=True)
+    k = torch.randn(1, 2, 8, math.prod(m), dtype=F64, requires_grad=True)
+    v = torch.randn(1, 2, 8, math.prod(m), dtype=F64, requires_grad=True)
+    logw = torch.rand(1, math.prod(m), dtype=F64).log().requires_grad_()
+    torch.library.opcheck(ba._box_forward, (q, k, v, logw, n3, m3, starts, logphi, 0.35, a, r))
+
+
+@needs_kernels
+def test_without_the_kernels_the_layer_takes_the_sdpa_path(monkeypatch):
+    layer = _layer(2)
+    x = torch.randn(1, 16, 40, 40, dtype=F64)
+    fast = layer(x)
+    assert ba.box_attention_backend(x.new_empty(1, 2, 8, 4))[0] == "cpu"
+    monkeypatch.setenv(_cpu_extension.ENV_SWITCH, "0")
+    backend, why = ba.box_attention_backend(x.new_empty(1, 2, 8, 4))
+    assert backend == "sdpa" and _cpu_extension.ENV_SWITCH in why
+    assert _rel(layer(x), fast) <= 1e-12
+
+
+def test_backend_reasons_name_what_rules_the_kernels_out():
+    q = torch.zeros(1, 2, 8, 4)
+    assert "bias" in ba.box_attention_backend(q, bias=lambda d: 0)[1]
+    assert "dtype" in ba.box_attention_backend(q.half())[1]
+    assert "head dimension" in ba.box_attention_backend(torch.zeros(1, 2, 80, 4))[1]
+    with pytest.raises(ValueError, match="backend: expected one of"):
+        ba.box_attention(q.view(1, 2, 8, 2, 2), q.view(1, 2, 8, 2, 2), q.view(1, 2, 8, 2, 2), torch.zeros(1, 2, 2),
+                         (2, 2), 1.0, backend="triton")
+
+
+def test_lane_strides_rule():
+    assert ba.lane_strides(512, 512, 3) == (1, 1)  # local term
+    assert ba.lane_strides(256, 64, 9) == (1, 4)  # four input cells per key cell
+    assert ba.lane_strides(512, 64, 9) == (0, 0)  # eight: shared boxes
+    assert ba.lane_strides(32, 64, 9) == (2, 1)  # finer key grid, slope 2
+    assert ba.lane_strides(48, 64, 9) == (4, 3)
+    assert ba.lane_strides(512, 8, 8) == (0, 0)  # the global level
+    assert ba.lane_strides(37, 32, 9) == (0, 0)  # no lane structure
+
+
+@pytest.mark.parametrize("n, m, c", [(16, 64, 8), (64, 64, 8), (256, 64, 8), (37, 32, 8), (100, 16, 8)])
+def test_axis_geometry_matches_the_taper_weights(n, m, c):
+    g = axis_geometry(n, m, c, True)
+    xq = (torch.arange(n, dtype=F64) + 0.5) * m / n
+    keys = g.start[:, None] + torch.arange(g.length)
+    phi = taper_weights(xq[:, None], keys, m, c)[:, 0]  # (n, L): each query with its own box
+    torch.testing.assert_close(g.logphi.exp(), phi, rtol=0, atol=1e-15)
+    full = torch.zeros(n, m, dtype=F64).scatter(1, keys, phi)  # every window weight lies in the box
+    assert torch.allclose(full.sum(1), torch.full((n,), float(c), dtype=F64)) or m <= c
+    hard = axis_geometry(n, m, c, False)
+    cell = xq.floor().clamp(0, m - 1).long()
+    assert torch.equal(hard.start, window_starts(m, c)[cell]) and hard.length == c
+
+
+def test_geometry_is_computed_once_per_grid():
+    clear_geometry_cache()
+    layer = MultipoleAttention(8, 2, 2)
+    x = torch.randn(1, 8, 24, 24)
+    with torch.no_grad():
+        layer(x)
+        misses = geometry_cache_info()["float64"].misses
+        layer(x)
+    assert geometry_cache_info()["float64"].misses == misses
+
+
+def test_spec_holds_every_default_once():
+    spec = MultipoleSpec.resolve(2)
+    assert spec.window_fraction == (0.125, 0.125) and spec.coarse_cells == (8, 8) and spec.local_window == (3, 3)
+    assert spec.window_taper == "linear" and [m for m, _ in spec.levels] == [(64, 64), (32, 32), (16, 16), (8, 8)]
+    assert MultipoleSpec.resolve(2, **spec.layer_arguments()) == spec
+    assert MultipoleSpec.for_operator(2, window=8).pyramid == "input"
+    fr = MultipoleSpec.for_operator(2, pyramid="input", window_fraction=0.125, coarse_cells=8, local_window=3)
+    assert fr.pyramid == "input" and fr.local_window is None and fr.window_taper == "none"
+    layer = MultipoleAttention(8, 2, 2, spec=spec)
+    assert layer.spec is spec and layer.window_fraction == spec.window_fraction
+    with pytest.raises(ValueError, match="spec: expected a spec for spatial_dims=3"):
+        MultipoleAttention(8, 2, 3, spec=spec)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(window=8, pyramid="physical"), "window: expected None with pyramid='physical'"),
+    (dict(window_fraction=1.5), r"window_fraction: expected a float or 2 floats in \(0, 1\]"),
+    (dict(pyramid="input", local_window=3), "local_window: expected None or 0 with pyramid='input'"),
+    (dict(pyramid="input", window_taper="linear"), "window_taper: expected None or 'none'"),
+    (dict(window=8, coarse_cells=8), "coarse_cells: expected None unless window_fraction is given"),
+    (dict(pool_factor=1), "pool_factor: expected an int >= 2"),
+])
+def test_spec_errors_name_the_argument(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        MultipoleSpec.resolve(2, **kwargs)
