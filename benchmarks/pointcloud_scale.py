@@ -37,6 +37,7 @@ from typing import Any
 
 from ._timing import MALLOC_VARIABLES, malloc_note
 from .harness import RESULTS, Benchmark, latest_run, read_rows, results_path
+from .multipole_scaling import fit_exponent
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -282,16 +283,6 @@ def table(records: list[dict]) -> str:
                      f"{_fmt(r['peak_forward_backward_mb'], '.2f', 1 / 1024)} | {note} |"
                      + (f" {r['measured_in'] or ''} |" if measured else ""))
     return "\n".join(lines)
-
-
-def fit_exponent(ns, values) -> float | None:
-    """Least-squares slope of log(value) against log(N); None with fewer than two points."""
-    if len(ns) < 2:
-        return None
-    xs, ys = [math.log(n) for n in ns], [math.log(v) for v in values]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    den = sum((a - mx) ** 2 for a in xs)
-    return sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / den if den else None
 
 
 def verdicts(rows: list[dict], n: int = TARGET_N, limit_mb: float = TARGET_MB) -> dict[str, str]:
