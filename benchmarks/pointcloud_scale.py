@@ -9,8 +9,9 @@ BSA, each from the registry at its defaults with ``in_channels = out_channels = 
 Each case (operator, N, phase) runs in a fresh subprocess (``python -m benchmarks.pointcloud_scale --worker``): the
 forward pass under ``torch.no_grad`` in ``eval()`` mode, or one forward+backward of ``mean(out²)``. Its time is the
 first call when that takes over 5 s, else the median of ``reps`` calls after it; its memory is the resident-set
-high-water mark of the subprocess (``ru_maxrss``, absolute: the target is on the whole process), with ``base_mb``
-the mark after building the model and the input. The parent watches the subprocess's resident set and kills it
+high-water mark of the subprocess (``VmHWM`` of ``/proc/self/status``, absolute: the target is on the whole
+process; not ``ru_maxrss``, which Linux carries over from the parent across ``exec``), with ``base_mb`` the mark
+after building the model and the input. The parent watches the subprocess's resident set and kills it
 above ``memory_limit_mb`` (default 16 GiB, the target; this also keeps a shared machine alive). A forward killed
 so is run again with chunked evaluation (``sciattn.operators.point_parts.chunked_points``, ``chunk_points`` points
 per chunk) where the operator supports it, and the row says so. A case whose time, extrapolated from the two
@@ -54,10 +55,21 @@ def build(operator: str):
     return create_operator(operator, in_channels=1, out_channels=1, spatial_dims=DIMS, **EXTRA.get(operator, {}))
 
 
-def measure(operator: str, n: int, phase: str, reps: int, chunk_points: int | None = None) -> dict:
-    """One case in this process (run it in a fresh one for its memory): seconds and peak resident MB."""
+def peak_rss_mb() -> float:
+    """This process's resident-set high-water mark in MB (``VmHWM``; ``ru_maxrss`` where ``/proc`` is absent)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     import resource
 
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(operator: str, n: int, phase: str, reps: int, chunk_points: int | None = None) -> dict:
+    """One case in this process (run it in a fresh one for its memory): seconds and peak resident MB."""
     import torch
 
     from sciattn.operators.point_parts import chunked_points
@@ -67,7 +79,7 @@ def measure(operator: str, n: int, phase: str, reps: int, chunk_points: int | No
     gen = torch.Generator().manual_seed(1)
     pos = torch.rand(1, n, DIMS, generator=gen)
     x = torch.randn(1, n, 1, generator=gen)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    base = peak_rss_mb()
 
     if phase == "forward":
         model.eval()
@@ -89,8 +101,8 @@ def measure(operator: str, n: int, phase: str, reps: int, chunk_points: int | No
             t0 = time.perf_counter()
             call()
             times.append(time.perf_counter() - t0)
-    return {"seconds": sorted(times)[len(times) // 2], "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            / 1024, "base_mb": base, "parameters": sum(p.numel() for p in model.parameters())}
+    return {"seconds": sorted(times)[len(times) // 2], "peak_mb": peak_rss_mb(), "base_mb": base,
+            "parameters": sum(p.numel() for p in model.parameters())}
 
 
 def worker(spec: dict[str, Any]) -> dict:

@@ -284,11 +284,14 @@ def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, 
     if points and t.loss != "l2":
         raise ConfigError(f"train.loss: point-set data supports 'l2' (H1 needs a grid), got {t.loss!r}")
     model = create_operator(cfg.model_name, **_model_params(cfg, train, c_out))
+    _check_domain_parallel(t.domain_parallel, ctx, model, points)
     xn, yn = fit_data_normalizers(train, c_out, normalize_x=cfg.data.normalize_x, normalize_y=cfg.data.normalize_y)
     where = ("points" if points else "x".join(map(str, train.resolution)))
+    d = t.domain_parallel
     log(f"{cfg.model_name}: {count_parameters(model):,} parameters; {len(train)} training samples at {where}"
         + (f"; time series, {t.rollout_steps}-step rollout loss" if time_series else "")
-        + (f"; {ctx.world_size} ranks" if ctx.distributed else ""))
+        + (f"; {ctx.world_size} ranks" if ctx.distributed else "")
+        + (f" ({ctx.world_size // d} data x {d} domain: each sample's points split over {d} ranks)" if d > 1 else ""))
 
     def loggers(start_step: int):
         return make_loggers(out, tensorboard=t.tensorboard, wandb=t.wandb, wandb_project=t.wandb_project,
@@ -301,7 +304,7 @@ def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, 
         h1_weight=t.h1_weight, grad_clip=t.grad_clip, grad_accum_steps=t.grad_accum_steps, precision=t.precision,
         checkpoint_every_steps=t.checkpoint_every_steps, run_dir=out, run_config=cfg.to_dict(), seed=t.seed,
         device=t.device, progress=progress, log=log, loggers=loggers, data_meta={"source": source},
-        rollout_steps=t.rollout_steps,
+        rollout_steps=t.rollout_steps, domain_parallel=t.domain_parallel,
     )
     metrics = trainer.fit(resume=resume)
     final = trainer.evaluate()
@@ -338,6 +341,24 @@ def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, 
     metrics["wall_seconds"] = time.perf_counter() - started
     atomic_write_bytes((json.dumps(metrics, indent=2) + "\n").encode(), out / "metrics.json")
     return metrics
+
+
+def _check_domain_parallel(d: int, ctx, model, points: bool) -> None:
+    """``train.domain_parallel`` against the launch, the data and the operator (``ConfigError`` naming the key)."""
+    if d == 1:
+        return
+    from sciattn.operators.point_parts import check_supports
+
+    if ctx.world_size % d:
+        raise ConfigError(f"train.domain_parallel: expected a divisor of the number of ranks ({ctx.world_size}; launch "
+                          f"with torchrun --nproc-per-node N, N a multiple of {d}), got {d}")
+    if not points:
+        raise ConfigError(f"train.domain_parallel: splits the points of point-set samples; the data are grids (set "
+                          f"data.as_points = true, or train.domain_parallel = 1), got {d}")
+    try:
+        check_supports(model, key="train.domain_parallel")
+    except ValueError as err:
+        raise ConfigError(f"{err}; set train.domain_parallel = 1") from None
 
 
 def _rollouts(trainer: Trainer, tests: dict[str, Any], spatial_dims: int, frame_channels: int) -> dict[str, Any]:
