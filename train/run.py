@@ -389,8 +389,11 @@ def fit_data_normalizers(train, c_out: int, *, normalize_x: bool = True, normali
 
 
 def evaluate_run(run_dir: str | Path, data: str | Path, *, fmt: str | None = None,
-                 plot: str | Path | None = None) -> dict[str, Any]:
-    """Evaluate a trained run on a data file (any supported format) at that file's own resolution."""
+                 plot: str | Path | None = None, chunk_points: int | None = None) -> dict[str, Any]:
+    """Evaluate a trained run on a data file (any supported format) at that file's own resolution.
+
+    ``chunk_points``: evaluate the operator in chunks of that many query points (the same result, for meshes
+    whose activations do not fit at once; operators with ``supports_chunked_points``)."""
     model, xn, yn, state = load_model(run_dir)
     from .data import _is_points
     from .sweep import _model_channels
@@ -403,11 +406,16 @@ def evaluate_run(run_dir: str | Path, data: str | Path, *, fmt: str | None = Non
     if c_in != want:
         raise ValueError(f"data: expected {want} input channels for this model, got {c_in} in {str(data)!r}")
     resolution = [first.shape[0]] if points else list(first.shape[1:])
-    result = evaluate_dataset(model, ds, x_normalizer=xn, y_normalizer=yn, spatial_dims=spatial)
+    result = evaluate_dataset(model, ds, x_normalizer=xn, y_normalizer=yn, spatial_dims=spatial,
+                              chunk_points=chunk_points)
     result.update({"data": str(data), "resolution": resolution, "operator": state["operator"]})
+    if chunk_points is not None:
+        result["chunk_points"] = chunk_points
     if plot is not None:
+        from sciattn.operators.point_parts import chunked_points
+
         s = ds[0]
-        with torch.no_grad():
+        with torch.no_grad(), chunked_points(model, chunk_points):
             pred = yn.decode(model(xn.encode(s["x"][None])))[0]
         plot_sample(s["x"], s["y"], pred, plot, title=f"{state['operator']} on {Path(data).name}")
     return result
