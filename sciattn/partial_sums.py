@@ -66,13 +66,15 @@ def exp_sums(logits: torch.Tensor, w: torch.Tensor, v: torch.Tensor) -> ExpSums:
 
     Shapes: ``logits`` ``(..., N, K)`` (``K`` softmaxes over the ``N`` points), ``w`` broadcastable to it,
     ``v`` ``(..., N, E)``; ``shift`` and ``den`` are ``(..., K)``, ``mean`` ``(..., K, E)``."""
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()  # exponentials and their sum in float32, as softmax is under autocast
     logw = torch.where(w > 0, w.clamp_min(torch.finfo(w.dtype).tiny).log().to(logits.dtype),
                        torch.full((), float("-inf"), dtype=logits.dtype, device=logits.device))
     z = logits + logw
     shift = z.detach().amax(dim=-2)
     e = torch.exp(z - _finite(shift).unsqueeze(-2))  # 0 where w = 0
     den = e.sum(dim=-2)
-    return ExpSums(shift, den, (e / _safe(den).unsqueeze(-2)).transpose(-1, -2) @ v)
+    return ExpSums(shift, den, (e / _safe(den).unsqueeze(-2)).to(v.dtype).transpose(-1, -2) @ v)
 
 
 def _add(a, b):
@@ -80,7 +82,8 @@ def _add(a, b):
         shift = torch.maximum(a.shift, b.shift)
         ma, mb = a.mass(shift), b.mass(shift)
         den = ma + mb
-        return ExpSums(shift, den, (ma[..., None] * a.mean + mb[..., None] * b.mean) / _safe(den)[..., None])
+        mean = (ma[..., None] * a.mean + mb[..., None] * b.mean) / _safe(den)[..., None]
+        return ExpSums(shift, den, mean.to(a.mean.dtype))
     return a + b
 
 
@@ -146,13 +149,17 @@ class RankSums:
                 parts += [mass, mass[..., None] * s.mean]
             else:
                 parts.append(s)
-        total = _all_reduce(torch.cat([p.reshape(-1) for p in parts]), dist.ReduceOp.SUM, self.group)
-        pieces = iter(t.view_as(p) for t, p in zip(total.split([p.numel() for p in parts]), parts, strict=True))
+        dtype = parts[0].dtype
+        for p in parts[1:]:
+            dtype = torch.promote_types(dtype, p.dtype)
+        total = _all_reduce(torch.cat([p.reshape(-1).to(dtype) for p in parts]), dist.ReduceOp.SUM, self.group)
+        pieces = iter(t.view_as(p).to(p.dtype)
+                      for t, p in zip(total.split([p.numel() for p in parts]), parts, strict=True))
         out = []
         for s in sums:
             if isinstance(s, ExpSums):
                 den, weighted = next(pieces), next(pieces)
-                out.append(ExpSums(shifts[id(s)], den, weighted / _safe(den)[..., None]))
+                out.append(ExpSums(shifts[id(s)], den, (weighted / _safe(den)[..., None]).to(s.mean.dtype)))
             else:
                 out.append(next(pieces))
         return tuple(out)

@@ -193,3 +193,20 @@ def test_split_points_is_contiguous_and_covers_every_point_once():
         contiguous_split(11, 3, 3)
     with pytest.raises(ValueError, match="parts: expected at most one part per point"):
         contiguous_split(2, 0, 3)
+
+
+def test_half_precision_softmax_sums_in_chunks():
+    """A bfloat16 LinearNO (softmax over the points in ExpSums: exponentials and sums in float32, the mean in the
+    values' dtype) runs whole and in chunks, within bfloat16 round-off of float32."""
+    model = create_operator("linear_no", in_channels=1, out_channels=1, spatial_dims=2, width=16, n_layers=2,
+                            n_heads=2, key_ratio=4)
+    g = torch.Generator().manual_seed(0)
+    x, pos = torch.randn(2, 300, 1, generator=g), torch.rand(2, 300, 2, generator=g)
+    with torch.no_grad():
+        ref = model(x, pos)
+        half = model.to(torch.bfloat16)
+        whole = half(x.bfloat16(), pos.bfloat16())
+        with chunked_points(half, 64):
+            chunked = half(x.bfloat16(), pos.bfloat16())
+    assert whole.dtype == chunked.dtype == torch.bfloat16
+    assert rel(whole.float(), ref) < 5e-2 and rel(chunked.float(), ref) < 5e-2
