@@ -115,6 +115,20 @@ def test_exp_sums_of_parts_combine_to_the_weighted_softmax():
 
 
 # ----------------------------------------------------------------------------- ranks
+def _relative_l2_run(model, s: slice, group) -> dict:
+    """The training loss on points ``s`` (the relative L2 error of each cloud, its two sums over the points
+    all-reduced over ``group``) and its gradient with respect to the input."""
+    from sciattn.train.losses import relative_l2_points
+
+    xp, posp, wp, mask, target = _case()
+    x = xp[:, s].clone().requires_grad_()
+    with domain_parallel(model, group) if group is not None else chunked_points(model, None):
+        out = model(x, posp[:, s], wp[:, s], mask[:, s])
+    loss = relative_l2_points(out, target[:, s], mask[:, s], wp[:, s], group=group)
+    loss.backward()
+    return {"loss": loss.detach(), "x": x.grad}
+
+
 def _worker(rank: int, world: int, port: int, results: dict) -> None:
     torch.set_num_threads(1)
     with gloo_group(rank, world, port):
@@ -127,6 +141,7 @@ def _worker(rank: int, world: int, port: int, results: dict) -> None:
                 out[name] = _run(model, xp[:, s], posp[:, s], wp[:, s], mask[:, s], target[:, s])
                 with chunked_points(model, 6), torch.no_grad():
                     out[name]["chunked"] = model(xp[:, s], posp[:, s], wp[:, s], mask[:, s])
+        out["loss"] = _relative_l2_run(tc.build("transolver", CFGS["transolver"]), s, dist.group.WORLD)
         bad = xp[:, s].clone()
         if rank == 1:
             bad[0, 2, 0] = float("nan")  # a real point of sample 0 on rank 1 only
@@ -158,6 +173,13 @@ def test_two_gloo_ranks_equal_one_process_outputs_and_gradients():
     print("max relative error, 2 gloo ranks against one process:", errors)
     for name, e in errors.items():
         assert max(e.values()) <= 1e-10, (name, e)
+    # the loss of sciattn train (relative L2 per cloud, sums all-reduced): every rank holds the whole clouds' loss;
+    # each backpropagates it, the all-reduce's backward adds the 2 equal cotangents: 2x the one-process gradient
+    ref = _relative_l2_run(tc.build("transolver", CFGS["transolver"]), slice(0, N), None)
+    for r in (0, 1):
+        assert rel(results[r]["loss"]["loss"], ref["loss"]) <= 1e-13
+    grad = torch.cat([results[r]["loss"]["x"] for r in (0, 1)], dim=1)
+    assert rel(grad, 2 * ref["x"]) <= 1e-10
     assert results[1]["bad"].startswith("x: expected finite values"), results[1]["bad"]
     assert results[0]["bad"].startswith("x: the input of another rank of the domain-parallel group"), results[0]["bad"]
 
