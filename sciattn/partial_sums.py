@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ExpSums", "LocalSums", "PartialSums", "RankSums", "add_partial_sums", "exp_sums", "raise_together"]
+__all__ = ["ExpSums", "LocalSums", "RankSums", "add_partial_sums", "exp_sums", "raise_together"]
 
 
 @dataclass
