@@ -15,7 +15,8 @@ after building the model and the input. The parent watches the subprocess's resi
 above ``memory_limit_mb`` (default 16 GiB, the target; this also keeps a shared machine alive). A forward killed
 so is run again with chunked evaluation (``sciattn.operators.point_parts.chunked_points``, ``chunk_points`` points
 per chunk) where the operator supports it, and the row says so. A case whose time, extrapolated from the two
-previous sizes, exceeds ``max_seconds`` is not run (a row with its ``status``).
+previous sizes, exceeds ``max_seconds`` is not run (a row with its ``status``), nor is a phase at the sizes above
+one where it exceeded the memory limit (after the chunked retry, for the forward).
 
 glibc's allocator runs at its defaults (``malloc_env`` empty): what a user's process does. Large tensors are then
 fresh ``mmap`` pages, returned on free, so the high-water mark follows the live tensors; the time includes their
@@ -230,12 +231,15 @@ def run(params: dict) -> list[dict]:
     for operator in p["operators"]:
         done_f: list[tuple[int, float]] = []
         done_b: list[tuple[int, float]] = []
+        over: dict[str, int] = {}  # phase -> the smallest N that exceeded the memory limit
         for n in sorted(p["sizes"]):
             spec = {"operator": operator, "n": n, "reps": p["reps"], "threads": p["threads"], "chunk_points": None}
             values: dict[str, Any] = {}
             status: list[str] = []
             guess = _guess(done_f, n)
-            if guess is not None and guess > p["max_seconds"]:
+            if "forward" in over:
+                status.append(f"forward not run: it exceeded memory_limit_mb at {_n(over['forward'])}")
+            elif guess is not None and guess > p["max_seconds"]:
                 status.append(f"forward not run: about {guess:.0f} s expected (max_seconds {p['max_seconds']:g})")
             else:
                 got, notes = _forward(p, operator, n, {**spec, "phase": "forward"})
@@ -243,14 +247,20 @@ def run(params: dict) -> list[dict]:
                 status += notes
                 if "forward_s" in got:
                     done_f.append((n, got["forward_s"]))
+                elif "memory" in notes[0]:
+                    over["forward"] = n
             if n <= p["backward_max"]:
                 guess = _guess(done_b, n)
-                if guess is not None and guess > p["max_seconds"]:
+                if "backward" in over:
+                    status.append(f"forward+backward not run: it exceeded memory_limit_mb at {_n(over['backward'])}")
+                elif guess is not None and guess > p["max_seconds"]:
                     status.append(f"forward+backward not run: about {guess:.0f} s expected")
                 else:
                     got, why = run_case({**spec, "phase": "forward_backward"}, p["malloc_env"], p["memory_limit_mb"])
                     if got is None:
                         status.append(f"forward+backward failed ({why})")
+                        if why.startswith("memory"):
+                            over["backward"] = n
                     else:
                         values.update(forward_backward_s=got["seconds"], peak_forward_backward_mb=got["peak_mb"])
                         values["parameters"] = got["parameters"]
