@@ -18,8 +18,8 @@ GROUPS = [
     ("sciattn: attention layers and functionals", ["sciattn"]),
     ("Attention families", ["sciattn.galerkin", "sciattn.multipole", "sciattn.codomain", "sciattn.balltree",
                             "sciattn.spherical", "sciattn.weighted_softmax", "sciattn.neighborhood"]),
-    ("Domains and quadrature", ["sciattn.domain", "sciattn.quadrature"]),
-    ("sciattn.operators: neural operators", ["sciattn.operators"]),
+    ("Domains and quadrature", ["sciattn.domain", "sciattn.quadrature", "sciattn.partial_sums"]),
+    ("sciattn.operators: neural operators", ["sciattn.operators", "sciattn.operators.point_parts"]),
     ("sciattn.pde_data: readers and generators", ["sciattn.pde_data", "sciattn.pde_data.*"]),
     ("sciattn.train: training, evaluation, export", ["sciattn.train", "sciattn.train.*"]),
 ]

@@ -19,8 +19,10 @@ from sciattn._checks import (
     check_min_grid,
     check_quadrature_weights,
     check_rank,
+    values_checkable,
 )
 from sciattn.domain import Grid, PointCloud
+from sciattn.partial_sums import RankSums, raise_together
 
 __all__ = ["check_grid_input", "grid_tokens", "point_tokens", "to_grid", "zero_padding"]
 
@@ -50,23 +52,45 @@ def to_grid(out: torch.Tensor, op: nn.Module, grid: Grid) -> torch.Tensor:
     return out.transpose(1, 2).reshape(out.shape[0], op.out_channels, *grid.shape)
 
 
-def point_tokens(op: nn.Module, x, pos, weights, mask, *, weights_in_pos_dtype: bool = False):
+def _check_point_inputs(op: nn.Module, x, pos, weights, mask, *, part: bool) -> None:
+    """The checks of a point-set input; ``part``: the points are one rank's part of a mesh, whose per-sample mass
+    is checked after the reduction over the ranks (a part may hold only padding of a sample)."""
+    check_rank("x", x, 3, f"(B, N, C_in={op.in_channels})")
+    check_dim("x", x, -1, op.in_channels, "input channels")
+    if not part:
+        ndim = PointCloud(pos, weights, mask).ndim
+    else:  # PointCloud's checks, except one real point per sample (that holds for the mesh, not for each part)
+        check_rank("pos", pos, 3, "(B, N, d)")
+        for name, t in (("mask", mask), ("weights", weights)):
+            if t is not None and tuple(t.shape) != tuple(pos.shape[:2]):
+                raise ValueError(f"{name}: expected shape {tuple(pos.shape[:2])} to match positions, got "
+                                 f"{tuple(t.shape)}")
+        if mask is not None and mask.dtype != torch.bool:
+            raise TypeError(f"mask: expected dtype torch.bool, got {mask.dtype}")
+        check_finite("positions", pos, None if mask is None else mask[..., None])
+        ndim = pos.shape[-1]
+    if ndim != op.spatial_dims:
+        raise ValueError(f"pos: expected {op.spatial_dims} coordinates per point, got {ndim}")
+    if x.shape[:2] != pos.shape[:2]:
+        raise ValueError(f"x: expected (B, N) = {tuple(pos.shape[:2])} to match pos, got {tuple(x.shape[:2])}")
+    check_input_dtype("x", x, op, "operator")
+    check_quadrature_weights("weights", weights, mask, need_mass=not part)
+    check_finite("x", x, None if mask is None else mask[..., None])
+
+
+def point_tokens(op: nn.Module, x, pos, weights, mask, *, weights_in_pos_dtype: bool = False, group=None):
     """``(x, pos, w, keep)`` of a point set: padding zeroed in ``x`` and ``pos`` (cast to ``x.dtype``), ``w``
     ``(B, N)`` summing to one over the real points, ``keep`` ``(B, N, 1)`` (``None`` without a mask).
 
     ``weights_in_pos_dtype``: without a mask, normalise the weights in the dtype of the given ``pos`` (then cast
-    to ``x.dtype``), as GNOT and OFormer do; otherwise in ``x.dtype``."""
-    check_rank("x", x, 3, f"(B, N, C_in={op.in_channels})")
-    check_dim("x", x, -1, op.in_channels, "input channels")
-    cloud = PointCloud(pos, weights, mask)
-    if cloud.ndim != op.spatial_dims:
-        raise ValueError(f"pos: expected {op.spatial_dims} coordinates per point, got {cloud.ndim}")
-    if x.shape[:2] != pos.shape[:2]:
-        raise ValueError(f"x: expected (B, N) = {tuple(pos.shape[:2])} to match pos, got {tuple(x.shape[:2])}")
-    check_input_dtype("x", x, op, "operator")
-    check_quadrature_weights("weights", weights, mask, need_mass=True)
+    to ``x.dtype``), as GNOT and OFormer do; otherwise in ``x.dtype``. ``group``: the points are this rank's part
+    of a mesh split over the ranks of ``group``; the weights are normalised by their sum over every rank's points
+    (a differentiable all-reduce), and a failed check raises on every rank."""
+    if group is None:
+        _check_point_inputs(op, x, pos, weights, mask, part=False)
+    else:
+        raise_together(group, [lambda: _check_point_inputs(op, x, pos, weights, mask, part=True)])
     keep = None if mask is None else mask[..., None]
-    check_finite("x", x, keep)
     if not weights_in_pos_dtype:
         pos = pos.to(x.dtype)
     if mask is not None:
@@ -74,8 +98,18 @@ def point_tokens(op: nn.Module, x, pos, weights, mask, *, weights_in_pos_dtype: 
         x, pos = torch.where(keep, x, zero), torch.where(keep, pos.to(x.dtype), zero)
         if weights is not None:
             weights = torch.where(mask, weights, torch.zeros((), dtype=weights.dtype, device=weights.device))
-    w = PointCloud(pos, weights, mask).quadrature_weights().to(x.dtype)
-    return x, pos.to(x.dtype), w, keep
+    if group is None:
+        w = PointCloud(pos, weights, mask).quadrature_weights().to(x.dtype)
+        return x, pos.to(x.dtype), w, keep
+    w = torch.ones(pos.shape[:2], dtype=pos.dtype, device=pos.device) if weights is None else weights.to(pos.dtype)
+    if mask is not None:
+        w = torch.where(mask, w, torch.zeros((), dtype=w.dtype, device=w.device))
+    (mass,) = RankSums(group)((w.sum(dim=1),))
+    if values_checkable(mass) and not bool((mass > 0).all()):
+        i = int((mass <= 0).nonzero()[0, 0])
+        raise ValueError(f"weights: expected a positive total weight over the real points of every sample, summed "
+                         f"over the ranks of the domain-parallel group, got {float(mass[i])} for sample {i}")
+    return x, pos.to(x.dtype), (w / mass[:, None]).to(x.dtype), keep
 
 
 def zero_padding(out: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:

@@ -54,8 +54,9 @@ from torch import nn
 
 from sciattn._checks import check_positive_int
 
-from ._token_inputs import grid_tokens, point_tokens, to_grid, zero_padding
+from .point_parts import Stage
 from .registry import register_operator
+from .transolver import TokenOperator
 
 __all__ = ["GNOT"]
 
@@ -86,18 +87,28 @@ class _NormalizedLinearAttention(nn.Module):
         self.q, self.k, self.v = nn.Linear(width, width), nn.Linear(width, width), nn.Linear(width, width)
         self.proj = nn.Linear(width, width)
 
-    def forward(self, h, z, w):
-        b, n, c = h.shape
+    def partial(self, z, w):
+        """``(S (B, H, d, d), n (B, H, d))``: the sums over the key points ``z`` ``(B, N_k, C)``."""
+        b, nk, c = z.shape
         heads = self.n_heads
-        q = self.q(h).reshape(b, n, heads, c // heads).softmax(dim=-1)
-        k = self.k(z).reshape(b, z.shape[1], heads, c // heads).softmax(dim=-1)
-        v = self.v(z).reshape(b, z.shape[1], heads, c // heads)
+        k = self.k(z).reshape(b, nk, heads, c // heads).softmax(dim=-1)
+        v = self.v(z).reshape(b, nk, heads, c // heads)
         # two-operand einsums only: a three-operand one goes through opt_einsum, which fixes the sizes on export
         s = torch.einsum("bjhd,bjhe->bhde", k * w[:, :, None, None], v)
         norm = torch.einsum("bj,bjhd->bhd", w, k)
+        return s, norm
+
+    def apply(self, h, sums):
+        """The attention at the query points ``h`` ``(B, N, C)`` from the sums over all key points."""
+        b, n, c = h.shape
+        s, norm = sums
+        q = self.q(h).reshape(b, n, self.n_heads, c // self.n_heads).softmax(dim=-1)
         num = torch.einsum("bihd,bhde->bihe", q, s)
         den = torch.einsum("bihd,bhd->bih", q, norm)
         return self.proj((q + num / den[..., None]).reshape(b, n, c))
+
+    def forward(self, h, z, w):
+        return self.apply(h, self.partial(z, w))
 
 
 class _MoEFFN(nn.Module):
@@ -116,6 +127,9 @@ class _MoEFFN(nn.Module):
 
 
 class _Block(nn.Module):
+    """Two stages on the state ``(h, z[, gate])``: the cross-attention to ``z`` with the first FFN, then the
+    self-attention with the second (each a sum over the points, then pointwise)."""
+
     def __init__(self, width, n_heads, inner, n_experts):
         super().__init__()
         self.ln1, self.ln2, self.ln3, self.ln4, self.ln5 = (nn.LayerNorm(width) for _ in range(5))
@@ -123,16 +137,31 @@ class _Block(nn.Module):
         self.self_attn = _NormalizedLinearAttention(width, n_heads)
         self.ffn1, self.ffn2 = _MoEFFN(width, inner, n_experts), _MoEFFN(width, inner, n_experts)
 
-    def forward(self, h, z, w, gate):
-        h = h + self.cross(self.ln1(h), self.ln2(z), w)
-        h = h + self.ln3(self.ffn1(h, gate))
-        q = self.ln4(h)
-        h = h + self.self_attn(q, q, w)
-        return h + self.ln5(self.ffn2(h, gate))
+    def _cross_partial(self, state, w):
+        return self.cross.partial(self.ln2(state[1]), w), None
+
+    def _cross_apply(self, state, w, sums, cache):
+        h, *rest = state
+        gate = rest[1] if len(rest) > 1 else None
+        h = h + self.cross.apply(self.ln1(h), sums)
+        return (h + self.ln3(self.ffn1(h, gate)), *rest)
+
+    def _self_partial(self, state, w):
+        u = self.ln4(state[0])
+        return self.self_attn.partial(u, w), u
+
+    def _self_apply(self, state, w, sums, u):
+        h, *rest = state
+        gate = rest[1] if len(rest) > 1 else None
+        h = h + self.self_attn.apply(self.ln4(h) if u is None else u, sums)
+        return (h + self.ln5(self.ffn2(h, gate)), *rest)
+
+    def stages(self):
+        return [Stage(self._cross_partial, self._cross_apply), Stage(self._self_partial, self._self_apply)]
 
 
 @register_operator("gnot")
-class GNOT(nn.Module):
+class GNOT(TokenOperator):
     """GNOT neural operator (grids and point sets).
 
     Args:
@@ -147,7 +176,8 @@ class GNOT(nn.Module):
         n_experts: experts of the gated FFNs; 1 builds no gate.
     """
 
-    input_kind = "grid"
+    display_name = "GNOT"
+    weights_in_pos_dtype = True
 
     def __init__(
         self,
@@ -183,26 +213,14 @@ class GNOT(nn.Module):
         self.blocks = nn.ModuleList(_Block(width, n_heads, n_inner * width, n_experts) for _ in range(n_layers))
         self.output_mlp = _ResMLP(width, width, out_channels, mlp_layers)
 
-    def encode(self, a: torch.Tensor, pos: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """Tokens ``(B, N, C_in)``, positions ``(B, N, d)``, weights ``(B, N)`` summing to one -> ``(B, N, C_out)``."""
+    def lift_state(self, a, pos):
+        """``(h, z)``, with the expert gate ``softmax_E(Gate(x))`` ``(B, N, E)`` third when ``n_experts > 1``."""
         h = self.query_mlp(pos)
         z = self.input_mlp(torch.cat([pos, a], dim=-1))
-        gate = None if self.gate is None else self.gate(pos).softmax(dim=-1)
-        for block in self.blocks:
-            h = block(h, z, w, gate)
-        return self.output_mlp(h)
+        return (h, z) if self.gate is None else (h, z, self.gate(pos).softmax(dim=-1))
 
-    def forward(self, x, pos=None, weights=None, mask=None, *, y=None):
-        """``y`` is accepted and ignored (neuraloperator's ``Trainer`` calls ``model(**sample)``)."""
-        del y
-        if pos is None:
-            return self._forward_grid(x)
-        return self._forward_points(x, pos, weights, mask)
+    def stages(self):
+        return [stage for block in self.blocks for stage in block.stages()]
 
-    def _forward_grid(self, x):
-        a, pos, w, grid = grid_tokens(self, x, "GNOT")
-        return to_grid(self.encode(a, pos, w), self, grid)
-
-    def _forward_points(self, x, pos, weights, mask):
-        x, pos, w, keep = point_tokens(self, x, pos, weights, mask, weights_in_pos_dtype=True)
-        return zero_padding(self.encode(x, pos, w), keep)
+    def readout(self, state):
+        return self.output_mlp(state[0])

@@ -36,6 +36,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from sciattn.partial_sums import exp_sums
+
 from .registry import register_operator
 from .transolver import (
     SliceBlock,
@@ -44,7 +46,6 @@ from .transolver import (
     check_sizes,
     check_spatial_dims,
     init_published,
-    weighted_softmax_over_points,
 )
 
 __all__ = ["LinearNO", "LinearNOAttention"]
@@ -66,17 +67,30 @@ class LinearNOAttention(nn.Module):
             self.temperature_q = nn.Parameter(torch.full((1, n_heads, 1, 1), 0.5))
             self.temperature_k = nn.Parameter(torch.full((1, n_heads, 1, 1), 0.5))
 
-    def forward(self, h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        b, n, c = h.shape
+    def _logits(self, h: torch.Tensor):
+        """``(sq, sk, v)``: query and key logits ``(B, H, N, G)`` and values ``(B, H, N, d)``."""
+        b, n, _ = h.shape
         m = self.inp(h).reshape(b, n, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, N, d)
         sq, sk, v = self.q(m), self.k(m), self.v(m)
         if self.temperature_q is not None:
             sq = sq / self.temperature_q.clamp(0.01, 1.0)
             sk = sk / self.temperature_k.clamp(0.01, 1.0)
-        q = torch.softmax(sq, dim=-1)
-        k = weighted_softmax_over_points(sk, w)
-        out = q @ (k.transpose(-1, -2) @ v)                                           # (B, H, N, d)
+        return sq, sk, v
+
+    def partial(self, h: torch.Tensor, w: torch.Tensor):
+        """``((k~ᵀv as ExpSums (B, H, G, d),), sq)``: the weighted softmax of the keys over the points of ``h``."""
+        sq, sk, v = self._logits(h)
+        return (exp_sums(sk, w[:, None, :, None], v),), sq
+
+    def apply(self, h: torch.Tensor, sums, sq: torch.Tensor | None = None) -> torch.Tensor:
+        b, n, c = h.shape
+        sq = self._logits(h)[0] if sq is None else sq
+        out = torch.softmax(sq, dim=-1) @ sums[0].mean                                 # (B, H, N, d)
         return self.out(out.transpose(1, 2).reshape(b, n, c))
+
+    def forward(self, h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        sums, sq = self.partial(h, w)
+        return self.apply(h, sums, sq)
 
 
 @register_operator("linear_no")
@@ -127,8 +141,11 @@ class LinearNO(TokenOperator):
         )
         init_published(self)
 
-    def encode(self, a, pos, w):
-        h = self.lift(torch.cat([pos, a], dim=-1))
-        for block in self.blocks:
-            h = block(h, w)
-        return h
+    def lift_state(self, a, pos):
+        return (self.lift(torch.cat([pos, a], dim=-1)),)
+
+    def stages(self):
+        return [block.stage() for block in self.blocks]
+
+    def readout(self, state):
+        return state[0]

@@ -51,24 +51,33 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .registry import register_operator
-from .transolver import TokenOperator, check_nonnegative_float, init_published, weighted_softmax_over_points
+from sciattn.partial_sums import exp_sums
 
-__all__ = ["ONO", "LinearAttention", "orthonormalize"]
+from .point_parts import Stage
+from .registry import register_operator
+from .transolver import TokenOperator, check_nonnegative_float, init_published
+
+__all__ = ["ONO", "LinearAttention", "cholesky_factor", "orthonormalize"]
+
+
+def cholesky_factor(cov: torch.Tensor, jitter: float) -> torch.Tensor:
+    """``L`` with ``L Lᵀ = Σ + jitter tr(Σ)/k I`` for covariances ``cov`` ``(B, k, k)``."""
+    k = cov.shape[-1]
+    eye = torch.eye(k, dtype=cov.dtype, device=cov.device)
+    cov = cov + (jitter * cov.diagonal(dim1=-2, dim2=-1).sum(-1) / k)[:, None, None] * eye
+    return torch.linalg.cholesky(cov)
 
 
 def orthonormalize(psi: torch.Tensor, w: torch.Tensor, jitter: float) -> torch.Tensor:
     """``ψ L^{-T}`` with ``L Lᵀ = Σ_i w_i ψ_i ψ_iᵀ + jitter tr(Σ)/k I`` per sample; ``psi`` ``(B, N, k)``, ``w`` ``(B, N)``."""
-    k = psi.shape[-1]
-    cov = (psi * w.to(psi.dtype)[..., None]).transpose(-1, -2) @ psi
-    eye = torch.eye(k, dtype=psi.dtype, device=psi.device)
-    cov = cov + (jitter * cov.diagonal(dim1=-2, dim2=-1).sum(-1) / k)[:, None, None] * eye
-    chol = torch.linalg.cholesky(cov)
+    chol = cholesky_factor((psi * w.to(psi.dtype)[..., None]).transpose(-1, -2) @ psi, jitter)
     return torch.linalg.solve_triangular(chol.transpose(-1, -2), psi, upper=True, left=False)
 
 
 class LinearAttention(nn.Module):
-    """Linear attention (softmax over features for ``q``, quadrature-weighted softmax over points for ``k``)."""
+    """Linear attention (softmax over features for ``q``, quadrature-weighted softmax over points for ``k``).
+
+    Its one sum over the points is ``k~ᵀ v`` (an :class:`~sciattn.partial_sums.ExpSums` per head, ``(B, H, d, d)``)."""
 
     def __init__(self, width: int, n_heads: int):
         super().__init__()
@@ -78,16 +87,21 @@ class LinearAttention(nn.Module):
         self.v = nn.Linear(width, width, bias=False)
         self.out = nn.Linear(width, width)
 
-    def forward(self, h, w):
+    def _heads(self, t):
+        b, n, _ = t.shape
+        return t.reshape(b, n, self.n_heads, self.head_dim).transpose(1, 2)
+
+    def partial(self, h, w):
+        return (exp_sums(self._heads(self.k(h)), w[:, None, :, None], self._heads(self.v(h))),), None
+
+    def apply(self, h, sums, cache=None):
         b, n, c = h.shape
-
-        def heads(t):
-            return t.reshape(b, n, self.n_heads, self.head_dim).transpose(1, 2)
-
-        q = torch.softmax(heads(self.q(h)), dim=-1) * self.head_dim ** -0.5
-        k = weighted_softmax_over_points(heads(self.k(h)), w)
-        out = q @ (k.transpose(-1, -2) @ heads(self.v(h)))
+        q = torch.softmax(self._heads(self.q(h)), dim=-1) * self.head_dim ** -0.5
+        out = q @ sums[0].mean
         return self.out(out.transpose(1, 2).reshape(b, n, c))
+
+    def forward(self, h, w):
+        return self.apply(h, self.partial(h, w)[0])
 
 
 def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:
@@ -95,6 +109,10 @@ def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:
 
 
 class _ONOBlock(nn.Module):
+    """Two stages on the state ``(x, f)``: the linear attention of the ``x`` stream (sums ``k~ᵀ v``), then the
+    spectral update of ``f`` (sums ``Σ = Σ_i w_i ψ_i ψ_iᵀ`` and ``Σ_i w_i ψ_i f_iᵀ``; with ``L Lᵀ = Σ + jitter``,
+    ``ψ^ = ψ L^{-T}`` and ``Σ_i w_i ψ^_i f_iᵀ = L^{-1} Σ_i w_i ψ_i f_iᵀ``, so one pass over the points gives both)."""
+
     def __init__(self, width, n_heads, mlp_ratio, psi_dim, cov_jitter, out_channels):
         super().__init__()
         self.cov_jitter = cov_jitter
@@ -105,13 +123,39 @@ class _ONOBlock(nn.Module):
         self.mu = nn.Parameter(torch.zeros(psi_dim))
         self.mlp2 = nn.Linear(width, out_channels) if out_channels else _mlp(width, width * mlp_ratio, width)
 
-    def forward(self, x, f, w):
-        x = x + self.attn(self.ln1(x), w)
-        x = x + self.mlp(self.ln2(x))
-        psi = orthonormalize(self.proj(x), w, self.cov_jitter)
-        coeff = (psi * w.to(f.dtype)[..., None]).transpose(-1, -2) @ f  # Σ_j w_j ψ^_j f_jᵀ  (B, k, C)
+    def _attention_partial(self, state, w):
+        u = self.ln1(state[0])
+        return self.attn.partial(u, w)[0], u
+
+    def _attention_apply(self, state, w, sums, u):
+        x, f = state
+        x = x + self.attn.apply(self.ln1(x) if u is None else u, sums)
+        return x + self.mlp(self.ln2(x)), f
+
+    def _spectral_partial(self, state, w):
+        x, f = state
+        psi = self.proj(x)
+        wpsi = (psi * w.to(psi.dtype)[..., None]).transpose(-1, -2)
+        return (wpsi @ psi, wpsi @ f), psi                                          # (B, k, k), (B, k, C)
+
+    def _spectral_apply(self, state, w, sums, psi):
+        x, f = state
+        psi = self.proj(x) if psi is None else psi
+        cov, cross = sums
+        chol = cholesky_factor(cov, self.cov_jitter)
+        psi = torch.linalg.solve_triangular(chol.transpose(-1, -2), psi, upper=True, left=False)  # ψ^
+        coeff = torch.linalg.solve_triangular(chol, cross, upper=False)             # Σ_j w_j ψ^_j f_jᵀ  (B, k, C)
         f = (psi * F.softplus(self.mu)) @ coeff + f
         return x, self.mlp2(self.ln3(f))
+
+    def stages(self):
+        return [Stage(self._attention_partial, self._attention_apply), Stage(self._spectral_partial, self._spectral_apply)]
+
+    def forward(self, x, f, w):
+        state = (x, f)
+        for stage in self.stages():
+            state = stage.apply(state, w, *stage.partial(state, w))
+        return state
 
 
 @register_operator("ono")
@@ -157,8 +201,11 @@ class ONO(TokenOperator):
         )
         init_published(self)
 
-    def encode(self, a, pos, w):
-        x, f = self.lift(torch.cat([pos, a], dim=-1)).chunk(2, dim=-1)
-        for block in self.blocks:
-            x, f = block(x, f, w)
-        return f
+    def lift_state(self, a, pos):
+        return tuple(self.lift(torch.cat([pos, a], dim=-1)).chunk(2, dim=-1))
+
+    def stages(self):
+        return [stage for block in self.blocks for stage in block.stages()]
+
+    def readout(self, state):
+        return state[1]

@@ -49,6 +49,7 @@ from torch import nn
 from sciattn._checks import check_positive_int
 
 from ._token_inputs import grid_tokens, point_tokens, to_grid, zero_padding
+from .point_parts import PointPlan, Stage, run_stages, split_points
 from .registry import register_operator
 
 __all__ = ["PhysicsAttention", "Transolver"]
@@ -75,15 +76,6 @@ def check_spatial_dims(spatial_dims: object) -> None:
         raise ValueError(f"spatial_dims: expected 1, 2 or 3, got {spatial_dims!r}")
 
 
-def weighted_softmax_over_points(s: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """``w_i exp(s_i) / Σ_j w_j exp(s_j)`` along the point axis ``-2`` of ``s`` ``(B, H, N, G)``; ``w`` ``(B, N)``.
-
-    The quadrature form of ``softmax`` over points (equal to it for uniform ``w``); ``w = 0`` removes a point."""
-    logw = torch.where(w > 0, w.clamp_min(torch.finfo(w.dtype).tiny).log(),
-                       torch.full((), float("-inf"), dtype=w.dtype, device=w.device))
-    return torch.softmax(s + logw[:, None, :, None].to(s.dtype), dim=-2)
-
-
 def init_published(module: nn.Module) -> None:
     """The Transolver / LinearNO / ONO model-level init: Linear ``trunc_normal(0.02)``, zero bias; LayerNorm 1, 0."""
     for m in module.modules():
@@ -97,16 +89,22 @@ def init_published(module: nn.Module) -> None:
 
 
 class TokenOperator(nn.Module):
-    """Input plumbing shared by the pointwise-token operators (Transolver, LinearNO, ONO).
+    """Input plumbing shared by the token operators (Transolver, LinearNO, GNOT, ONO), and their staged form.
 
-    A subclass sets ``in_channels``, ``out_channels``, ``spatial_dims`` and defines (there is no base version)
-    ``encode(a (B, N, C_in), pos (B, N, d), w (B, N)) -> (B, N, C_out)``, ``w`` summing to one per sample and zero on
-    padding. On a grid the tokens are the nodes in C order, ``pos`` the nodes of :class:`sciattn.domain.Grid` and
-    ``w`` its cell volumes, normalised.
+    A subclass sets ``in_channels``, ``out_channels``, ``spatial_dims`` and defines ``lift_state(a (B, N, C_in),
+    pos (B, N, d)) -> state`` (a tuple of ``(B, N, ·)`` tensors), ``stages() -> list[Stage]`` (each a sum over the
+    points, then a pointwise map: :mod:`sciattn.operators.point_parts`) and ``readout(state) -> (B, N, C_out)``.
+    :meth:`encode` runs them with quadrature weights ``w`` summing to one per sample and zero on padding, whole,
+    in chunks of points or domain-parallel as :attr:`point_plan` says. On a grid the tokens are the nodes in C
+    order, ``pos`` the nodes of :class:`sciattn.domain.Grid` and ``w`` its cell volumes, normalised.
     """
 
     input_kind = "grid"
     display_name = "the operator"
+    supports_domain_parallel = True
+    supports_chunked_points = True
+    weights_in_pos_dtype = False
+    point_plan = PointPlan()
 
     def _set_sizes(self, spatial_dims: object, **sizes: object) -> None:
         """Checks the constructor's sizes: each of ``sizes`` a positive int (in the order given; it holds
@@ -117,6 +115,14 @@ class TokenOperator(nn.Module):
         check_heads(sizes["width"], sizes["n_heads"])
         self.in_channels, self.out_channels, self.spatial_dims = sizes["in_channels"], sizes["out_channels"], spatial_dims
 
+    def encode(self, a: torch.Tensor, pos: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """Tokens ``(B, N, C_in)``, positions ``(B, N, d)``, weights ``(B, N)`` summing to one -> ``(B, N, C_out)``."""
+        return run_stages(self, a, pos, w, self.point_plan)
+
+    def split_points(self, batch: dict, part: int, parts: int) -> dict:
+        """This part's points of a padded batch (any split serves: the outputs do not depend on the point order)."""
+        return split_points(batch, part, parts)
+
     def forward(self, x, pos=None, weights=None, mask=None, *, y=None):
         """``y`` is accepted and ignored (neuraloperator's ``Trainer`` calls ``model(**sample)``)."""
         del y
@@ -124,6 +130,9 @@ class TokenOperator(nn.Module):
             if weights is not None or mask is not None:
                 raise ValueError("pos: weights and mask are for point sets and need pos (B, N, d); a grid input "
                                  "(B, C, *spatial) takes its weights from the grid, got pos=None")
+            if self.point_plan.group is not None:
+                raise ValueError("pos: a domain-parallel operator takes its rank's part of a point set (x (B, N, C), "
+                                 "pos (B, N, d)); expected pos, got a grid input without it")
             return self._forward_grid(x)
         return self._forward_points(x, pos, weights, mask)
 
@@ -132,12 +141,16 @@ class TokenOperator(nn.Module):
         return to_grid(self.encode(a, pos, w), self, grid)
 
     def _forward_points(self, x, pos, weights, mask):
-        x, pos, w, keep = point_tokens(self, x, pos, weights, mask)
+        x, pos, w, keep = point_tokens(self, x, pos, weights, mask, weights_in_pos_dtype=self.weights_in_pos_dtype,
+                                       group=self.point_plan.group)
         return zero_padding(self.encode(x, pos, w), keep)
 
 
 class PhysicsAttention(nn.Module):
-    """Quadrature-weighted Physics-Attention on tokens ``h`` ``(B, N, C)`` with weights ``w`` ``(B, N)`` (sum 1)."""
+    """Quadrature-weighted Physics-Attention on tokens ``h`` ``(B, N, C)`` with weights ``w`` ``(B, N)`` (sum 1).
+
+    Its sums over the points are the slice masses ``Σ_i w_i s_ig`` ``(B, H, G)`` and moments ``Σ_i w_i s_ig f_i``
+    ``(B, H, G, d)`` (:meth:`partial`); everything else is pointwise (:meth:`apply`)."""
 
     def __init__(self, width: int, n_heads: int, slice_num: int, slice_eps: float):
         super().__init__()
@@ -156,22 +169,36 @@ class PhysicsAttention(nn.Module):
         x_mid = self.in_x(h).reshape(b, n, self.n_heads, self.head_dim).transpose(1, 2)
         return torch.softmax(self.slice(x_mid) / self.temperature.clamp(0.1, 5.0), dim=-1)
 
-    def forward(self, h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        b, n, c = h.shape
+    def partial(self, h: torch.Tensor, w: torch.Tensor):
+        """``((mass (B, H, G), moment (B, H, G, d)), s)`` over the points of ``h``."""
+        b, n, _ = h.shape
         s = self.slice_weights(h)
         f = self.in_f(h).reshape(b, n, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, N, d)
         ws = s * w[:, None, :, None].to(s.dtype)
-        mass = ws.sum(dim=2)                                                          # (B, H, G)
-        z = torch.einsum("bhng,bhnd->bhgd", ws, f) / (mass + self.slice_eps)[..., None]
+        return (ws.sum(dim=2), torch.einsum("bhng,bhnd->bhgd", ws, f)), s
+
+    def apply(self, h: torch.Tensor, sums, s: torch.Tensor | None = None) -> torch.Tensor:
+        """The layer's output at the points of ``h`` from the sums over all points (``s``: their slice weights)."""
+        b, n, c = h.shape
+        s = self.slice_weights(h) if s is None else s
+        mass, moment = sums
+        z = moment / (mass + self.slice_eps)[..., None]
         q, k, v = self.q(z), self.k(z), self.v(z)
         att = torch.softmax(q @ k.transpose(-1, -2) * self.head_dim ** -0.5, dim=-1)
         z = att @ v                                                                   # (B, H, G, d)
         out = torch.einsum("bhgd,bhng->bhnd", z, s)
         return self.out(out.transpose(1, 2).reshape(b, n, c))
 
+    def forward(self, h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        sums, s = self.partial(h, w)
+        return self.apply(h, sums, s)
+
 
 class SliceBlock(nn.Module):
-    """Pre-LN block ``h <- h + A(LN(h), w)``, ``h <- h + MLP(LN(h))``; the last one ends with ``Lin(LN(h))``."""
+    """Pre-LN block ``h <- h + A(LN(h), w)``, ``h <- h + MLP(LN(h))``; the last one ends with ``Lin(LN(h))``.
+
+    ``A`` has ``partial(u, w) -> (sums, cache)`` and ``apply(u, sums, cache)``; the block is one :class:`Stage`
+    on the state ``(h,)``."""
 
     def __init__(self, width: int, attention: nn.Module, mlp_ratio: int, out_channels: int | None):
         super().__init__()
@@ -182,10 +209,23 @@ class SliceBlock(nn.Module):
         if out_channels is not None:
             self.ln3, self.head = nn.LayerNorm(width), nn.Linear(width, out_channels)
 
-    def forward(self, h, w):
-        h = h + self.attn(self.ln1(h), w)
+    def partial(self, state, w):
+        u = self.ln1(state[0])
+        sums, cache = self.attn.partial(u, w)
+        return sums, (u, cache)
+
+    def apply(self, state, w, sums, cache):
+        h = state[0]
+        u, cache = (self.ln1(h), None) if cache is None else cache
+        h = h + self.attn.apply(u, sums, cache)
         h = h + self.mlp(self.ln2(h))
-        return h if self.head is None else self.head(self.ln3(h))
+        return (h if self.head is None else self.head(self.ln3(h)),)
+
+    def stage(self) -> Stage:
+        return Stage(self.partial, self.apply)
+
+    def forward(self, h, w):
+        return self.apply((h,), w, *self.partial((h,), w))[0]
 
 
 @register_operator("transolver")
@@ -233,8 +273,11 @@ class Transolver(TokenOperator):
         init_published(self)
         self.placeholder = nn.Parameter(torch.rand(width) / width)
 
-    def encode(self, a, pos, w):
-        h = self.lift(torch.cat([pos, a], dim=-1)) + self.placeholder
-        for block in self.blocks:
-            h = block(h, w)
-        return h
+    def lift_state(self, a, pos):
+        return (self.lift(torch.cat([pos, a], dim=-1)) + self.placeholder,)
+
+    def stages(self):
+        return [block.stage() for block in self.blocks]
+
+    def readout(self, state):
+        return state[0]

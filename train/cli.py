@@ -65,7 +65,8 @@ def _cmd_evaluate(args) -> int:
     if not args.data:
         raise ValueError("--data: expected one or more data files to evaluate on (or --resolutions R... to sweep the "
                          "run's own data distribution), got none")
-    results = [evaluate_run(args.run_dir, d, fmt=args.format, plot=None) for d in args.data]
+    results = [evaluate_run(args.run_dir, d, fmt=args.format, plot=None, chunk_points=args.chunk_points)
+               for d in args.data]
     print("| data | resolution | relative L2 | relative H1 | ms/sample |")
     print("|---|---|---|---|---|")
     for r in results:
@@ -88,7 +89,7 @@ def _cmd_sweep(args) -> int:
                               root=args.root, n_samples=args.n_samples, seed=args.seed, params=params,
                               batch_size=args.batch_size, device=args.device, threshold=args.threshold,
                               max_growth=args.max_growth, allow_distribution_shift=args.allow_distribution_shift,
-                              tolerance=args.tolerance, progress=not args.no_progress)
+                              tolerance=args.tolerance, progress=not args.no_progress, chunk_points=args.chunk_points)
     print(sweep_markdown(report))
     print("wrote " + ", ".join(report["files"].values()))
     if args.json:
@@ -220,6 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="solver parameter or loader keyword, e.g. --param t_final=5 --param t_in=10; repeatable")
     e.add_argument("--batch-size", type=int, default=8)
+    e.add_argument("--chunk-points", type=int, default=None, metavar="N",
+                   help="evaluate in chunks of N query points (operators whose points couple through sums: "
+                        "Transolver, LinearNO, GNOT, ONO): the sums over all points are formed first, so the result "
+                        "is the same, with the activations of N points at a time")
     e.add_argument("--device", default="cpu")
     e.add_argument("--threshold", type=float, default=1.0, help="rollout: error above which it is unstable (default 1)")
     e.add_argument("--max-growth", type=float, default=1.1,

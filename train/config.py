@@ -96,6 +96,10 @@ class TrainConfig:
     epoch ends); a resumed run skips the batches already done in the current epoch.
     ``tensorboard``: TensorBoard logs (off by default; needs the ``tensorboard`` extra); ``wandb``: log to Weights &
     Biases (project ``wandb_project``) when installed.
+    ``domain_parallel``: under ``torchrun``, the number of ranks that split the points of each sample
+    (one mesh across processes; point-set data and an operator that supports it: Transolver,
+    LinearNO, GNOT, ONO); the ``W`` ranks form a ``(W / domain_parallel) × domain_parallel`` mesh of
+    data × domain parallelism (``1``: data parallel only).
     Time series (data whose samples hold ``t_in`` input frames and later frames as targets):
     the model predicts ``frames_per_step`` frames per application; ``rollout_steps = k`` trains on
     the loss of ``k`` autoregressive applications (``1``: one step with the true inputs).
@@ -121,6 +125,7 @@ class TrainConfig:
     wandb_project: str = "sciattn"
     rollout_steps: int = 1
     frames_per_step: int = 1
+    domain_parallel: int = 1
 
 
 @dataclass
@@ -190,6 +195,7 @@ def validate_train(t: TrainConfig) -> TrainConfig:
     _int("seed", t.seed, 0)
     _int("rollout_steps", t.rollout_steps, 1)
     _int("frames_per_step", t.frames_per_step, 1)
+    _int("domain_parallel", t.domain_parallel, 1)
     if t.threads is not None:
         _int("threads", t.threads, 1)
     _number("lr", t.lr, positive=True)

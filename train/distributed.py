@@ -28,6 +28,22 @@ registry-driven test checks it); a model whose forward really skips a branch say
 Seeding. Rank ``r`` seeds ``torch``, NumPy and ``random`` with ``seed + r`` (dropout and other
 parameter-free randomness differ between ranks, reproducibly); the initial weights are rank 0's,
 broadcast by DDP.
+
+Domain parallelism (``train.domain_parallel = D``, :class:`DomainMesh`). The ``W`` ranks form a 2-D
+device mesh ``(W / D) × D`` (``torch.distributed.device_mesh``, dims ``data`` × ``domain``; rank
+``r`` at data coordinate ``p = r // D`` and domain coordinate ``d = r % D``). The sampler shards the
+samples over the ``P = W / D`` data coordinates, and the ``D`` ranks of one data coordinate take the
+same samples and hold a part ``d`` of their points each (``model.split_points``). The operator sums its
+couplings over the domain group (:func:`sciattn.operators.point_parts.set_domain_group`), and so does
+the loss (the relative L2 error's two sums over the points), so every rank of a domain group holds the
+same loss ``L_p`` of its data coordinate. Backpropagating it on each of the ``D`` ranks, the backward of
+the differentiable all-reduces adds the ``D`` equal cotangents: the ``D`` local parameter gradients sum
+to ``D ∇L_p``. DDP, over all ``W`` ranks, averages::
+
+    (1/W) Σ_{p,d} g_{p,d} = (1/W) Σ_p D ∇L_p = (1/P) Σ_p ∇L_p = ∇L,
+
+the gradient of the single-process loss on the global batch: the domain ranks' local gradients are
+summed (each holds only its points' share of every path through the sums), the data ranks' averaged.
 """
 
 from __future__ import annotations
@@ -48,12 +64,14 @@ from .config import ConfigError
 
 __all__ = [
     "DistContext",
+    "DomainMesh",
     "ResumableDistributedSampler",
     "all_reduce_sum",
     "barrier",
     "current_context",
     "gather_objects",
     "init_distributed",
+    "init_domain_mesh",
     "launched_by_torchrun",
     "per_rank_batch",
     "resolve_device",
@@ -168,11 +186,50 @@ def seed_everything(seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
-def all_reduce_sum(t: torch.Tensor, ctx: DistContext) -> torch.Tensor:
-    """Sum ``t`` over ranks in place (no-op in one process); returns ``t``."""
+def all_reduce_sum(t: torch.Tensor, ctx: DistContext, group: Any = None) -> torch.Tensor:
+    """Sum ``t`` over the ranks of ``group`` (default: all) in place (no-op in one process); returns ``t``."""
     if ctx.distributed:
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
     return t
+
+
+@dataclass(frozen=True)
+class DomainMesh:
+    """The ``data × domain`` layout of the ranks (module docstring): this rank's coordinates ``data_rank`` of
+    ``data_size`` and ``domain_rank`` of ``domain_size``, the groups of its row and column (``None`` in one
+    process) and the ``DeviceMesh``."""
+
+    data_rank: int = 0
+    data_size: int = 1
+    domain_rank: int = 0
+    domain_size: int = 1
+    data_group: Any = None
+    domain_group: Any = None
+    mesh: Any = None
+
+    @property
+    def split(self) -> bool:
+        """Whether each sample's points are split over the ranks of a domain group."""
+        return self.domain_size > 1
+
+
+def init_domain_mesh(ctx: DistContext, domain_parallel: int, device: str | torch.device = "cpu") -> DomainMesh:
+    """The :class:`DomainMesh` of ``ctx`` with ``domain_parallel`` ranks per mesh (all ranks call it); errors name
+    ``train.domain_parallel``."""
+    if isinstance(domain_parallel, bool) or not isinstance(domain_parallel, int) or domain_parallel < 1:
+        raise ConfigError(f"train.domain_parallel: expected an integer >= 1, got {domain_parallel!r}")
+    if domain_parallel == 1:
+        return DomainMesh(data_rank=ctx.rank, data_size=ctx.world_size)
+    if ctx.world_size % domain_parallel:
+        raise ConfigError(f"train.domain_parallel: expected a divisor of the number of ranks ({ctx.world_size}: "
+                          f"torchrun --nproc-per-node x --nnodes), got {domain_parallel}")
+    from torch.distributed.device_mesh import init_device_mesh
+
+    shape = (ctx.world_size // domain_parallel, domain_parallel)
+    mesh = init_device_mesh(torch.device(device).type, shape, mesh_dim_names=("data", "domain"))
+    p, d = mesh.get_coordinate()
+    return DomainMesh(data_rank=p, data_size=shape[0], domain_rank=d, domain_size=domain_parallel,
+                      data_group=mesh.get_group("data"), domain_group=mesh.get_group("domain"), mesh=mesh)
 
 
 def gather_objects(obj: Any, ctx: DistContext) -> list[Any]:

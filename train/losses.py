@@ -35,9 +35,12 @@ def relative_h1(pred: torch.Tensor, target: torch.Tensor, spatial_dims: int) -> 
 
 
 def relative_l2_points(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None,
-                       weights: torch.Tensor | None = None, eps: float = 1e-12) -> torch.Tensor:
+                       weights: torch.Tensor | None = None, eps: float = 1e-12, group=None) -> torch.Tensor:
     """Mean over clouds and channels of ``sqrt(Σ_n w_n (p_n − t_n)²) / sqrt(Σ_n w_n t_n²)`` over the real
-    points (``mask``) of ``pred``/``target`` ``(B, N, C)``; ``weights`` ``(B, N)`` default uniform."""
+    points (``mask``) of ``pred``/``target`` ``(B, N, C)``; ``weights`` ``(B, N)`` default uniform.
+
+    ``group``: the points are this rank's part of each cloud, split over the ranks of ``group``; the two sums
+    over the points are all-reduced (differentiably), so every rank returns the error of the whole clouds."""
     w = torch.ones(pred.shape[:2], dtype=pred.dtype, device=pred.device) if weights is None else weights.to(pred.dtype)
     if mask is not None:
         w = torch.where(mask, w, torch.zeros((), dtype=w.dtype, device=w.device))
@@ -46,20 +49,25 @@ def relative_l2_points(pred: torch.Tensor, target: torch.Tensor, mask: torch.Ten
     if mask is not None:  # padding may hold anything, even non-finite values: select, do not multiply
         diff = torch.where(mask[..., None], diff, zero)
         target = torch.where(mask[..., None], target, zero)
-    num = (w[..., None] * diff.square()).sum(1).sqrt()
-    den = (w[..., None] * target.square()).sum(1).sqrt()
-    return (num / den.clamp_min(eps)).mean()
+    num, den = (w[..., None] * diff.square()).sum(1), (w[..., None] * target.square()).sum(1)
+    if group is not None:
+        from sciattn.partial_sums import RankSums
+
+        num, den = RankSums(group)((num, den))
+    return (num.sqrt() / den.sqrt().clamp_min(eps)).mean()
 
 
-def make_loss(name: str, spatial_dims: int, h1_weight: float = 0.0, points: bool = False):
+def make_loss(name: str, spatial_dims: int, h1_weight: float = 0.0, points: bool = False, group=None):
     """``loss(pred, target, batch=None)`` for ``name`` in :data:`LOSSES`; ``l2+h1`` is ``l2 + h1_weight·h1``.
 
     ``points``: the point-set relative L2 error (:func:`relative_l2_points`, with the batch's
-    ``mask`` and ``weights``); only ``"l2"`` is defined there (H1 needs a grid)."""
+    ``mask`` and ``weights``; ``group``: the points split over its ranks); only ``"l2"`` is defined there
+    (H1 needs a grid)."""
     if points:
         check_choice("loss (point-set data)", name, POINT_LOSSES)
         return lambda p, t, batch=None: relative_l2_points(
-            p, t, None if batch is None else batch.get("mask"), None if batch is None else batch.get("weights"))
+            p, t, None if batch is None else batch.get("mask"), None if batch is None else batch.get("weights"),
+            group=group)
     check_choice("loss", name, LOSSES)
     inner = _grid_loss(name, spatial_dims, h1_weight)
     return lambda p, t, batch=None: inner(p, t)

@@ -284,11 +284,14 @@ def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, 
     if points and t.loss != "l2":
         raise ConfigError(f"train.loss: point-set data supports 'l2' (H1 needs a grid), got {t.loss!r}")
     model = create_operator(cfg.model_name, **_model_params(cfg, train, c_out))
+    _check_domain_parallel(t.domain_parallel, ctx, model, points)
     xn, yn = fit_data_normalizers(train, c_out, normalize_x=cfg.data.normalize_x, normalize_y=cfg.data.normalize_y)
     where = ("points" if points else "x".join(map(str, train.resolution)))
+    d = t.domain_parallel
     log(f"{cfg.model_name}: {count_parameters(model):,} parameters; {len(train)} training samples at {where}"
         + (f"; time series, {t.rollout_steps}-step rollout loss" if time_series else "")
-        + (f"; {ctx.world_size} ranks" if ctx.distributed else ""))
+        + (f"; {ctx.world_size} ranks" if ctx.distributed else "")
+        + (f" ({ctx.world_size // d} data x {d} domain: each sample's points split over {d} ranks)" if d > 1 else ""))
 
     def loggers(start_step: int):
         return make_loggers(out, tensorboard=t.tensorboard, wandb=t.wandb, wandb_project=t.wandb_project,
@@ -301,7 +304,7 @@ def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, 
         h1_weight=t.h1_weight, grad_clip=t.grad_clip, grad_accum_steps=t.grad_accum_steps, precision=t.precision,
         checkpoint_every_steps=t.checkpoint_every_steps, run_dir=out, run_config=cfg.to_dict(), seed=t.seed,
         device=t.device, progress=progress, log=log, loggers=loggers, data_meta={"source": source},
-        rollout_steps=t.rollout_steps,
+        rollout_steps=t.rollout_steps, domain_parallel=t.domain_parallel,
     )
     metrics = trainer.fit(resume=resume)
     final = trainer.evaluate()
@@ -340,6 +343,24 @@ def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, 
     return metrics
 
 
+def _check_domain_parallel(d: int, ctx, model, points: bool) -> None:
+    """``train.domain_parallel`` against the launch, the data and the operator (``ConfigError`` naming the key)."""
+    if d == 1:
+        return
+    from sciattn.operators.point_parts import check_supports
+
+    if ctx.world_size % d:
+        raise ConfigError(f"train.domain_parallel: expected a divisor of the number of ranks ({ctx.world_size}; launch "
+                          f"with torchrun --nproc-per-node N, N a multiple of {d}), got {d}")
+    if not points:
+        raise ConfigError(f"train.domain_parallel: splits the points of point-set samples; the data are grids (set "
+                          f"data.as_points = true, or train.domain_parallel = 1), got {d}")
+    try:
+        check_supports(model, key="train.domain_parallel")
+    except ValueError as err:
+        raise ConfigError(f"{err}; set train.domain_parallel = 1") from None
+
+
 def _rollouts(trainer: Trainer, tests: dict[str, Any], spatial_dims: int, frame_channels: int) -> dict[str, Any]:
     """Autoregressive rollout error over each test set's whole horizon, with the stability verdict."""
     out = {}
@@ -368,8 +389,11 @@ def fit_data_normalizers(train, c_out: int, *, normalize_x: bool = True, normali
 
 
 def evaluate_run(run_dir: str | Path, data: str | Path, *, fmt: str | None = None,
-                 plot: str | Path | None = None) -> dict[str, Any]:
-    """Evaluate a trained run on a data file (any supported format) at that file's own resolution."""
+                 plot: str | Path | None = None, chunk_points: int | None = None) -> dict[str, Any]:
+    """Evaluate a trained run on a data file (any supported format) at that file's own resolution.
+
+    ``chunk_points``: evaluate the operator in chunks of that many query points (the same result, for meshes
+    whose activations do not fit at once; operators with ``supports_chunked_points``)."""
     model, xn, yn, state = load_model(run_dir)
     from .data import _is_points
     from .sweep import _model_channels
@@ -382,11 +406,16 @@ def evaluate_run(run_dir: str | Path, data: str | Path, *, fmt: str | None = Non
     if c_in != want:
         raise ValueError(f"data: expected {want} input channels for this model, got {c_in} in {str(data)!r}")
     resolution = [first.shape[0]] if points else list(first.shape[1:])
-    result = evaluate_dataset(model, ds, x_normalizer=xn, y_normalizer=yn, spatial_dims=spatial)
+    result = evaluate_dataset(model, ds, x_normalizer=xn, y_normalizer=yn, spatial_dims=spatial,
+                              chunk_points=chunk_points)
     result.update({"data": str(data), "resolution": resolution, "operator": state["operator"]})
+    if chunk_points is not None:
+        result["chunk_points"] = chunk_points
     if plot is not None:
+        from sciattn.operators.point_parts import chunked_points
+
         s = ds[0]
-        with torch.no_grad():
+        with torch.no_grad(), chunked_points(model, chunk_points):
             pred = yn.decode(model(xn.encode(s["x"][None])))[0]
         plot_sample(s["x"], s["y"], pred, plot, title=f"{state['operator']} on {Path(data).name}")
     return result

@@ -105,6 +105,15 @@ def _names(arg: str, names: Sequence[str] | None, n: int | None) -> list[str] | 
     return names
 
 
+def _check_chunk_points(model: nn.Module, chunk_points: object) -> int | None:
+    """``chunk_points`` checked (a positive int or None) against the operator's capability."""
+    from sciattn.operators.point_parts import chunked_points
+
+    with chunked_points(model, chunk_points):  # raises, naming chunk_points, for a bad value or operator
+        pass
+    return chunk_points  # type: ignore[return-value]
+
+
 def _check_dt(arg: str, dt: object) -> float:
     if isinstance(dt, bool) or not isinstance(dt, (int, float, np.integer, np.floating)):
         raise TypeError(f"{arg}: expected a positive real number, got {type(dt).__name__} {dt!r}")
@@ -150,6 +159,10 @@ class Surrogate:
             its ``dims`` supplies them for inputs that have all of those dims.
         domain: the run's domain (``data_meta["domain"]``, see :mod:`.run_metadata`): spatial
             coordinates of xarray outputs whose input has none, and default spatial dim names.
+        chunk_points: evaluate the operator in chunks of this many query points (grid nodes) when
+            its activations for a whole input do not fit (``None``: all at once). The sums over
+            all points are formed first, so the result is the same up to the order of additions;
+            only operators with ``supports_chunked_points`` (Transolver, LinearNO, GNOT, ONO) take it.
 
     Predictions run under ``torch.no_grad()`` on the model's device; inputs are moved there and
     outputs back to the CPU (NumPy, xarray) or the input's device (torch).
@@ -169,9 +182,11 @@ class Surrogate:
         spatial_dims: int | None = None,
         spatial_dim_names: Sequence[str] | None = None,
         domain: Mapping[str, Any] | None = None,
+        chunk_points: int | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+        self.chunk_points = _check_chunk_points(model, chunk_points)
         for arg, norm in (("x_normalizer", x_normalizer), ("y_normalizer", y_normalizer)):
             if norm is not None and not (callable(getattr(norm, "encode", None)) and callable(getattr(norm, "decode", None))):
                 raise TypeError(f"{arg}: expected a normaliser with encode/decode, got {type(norm).__name__}")
@@ -495,15 +510,20 @@ class Surrogate:
         return {d: (d, v) for d, v in zip(frame.spatial, values) if d not in present}
 
     # -- evaluation --------------------------------------------------------------------------
-    def _forward(self, t: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
+    def _forward(self, t: torch.Tensor, chunk_points: int | None = None) -> torch.Tensor:
+        from sciattn.operators.point_parts import chunked_points
+
+        chunk = self.chunk_points if chunk_points is None else chunk_points
+        with torch.no_grad(), chunked_points(self.model, chunk):
             return self.y_normalizer.decode(self.model(self.x_normalizer.encode(t)))
 
-    def predict(self, x: Any) -> Any:
+    def predict(self, x: Any, *, chunk_points: int | None = None) -> Any:
         """Apply the operator to ``x`` (see the module docstring for the accepted kinds); the result
-        is of the same kind and batch convention."""
+        is of the same kind and batch convention. ``chunk_points``: this call in chunks of that many
+        query points (default: the constructor's ``chunk_points``)."""
+        chunk_points = _check_chunk_points(self.model, chunk_points)
         frame = self._unpack(x, "x")
-        return self._pack(frame, self._forward(frame.tensor), as_state=False)
+        return self._pack(frame, self._forward(frame.tensor, chunk_points), as_state=False)
 
     __call__ = predict
 

@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 
+from sciattn.operators.point_parts import chunked_points
+
 from .batching import collate, predict, to_device
 from .checkpoint import atomic_write_bytes, load_model
 from .data import GENERATED, POINT_GENERATED, TIME_SERIES, data_layout, load_at_resolutions
@@ -177,8 +179,12 @@ def resolution_sweep(
     tolerance: float = INVARIANCE_TOLERANCE,
     progress: bool = False,
     out_dir: str | os.PathLike | None = None,
+    chunk_points: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate the run at every resolution and write the report (see the module docstring).
+
+    ``chunk_points``: evaluate the operator in chunks of that many query points, where its activations at the
+    largest resolutions do not fit (the same result; :func:`sciattn.operators.point_parts.chunked_points`).
 
     ``data=None``: the run's own distribution (:mod:`.sweep_data`: the recorded generator and parameters,
     the generator matched to a neuraloperator Darcy file, or restriction of the run's file). Otherwise a
@@ -276,28 +282,29 @@ def resolution_sweep(
         warnings.warn(msg, stacklevel=2)
         print(f"WARNING: {msg}", file=sys.stderr)
     rows, rollouts = [], {}
-    for r, ds in sets.items():
-        if points[r]:  # the error compares the first out_channels targets (evaluation.py); no rollout on points
-            spatial, time_series, step_ds = int(ds[0]["pos"].shape[-1]), False, ds
-        else:
-            spatial = len(ds.resolution)
-            time_series = bool(ds.meta.get("time_series")) or ds.y.shape[1] != model_out
-            step_ds = _one_step(ds, model_out) if time_series else ds
-        with torch.no_grad():  # warm-up: first-call allocations and kernel selection are not timed
-            model.eval()
-            predict(model, to_device(collate([step_ds[0]]), device), xn, yn)
-        m = evaluate_dataset(model, step_ds, x_normalizer=xn, y_normalizer=yn, spatial_dims=spatial,
-                             batch_size=batch_size, device=device)
-        rows.append({"resolution": r, "regime": _regime(r, train_res), "rel_l2": m["rel_l2"], "rel_h1": m["rel_h1"],
-                     "ms_per_sample": 1e3 * m["seconds_per_sample"], "n_samples": m["n_samples"],
-                     "in_distribution": None if reference is None else str(r) not in shift})
-        if time_series:
-            t0 = time.perf_counter()
-            roll = rollout_errors(model, ds, x_normalizer=xn, y_normalizer=yn, spatial_dims=spatial,
-                                  batch_size=batch_size, device=device)
-            roll["ms_per_sample"] = 1e3 * (time.perf_counter() - t0) / roll["n_samples"]
-            roll.update(stability_verdict(roll["frame_errors"], threshold=threshold, max_growth=max_growth))
-            rollouts[r] = roll
+    with chunked_points(model, chunk_points):
+        for r, ds in sets.items():
+            if points[r]:  # the error compares the first out_channels targets (evaluation.py); no rollout on points
+                spatial, time_series, step_ds = int(ds[0]["pos"].shape[-1]), False, ds
+            else:
+                spatial = len(ds.resolution)
+                time_series = bool(ds.meta.get("time_series")) or ds.y.shape[1] != model_out
+                step_ds = _one_step(ds, model_out) if time_series else ds
+            with torch.no_grad():  # warm-up: first-call allocations and kernel selection are not timed
+                model.eval()
+                predict(model, to_device(collate([step_ds[0]]), device), xn, yn)
+            m = evaluate_dataset(model, step_ds, x_normalizer=xn, y_normalizer=yn, spatial_dims=spatial,
+                                 batch_size=batch_size, device=device)
+            rows.append({"resolution": r, "regime": _regime(r, train_res), "rel_l2": m["rel_l2"], "rel_h1": m["rel_h1"],
+                         "ms_per_sample": 1e3 * m["seconds_per_sample"], "n_samples": m["n_samples"],
+                         "in_distribution": None if reference is None else str(r) not in shift})
+            if time_series:
+                t0 = time.perf_counter()
+                roll = rollout_errors(model, ds, x_normalizer=xn, y_normalizer=yn, spatial_dims=spatial,
+                                      batch_size=batch_size, device=device)
+                roll["ms_per_sample"] = 1e3 * (time.perf_counter() - t0) / roll["n_samples"]
+                roll.update(stability_verdict(roll["frame_errors"], threshold=threshold, max_growth=max_growth))
+                rollouts[r] = roll
     ref = next((row["rel_l2"] for row in rows if row["resolution"] == train_res), None)
     meaningful = ref is not None and math.isfinite(ref) and 0 < ref < 1.0
     for row in rows:

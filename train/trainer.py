@@ -48,6 +48,7 @@ from .distributed import (
     ResumableDistributedSampler,
     all_reduce_sum,
     current_context,
+    init_domain_mesh,
     per_rank_batch,
     resolve_device,
     seed_everything,
@@ -70,7 +71,9 @@ class Trainer:
     When a ``torch.distributed`` process group is initialised (``torchrun``, see
     :mod:`.distributed`) the model is wrapped in ``DistributedDataParallel``, each rank trains on
     its shard of every global batch, evaluation is sharded and summed over ranks, and only rank 0
-    logs and writes files.
+    logs and writes files. With ``domain_parallel = D > 1`` the ranks form a ``(W / D) × D`` mesh:
+    each group of ``D`` ranks trains on the same samples, each rank on its part of their points (the
+    operator and the loss sum over the group; :class:`.distributed.DomainMesh`).
 
     Args:
         model: an operator from :func:`sciattn.operators.create_operator`.
@@ -102,6 +105,8 @@ class Trainer:
         data_meta: what the run records about its data (see :mod:`.run_metadata`); merged over
             :func:`~.run_metadata.collect_data_meta` of ``train_data`` (variable names, ``dt``, domain,
             source, statistics) and stored in every checkpoint as ``state["data_meta"]``.
+        domain_parallel: ranks that split the points of each sample (point-set data, an operator with
+            ``supports_domain_parallel``; a divisor of the world size); ``1``: data parallel only.
     """
 
     def __init__(
@@ -134,6 +139,7 @@ class Trainer:
         loggers: Sequence[MetricLogger] | Callable[[int], Sequence[MetricLogger]] | None = None,
         data_meta: dict[str, Any] | None = None,
         rollout_steps: int = 1,
+        domain_parallel: int = 1,
     ) -> None:
         check_positive_int("epochs", epochs)
         check_positive_int("batch_size", batch_size)
@@ -142,6 +148,16 @@ class Trainer:
         check_choice("scheduler", scheduler, ("onecycle", "cosine"))
         self.ctx = current_context()
         self.device = resolve_device(device, self.ctx)
+        self.points = "pos" in train_data[0]  # point samples: padded batches with a mask (see .batching)
+        self.domain = init_domain_mesh(self.ctx, domain_parallel, self.device)
+        if self.domain.split:
+            from sciattn.operators.point_parts import check_supports, set_domain_group
+
+            if not self.points:
+                raise ValueError(f"domain_parallel: splits the points of point-set samples (x (N, C) with pos); the "
+                                 f"training data are grids, got domain_parallel = {domain_parallel}")
+            check_supports(model, key="domain_parallel")
+            set_domain_group(model, self.domain.domain_group)
         self.model = model.to(self.device)
         self.net: nn.Module = self.model
         if self.ctx.distributed:
@@ -151,9 +167,9 @@ class Trainer:
         self.y_normalizer = y_normalizer.to(self.device)
         self.spatial_dims = spatial_dims
         self.epochs, self.batch_size = epochs, batch_size
-        self.rank_batch, self.micro_batch = per_rank_batch(batch_size, self.ctx.world_size, grad_accum_steps)
-        self.points = "pos" in train_data[0]  # point samples: padded batches with a mask (see .batching)
-        self.loss_fn = make_loss(loss, spatial_dims, h1_weight, points=self.points)
+        self.rank_batch, self.micro_batch = per_rank_batch(batch_size, self.domain.data_size, grad_accum_steps)
+        self.loss_fn = make_loss(loss, spatial_dims, h1_weight, points=self.points,
+                                 group=self.domain.domain_group if self.domain.split else None)
         self.grad_clip = grad_clip
         self.precision = Precision(precision, self.device)
         self.checkpoint_every_steps = checkpoint_every_steps or 0
@@ -164,8 +180,8 @@ class Trainer:
         self.log = log if self.ctx.is_main else (lambda message: None)
         self._make_loggers = loggers if callable(loggers) else None
         self.loggers: list[MetricLogger] = list(loggers or []) if self.ctx.is_main and not callable(loggers) else []
-        self.sampler = ResumableDistributedSampler(train_data, num_replicas=self.ctx.world_size, rank=self.ctx.rank,
-                                                   seed=seed, batch_size=self.rank_batch)
+        self.sampler = ResumableDistributedSampler(train_data, num_replicas=self.domain.data_size,
+                                                   rank=self.domain.data_rank, seed=seed, batch_size=self.rank_batch)
         self.steps_per_epoch = self.sampler.batches_per_epoch
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
         steps = epochs * self.steps_per_epoch
@@ -189,7 +205,7 @@ class Trainer:
     # -- persistence -------------------------------------------------------------------------
     def _metrics(self) -> dict[str, Any]:
         return {"epochs_done": self.epoch, "steps_done": self.step, "train_resolution": self.train_resolution,
-                "world_size": self.ctx.world_size, "history": self.history,
+                "world_size": self.ctx.world_size, "domain_parallel": self.domain.domain_size, "history": self.history,
                 "final": self.history[-1] if self.history else {}}
 
     @property
@@ -217,6 +233,8 @@ class Trainer:
     def _train_step(self, batch: dict[str, torch.Tensor]) -> tuple[float, int]:
         """One optimiser step on this rank's share of a global batch; returns the global (Σ loss·n, n)."""
         batch = to_device(batch, self.device)
+        if self.domain.split:
+            batch = self.model.split_points(batch, self.domain.domain_rank, self.domain.domain_size)
         n = batch["x"].shape[0]
         self.optimizer.zero_grad(set_to_none=True)
         parts = {k: v.split(self.micro_batch) for k, v in batch.items()}
@@ -231,7 +249,7 @@ class Trainer:
                 loss = self.loss_fn(pred, target, mb)
                 self.precision.backward(loss * (m / n) if len(chunks) > 1 else loss)
             loss_sum += loss.detach().double() * m
-        stats = all_reduce_sum(torch.stack([loss_sum, loss_sum.new_tensor(float(n))]), self.ctx)
+        stats = all_reduce_sum(torch.stack([loss_sum, loss_sum.new_tensor(float(n))]), self.ctx, self.domain.data_group)
         total, count = float(stats[0]), int(stats[1])
         if not math.isfinite(total):
             raise FloatingPointError(
@@ -296,7 +314,8 @@ class Trainer:
         """Errors on every test set (sharded over ranks and summed: every sample counted once)."""
         return {
             name: evaluate_sharded(self.model, ds, self.ctx, x_normalizer=self.x_normalizer,
-                                   y_normalizer=self.y_normalizer, spatial_dims=self.spatial_dims, device=self.device)
+                                   y_normalizer=self.y_normalizer, spatial_dims=self.spatial_dims, device=self.device,
+                                   domain=self.domain)
             for name, ds in self.test_data.items()
         }
 

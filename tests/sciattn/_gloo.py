@@ -1,7 +1,8 @@
 """Two-process gloo runs for the domain-parallel tests.
 
-``run_ranks("test_x", "_worker")`` spawns ranks that import the test file by name and call
-``_worker(rank, world, port, results)``; a worker wraps its body in ``gloo_group(rank, world, port)``.
+``run_ranks("test_x", "_worker")`` spawns ranks that import the test file by name (from this folder, or from
+``where``) and call ``_worker(rank, world, port, results)``; a worker wraps its body in
+``gloo_group(rank, world, port)``.
 """
 
 from __future__ import annotations
@@ -38,14 +39,14 @@ def gloo_group(rank: int, world: int, port: int):
         dist.destroy_process_group()
 
 
-def run_ranks(module: str, worker: str, world: int = 2) -> dict:
+def run_ranks(module: str, worker: str, world: int = 2, where: str = HERE) -> dict:
     """Run ``module.worker(rank, world, port, results)`` on ``world`` spawned ranks; ``{rank: result}``."""
     with mp.Manager() as manager:
         results = manager.dict()
-        sys.path.insert(0, HERE)  # the spawned workers import the test file by name
+        sys.path.insert(0, where)  # the spawned workers import the test file by name
         try:
             fn = getattr(importlib.import_module(module), worker)
             mp.spawn(fn, args=(world, free_port(), results), nprocs=world, join=True)
         finally:
-            sys.path.remove(HERE)
+            sys.path.remove(where)
         return dict(results)

@@ -37,14 +37,50 @@ def make_trainer(run_dir, **overrides) -> Trainer:
     return Trainer(**kw)
 
 
+def point_problem():
+    """Ragged point clouds (30, 37 or 44 points) on [0, 1]², non-uniform weights; the target mixes the input with
+    a smooth function of the position and the cloud's mean input (a global coupling)."""
+    from sciattn.pde_data.geofno import PointSetDataset
+
+    g = torch.Generator().manual_seed(3)
+    samples = []
+    for i in range(N_TRAIN + N_TEST):
+        n = 30 + 7 * (i % 3)
+        pos = torch.rand(n, 2, generator=g)
+        x = torch.sin(3 * pos[:, :1] + torch.randn(1, generator=g)) + 0.1 * torch.randn(n, 1, generator=g)
+        w = torch.rand(n, generator=g) + 0.5
+        y = x * pos[:, 1:] + (w[:, None] * x).sum() / w.sum() + 1.0
+        samples.append({"x": x, "y": y, "pos": pos, "weights": w})
+    return PointSetDataset(samples[:N_TRAIN], {"split": "train"}), PointSetDataset(samples[N_TRAIN:], {"split": "test"})
+
+
+def make_point_trainer(run_dir, operator: str = "transolver", **overrides) -> Trainer:
+    from sciattn.train.run import fit_data_normalizers
+
+    train, test = point_problem()
+    torch.manual_seed(0)
+    sizes = {"transolver": {"slice_num": 4}, "gnot": {}, "linear_no": {"key_ratio": 4}, "ono": {"psi_dim": 4}}
+    model = create_operator(operator, in_channels=1, out_channels=1, spatial_dims=2, width=8, n_layers=2, n_heads=2,
+                            **sizes[operator])
+    xn, yn = fit_data_normalizers(train, 1)
+    kw = dict(model=model, train_data=train, test_data={"test": test}, x_normalizer=xn, y_normalizer=yn,
+              spatial_dims=2, epochs=2, batch_size=4, lr=5e-3, seed=7, progress=False, log=lambda m: None,
+              run_dir=run_dir, loggers=None)
+    kw.update(overrides)
+    return Trainer(**kw)
+
+
 def worker(rank: int, world_size: int, store: str, run_dir: str, overrides: dict) -> None:
-    """One gloo rank: join the group through a file store, train, leave."""
+    """One gloo rank: join the group through a file store, train, leave (``overrides["problem"] = "points"``:
+    the point problem of :func:`make_point_trainer`)."""
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
     try:
-        make_trainer(run_dir, **overrides).fit()
+        overrides = dict(overrides)
+        make = make_point_trainer if overrides.pop("problem", "grid") == "points" else make_trainer
+        make(run_dir, **overrides).fit()
         dist.barrier()  # every rank is done with its collectives before any tears the group down
     finally:
         dist.destroy_process_group()
