@@ -186,14 +186,56 @@ struct Lanes {
   int64_t B, H, D;
 };
 
-template <typename T, int DD>
+// out[d] = sum_pc w[pc] * src[base[pc] + d * stride] lane-wise, NC channels at a time in registers.
+template <typename T, int NC>
+inline void lane_sums_chunk(const V<T>* w, const T* src, const int64_t* base, int64_t np, int64_t d0,
+                            int64_t stride, V<T>* out) {
+  V<T> a[NC] = {};
+  for (int64_t pc = 0; pc < np; ++pc) {
+    const V<T> wv = w[pc];
+    const T* p = src + base[pc] + d0 * stride;
+    for (int c = 0; c < NC; ++c) a[c] += wv * ld(p + c * stride);
+  }
+  for (int c = 0; c < NC; ++c) out[d0 + c] = a[c];
+}
+
+template <typename T>
+inline void lane_sums(const V<T>* w, const T* src, const int64_t* base, int64_t np, int64_t D, int64_t stride,
+                      V<T>* out) {
+  int64_t d = 0;
+  for (; d + 4 <= D; d += 4) lane_sums_chunk<T, 4>(w, src, base, np, d, stride, out);
+  switch (D - d) {
+    case 3: lane_sums_chunk<T, 3>(w, src, base, np, d, stride, out); break;
+    case 2: lane_sums_chunk<T, 2>(w, src, base, np, d, stride, out); break;
+    case 1: lane_sums_chunk<T, 1>(w, src, base, np, d, stride, out); break;
+    default: break;
+  }
+}
+
+// s[pc] += logw + w01[row] + w2[c] over the set's pairs (row-major, width W); returns the lane-wise maximum.
+template <typename T>
+inline V<T> add_weights(V<T>* s, const T* lb, const LaneSetData<T>& sd, int64_t R, int64_t W) {
+  V<T> mx = splat<T>(static_cast<T>(kNegInf));
+  for (int64_t rr = 0; rr < R; ++rr) {
+    const T w01 = sd.w01[rr];
+    for (int64_t c = 0; c < W; ++c) {
+      const int64_t pc = rr * W + c;
+      const V<T> z = s[pc] + ld(lb + sd.lpos[pc]) + w01 + sd.w2[c];
+      s[pc] = z;
+      mx = mx > z ? mx : z;
+    }
+  }
+  return mx;
+}
+
+template <typename T>
 void forward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, T scale, T* out, T* lse) {
-  const int64_t H = x.H, D = DD > 0 ? DD : x.D, Nq = g.Nq, Nk = g.Nk, BH = x.B * H, m2 = g.m[2];
+  const int64_t H = x.H, D = x.D, Nq = g.Nq, Nk = g.Nk, BH = x.B * H, m2 = g.m[2];
   std::vector<T> kt, vt, lwt;
   to_lanes(x.k, kt, L, BH, D, m2);
   to_lanes(x.v, vt, L, BH, D, m2);
   logw_to_lanes(x.logw, lwt, L, x.B, Nk, m2);
-  const int64_t rows = g.n[0] * g.n[1], aS = L.aS;
+  const int64_t rows = g.n[0] * g.n[1];
   at::parallel_for(0, BH * rows, 1, [&](int64_t begin, int64_t end) {
     LaneSetData<T> sd;
     V<T> qt[kMaxHead], o[kMaxHead];
@@ -206,44 +248,34 @@ void forward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, 
       const T* lb = lwt.data() + b * L.M01 * L.aS;
       for (const LaneSet& set : L.sets) {
         sd.prepare(g, L, set, i0, i1, D);
-        const int64_t np = L.R * set.width, W = set.width;
+        const int64_t np = L.R * set.width;
         load_lanes(x.q + bh * D * Nq, Nq, qbase, set, L.r, D, scale, qt);
         all_lane_dots<T>(qt, kb, sd.base.data(), np, D, L.aS, s.data());
-        V<T> mx = splat<T>(static_cast<T>(kNegInf));
-        for (int64_t rr = 0; rr < L.R; ++rr) {
-          const T w01 = sd.w01[rr];
-          for (int64_t c = 0; c < W; ++c) {
-            const int64_t pc = rr * W + c;
-            const V<T> z = s[pc] + ld(lb + sd.lpos[pc]) + w01 + sd.w2[c];
-            s[pc] = z;
-            mx = mx > z ? mx : z;
-          }
-        }
+        const V<T> mx = add_weights(s.data(), lb, sd, L.R, set.width);
         const V<T> empty = mx == static_cast<T>(kNegInf) ? splat<T>(1) : V<T>{};
         const V<T> mxs = empty != T(0) ? V<T>{} : mx;
         V<T> sum{};
-        for (int64_t e = 0; e < D; ++e) o[e] = V<T>{};
         for (int64_t pc = 0; pc < np; ++pc) {
-          const V<T> p = vexp(s[pc] - mxs);
-          sum += p;
-          const T* __restrict vp = vb + sd.base[pc];
-          for (int64_t e = 0; e < D; ++e) o[e] += p * ld(vp + e * aS);
+          s[pc] = vexp(s[pc] - mxs);
+          sum += s[pc];
         }
+        lane_sums(s.data(), vb, sd.base.data(), np, D, L.aS, o);
         const V<T> inv = empty != T(0) ? V<T>{} : T(1) / (sum + empty);
         for (int64_t e = 0; e < D; ++e) o[e] *= inv;
         store_lanes(out + bh * D * Nq, Nq, qbase, set, L.r, D, o);
-        V<T> l = mx + V<T>{};
-        for (int ln = 0; ln < kLanes; ++ln) l[ln] = empty[ln] != T(0) ? static_cast<T>(kNegInf) : mx[ln] + std::log(sum[ln]);
+        V<T> l = mx;
+        for (int ln = 0; ln < kLanes; ++ln)
+          l[ln] = empty[ln] != T(0) ? static_cast<T>(kNegInf) : mx[ln] + std::log(sum[ln]);
         store_lanes(lse + bh * Nq, Nq, qbase, set, L.r, 1, &l);
       }
     }
   });
 }
 
-template <typename T, int DD>
+template <typename T>
 void backward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, T scale, const T* out,
                    const T* lse, const T* gout, T* dq, T* dk, T* dv, T* dlogw) {
-  const int64_t H = x.H, D = DD > 0 ? DD : x.D, Nq = g.Nq, Nk = g.Nk, BH = x.B * H, m2 = g.m[2];
+  const int64_t H = x.H, D = x.D, Nq = g.Nq, Nk = g.Nk, BH = x.B * H, m2 = g.m[2];
   std::vector<T> kt, vt, lwt;
   to_lanes(x.k, kt, L, BH, D, m2);
   to_lanes(x.v, vt, L, BH, D, m2);
@@ -254,20 +286,20 @@ void backward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L,
   at::parallel_for(0, BH, 1, [&](int64_t begin, int64_t end) {
     LaneSetData<T> sd;
     V<T> qt[kMaxHead], go[kMaxHead], ot[kMaxHead], dqt[kMaxHead];
-    std::vector<V<T>> s(L.R * L.max_width);
+    std::vector<V<T>> s(L.R * L.max_width), ds(L.R * L.max_width);
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / H;
-      const T* kb = kt.data() + bh * L.M01 * D * L.aS;
-      const T* vb = vt.data() + bh * L.M01 * D * L.aS;
-      T* dkb = dkt.data() + bh * L.M01 * D * L.aS;
-      T* dvb = dvt.data() + bh * L.M01 * D * L.aS;
-      T* dlb = dlogw ? dlwt.data() + bh * L.M01 * L.aS : nullptr;
-      const T* lb = lwt.data() + b * L.M01 * L.aS;
+      const T* kb = kt.data() + bh * L.M01 * D * aS;
+      const T* vb = vt.data() + bh * L.M01 * D * aS;
+      T* dkb = dkt.data() + bh * L.M01 * D * aS;
+      T* dvb = dvt.data() + bh * L.M01 * D * aS;
+      T* dlb = dlogw ? dlwt.data() + bh * L.M01 * aS : nullptr;
+      const T* lb = lwt.data() + b * L.M01 * aS;
       for (int64_t qr = 0; qr < rows; ++qr) {
         const int64_t i0 = qr / g.n[1], i1 = qr % g.n[1], qbase = qr * g.n[2];
         for (const LaneSet& set : L.sets) {
           sd.prepare(g, L, set, i0, i1, D);
-          const int64_t np = L.R * set.width, W = set.width;
+          const int64_t np = L.R * set.width;
           load_lanes(x.q + bh * D * Nq, Nq, qbase, set, L.r, D, scale, qt);
           load_lanes(gout + bh * D * Nq, Nq, qbase, set, L.r, D, T(1), go);
           load_lanes(out + bh * D * Nq, Nq, qbase, set, L.r, D, T(1), ot);
@@ -277,33 +309,30 @@ void backward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L,
           const V<T> lse_safe = lsev == static_cast<T>(kNegInf) ? splat<T>(std::numeric_limits<T>::infinity()) : lsev;
           V<T> di{};
           for (int64_t e = 0; e < D; ++e) di += go[e] * ot[e];
-          all_lane_dots<T>(qt, kb, sd.base.data(), np, D, L.aS, s.data());
-          for (int64_t e = 0; e < D; ++e) dqt[e] = V<T>{};
-          for (int64_t rr = 0; rr < L.R; ++rr) {
-            const T w01 = sd.w01[rr];
-            for (int64_t c = 0; c < W; ++c) {
-              const int64_t pc = rr * W + c;
-              V<T> zz = s[pc] + ld(lb + sd.lpos[pc]) + w01 + sd.w2[c] - lse_safe;
-              zz = zz > T(0) ? V<T>{} : zz;
-              const V<T> p = vexp(zz);
-              const int64_t bo = sd.base[pc];
-              const T* __restrict kp = kb + bo;
-              const T* __restrict vp = vb + bo;
-              T* __restrict dkp = dkb + bo;
-              T* __restrict dvp = dvb + bo;
-              V<T> dp{};
-              for (int64_t e = 0; e < D; ++e) dp += go[e] * ld(vp + e * aS);
-              const V<T> ds = p * (dp - di);
-              for (int64_t d = 0; d < D; ++d) {
-                dqt[d] += ds * ld(kp + d * aS);
-                st(dkp + d * aS, ld(dkp + d * aS) + ds * qt[d]);
-                st(dvp + d * aS, ld(dvp + d * aS) + p * go[d]);
-              }
-              if (dlb) st(dlb + sd.lpos[pc], ld(dlb + sd.lpos[pc]) + ds);
-            }
+          all_lane_dots<T>(qt, kb, sd.base.data(), np, D, aS, s.data());  // scores
+          add_weights(s.data(), lb, sd, L.R, set.width);
+          all_lane_dots<T>(go, vb, sd.base.data(), np, D, aS, ds.data());  // dO . v
+          for (int64_t pc = 0; pc < np; ++pc) {
+            V<T> z = s[pc] - lse_safe;
+            z = z > T(0) ? V<T>{} : z;
+            s[pc] = vexp(z);                  // probabilities
+            ds[pc] = s[pc] * (ds[pc] - di);  // score gradients
           }
+          lane_sums(ds.data(), kb, sd.base.data(), np, D, aS, dqt);
           for (int64_t d = 0; d < D; ++d) dqt[d] *= scale;
           store_lanes(dq + bh * D * Nq, Nq, qbase, set, L.r, D, dqt);
+          // dK += ds q (scaled), dV += p dO, dlogw += ds, key by key
+          for (int64_t pc = 0; pc < np; ++pc) {
+            const V<T> p = s[pc], dsv = ds[pc];
+            const int64_t bo = sd.base[pc];
+            T* __restrict dkp = dkb + bo;
+            T* __restrict dvp = dvb + bo;
+            for (int64_t d = 0; d < D; ++d) {
+              st(dkp + d * aS, ld(dkp + d * aS) + dsv * qt[d]);
+              st(dvp + d * aS, ld(dvp + d * aS) + p * go[d]);
+            }
+            if (dlb) st(dlb + sd.lpos[pc], ld(dlb + sd.lpos[pc]) + dsv);
+          }
         }
       }
     }
@@ -347,10 +376,7 @@ void lanes_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
     LaneLayout<scalar_t> L(g, a, r);
     Lanes<scalar_t> x{q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                       logw.data_ptr<scalar_t>(), q.size(0), q.size(1), q.size(2)};
-    dispatch_head(q.size(2), [&](auto size) {
-      forward_impl<scalar_t, decltype(size)::value>(x, g, L, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(),
-                                                     lse.data_ptr<scalar_t>());
-    });
+    forward_impl<scalar_t>(x, g, L, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>());
   });
 }
 
@@ -370,11 +396,9 @@ void lanes_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     Lanes<scalar_t> x{q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                       logw.data_ptr<scalar_t>(), q.size(0), q.size(1), q.size(2)};
     scalar_t* dl = dlogw.has_value() ? dlogw->data_ptr<scalar_t>() : nullptr;
-    dispatch_head(q.size(2), [&](auto size) {
-      backward_impl<scalar_t, decltype(size)::value>(
-          x, g, L, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
-          gout.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(), dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), dl);
-    });
+    backward_impl<scalar_t>(x, g, L, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(),
+                            lse.data_ptr<scalar_t>(), gout.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(),
+                            dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), dl);
   });
 }
 

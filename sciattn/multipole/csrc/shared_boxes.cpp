@@ -13,7 +13,6 @@
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
-#include <type_traits>
 
 namespace sciattn_box {
 namespace {
@@ -44,39 +43,22 @@ inline void all_block_dots(const T* x, const T* blk, int64_t D, int64_t nb, V<T>
   }
 }
 
-// out[e] = sum_p w[p] * rows[p * E + e], four accumulators over p (registers when EE > 0).
-template <typename T, int EE>
-inline void weighted_rows(const T* __restrict w, const T* __restrict rows, int64_t P, int64_t E_, T* __restrict out) {
-  constexpr int64_t kMax = EE > 0 ? EE : 1;
-  const int64_t E = EE > 0 ? EE : E_;
-  if constexpr (EE > 0) {
-    T a0[kMax] = {}, a1[kMax] = {}, a2[kMax] = {}, a3[kMax] = {};
+// out[e0 + l] = sum_p w[p] * rows[p * Dp + e0 + l] for the kLanes channels of every chunk e0 (rows padded to Dp, a
+// multiple of kLanes), four accumulators over p.
+template <typename T>
+inline void row_sums(const T* __restrict w, const T* __restrict rows, int64_t P, int64_t Dp, T* __restrict out) {
+  for (int64_t e0 = 0; e0 < Dp; e0 += kLanes) {
+    V<T> a0{}, a1{}, a2{}, a3{};
+    const T* r = rows + e0;
     int64_t p = 0;
     for (; p + 4 <= P; p += 4) {
-      const T w0 = w[p], w1 = w[p + 1], w2 = w[p + 2], w3 = w[p + 3];
-      const T* r = rows + p * E;
-#pragma omp simd
-      for (int64_t e = 0; e < E; ++e) {
-        a0[e] += w0 * r[e];
-        a1[e] += w1 * r[E + e];
-        a2[e] += w2 * r[2 * E + e];
-        a3[e] += w3 * r[3 * E + e];
-      }
+      a0 += w[p] * ld(r + p * Dp);
+      a1 += w[p + 1] * ld(r + (p + 1) * Dp);
+      a2 += w[p + 2] * ld(r + (p + 2) * Dp);
+      a3 += w[p + 3] * ld(r + (p + 3) * Dp);
     }
-    for (; p < P; ++p) {
-      const T w0 = w[p];
-#pragma omp simd
-      for (int64_t e = 0; e < E; ++e) a0[e] += w0 * rows[p * E + e];
-    }
-#pragma omp simd
-    for (int64_t e = 0; e < E; ++e) out[e] = (a0[e] + a1[e]) + (a2[e] + a3[e]);
-  } else {
-    for (int64_t e = 0; e < E; ++e) out[e] = 0;
-    for (int64_t p = 0; p < P; ++p) {
-      const T w0 = w[p];
-#pragma omp simd
-      for (int64_t e = 0; e < E; ++e) out[e] += w0 * rows[p * E + e];
-    }
+    for (; p < P; ++p) a0 += w[p] * ld(r + p * Dp);
+    st(out + e0, (a0 + a1) + (a2 + a3));
   }
 }
 
@@ -102,14 +84,15 @@ struct Runs {
 // w1) and the last axis' window weights of each query of the run, -inf on the padding.
 template <typename T>
 struct Box {
-  int64_t P, Pp, nb, D;
+  int64_t P, Pp, nb, D, Dp;
   std::vector<int64_t> cell;
   std::vector<T> kt, kr, vr, vt, lw, base, w2, s, qs;
   std::vector<V<T>> acc;
   Box(const Level<T>& g, const Runs& runs, int64_t D_, bool backward)
-      : P(g.P), Pp((g.P + kLanes - 1) / kLanes * kLanes), nb(Pp / kLanes), D(D_), cell(P), kt(Pp * D_, T(0)),
-        kr(backward ? P * D_ : 0), vr(P * D_), vt(backward ? Pp * D_ : 0, T(0)), lw(P), base(Pp, T(0)),
-        w2(runs.max2 * Pp), s(Pp), qs(D_), acc(nb) {}
+      : P(g.P), Pp((g.P + kLanes - 1) / kLanes * kLanes), nb(Pp / kLanes), D(D_),
+        Dp((D_ + kLanes - 1) / kLanes * kLanes), cell(P), kt(Pp * D_, T(0)), kr(backward ? P * Dp : 0, T(0)),
+        vr(P * Dp, T(0)), vt(backward ? Pp * D_ : 0, T(0)), lw(P), base(Pp, T(0)), w2(runs.max2 * Pp), s(Pp),
+        qs(Dp, T(0)), acc(nb) {}
 
   void load(const Level<T>& g, const Runs& runs, const int64_t r[3], const T* k, const T* v, const T* logw) {
     const int64_t s0 = g.start[0][runs.begin[0][r[0]]], s1 = g.start[1][runs.begin[1][r[1]]],
@@ -124,9 +107,9 @@ struct Box {
       for (int64_t d = 0; d < D; ++d) {
         const T kv = k[d * g.Nk + y], vv = v[d * g.Nk + y];
         kb[d * kLanes] = kv;
-        vr[p * D + d] = vv;
+        vr[p * Dp + d] = vv;
         if (!kr.empty()) {
-          kr[p * D + d] = kv;
+          kr[p * Dp + d] = kv;
           vt[(p / kLanes) * D * kLanes + d * kLanes + p % kLanes] = vv;
         }
       }
@@ -172,14 +155,14 @@ struct Tensors {
   int64_t B, H, D;
 };
 
-template <typename T, int DD>
+template <typename T>
 void forward_impl(const Tensors<T>& x, const Level<T>& g, T scale, T* out, T* lse) {
-  const int64_t H = x.H, D = DD > 0 ? DD : x.D, Nq = g.Nq, Nk = g.Nk;
+  const int64_t H = x.H, D = x.D, Nq = g.Nq, Nk = g.Nk;
   const Runs runs(g);
   const int64_t groups = runs.groups();
   at::parallel_for(0, x.B * H * groups, 1, [&](int64_t begin, int64_t end) {
     Box<T> box(g, runs, D, false);
-    std::vector<T> o(D);
+    std::vector<T> o((D + kLanes - 1) / kLanes * kLanes);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / groups, grp = task % groups, b = bh / H;
       const int64_t r[3] = {grp / (runs.count[1] * runs.count[2]), grp / runs.count[2] % runs.count[1],
@@ -210,7 +193,7 @@ void forward_impl(const Tensors<T>& x, const Level<T>& g, T scale, T* out, T* ls
               sum += e;
             }
             const T total = hsum<T>(sum);
-            weighted_rows<T, DD>(box.s.data(), box.vr.data(), box.P, D, o.data());
+            row_sums(box.s.data(), box.vr.data(), box.P, box.Dp, o.data());
             const T inv = T(1) / total;
             for (int64_t e = 0; e < D; ++e) ob[e * Nq + iq] = o[e] * inv;
             lb[iq] = mx + std::log(total);
@@ -220,16 +203,17 @@ void forward_impl(const Tensors<T>& x, const Level<T>& g, T scale, T* out, T* ls
   });
 }
 
-template <typename T, int DD>
+template <typename T>
 void backward_impl(const Tensors<T>& x, const Level<T>& g, T scale, const T* out, const T* lse, const T* gout,
                    T* dq, T* dk, T* dv, T* dlogw) {
-  const int64_t H = x.H, D = DD > 0 ? DD : x.D, Nq = g.Nq, Nk = g.Nk, B = x.B;
+  const int64_t H = x.H, D = x.D, Nq = g.Nq, Nk = g.Nk, B = x.B;
   const Runs runs(g);
   std::vector<T> dlw(dlogw ? B * H * Nk : 0, T(0));  // per (batch, head), summed over the heads afterwards
   at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
     Box<T> box(g, runs, D, true);
     const int64_t P = box.P, Pp = box.Pp, nb = box.nb;
-    std::vector<T> prob(Pp), ds(Pp), dkb(P * D), dvb(P * D), dlb(Pp), gq(D), go(D), qrow(D);
+    const int64_t Dp = box.Dp;
+    std::vector<T> prob(Pp), ds(Pp), dkb(P * Dp), dvb(P * Dp), dlb(Pp), gq(Dp), go(Dp, T(0)), qrow(Dp, T(0));
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / H;
       const T* qb = x.q + bh * D * Nq;
@@ -273,16 +257,15 @@ void backward_impl(const Tensors<T>& x, const Level<T>& g, T scale, const T* out
                 st(ds.data() + bb * kLanes, dsv);
                 st(dlb.data() + bb * kLanes, ld(dlb.data() + bb * kLanes) + dsv);
               }
-              weighted_rows<T, DD>(ds.data(), box.kr.data(), P, D, gq.data());
+              row_sums(ds.data(), box.kr.data(), P, Dp, gq.data());
               for (int64_t d = 0; d < D; ++d) dqb[d * Nq + iq] = gq[d] * scale;
               T* __restrict dka = dkb.data();
               T* __restrict dva = dvb.data();
               for (int64_t p = 0; p < P; ++p) {
                 const T dss = ds[p] * scale, pr = prob[p];
-#pragma omp simd
-                for (int64_t d = 0; d < D; ++d) {
-                  dka[p * D + d] += dss * qrow[d];
-                  dva[p * D + d] += pr * go[d];
+                for (int64_t e0 = 0; e0 < Dp; e0 += kLanes) {
+                  st(dka + p * Dp + e0, ld(dka + p * Dp + e0) + dss * ld(qrow.data() + e0));
+                  st(dva + p * Dp + e0, ld(dva + p * Dp + e0) + pr * ld(go.data() + e0));
                 }
               }
             }
@@ -292,8 +275,8 @@ void backward_impl(const Tensors<T>& x, const Level<T>& g, T scale, const T* out
         for (int64_t p = 0; p < P; ++p) {
           const int64_t y = box.cell[p];
           for (int64_t d = 0; d < D; ++d) {
-            dkh[d * Nk + y] += dkb[p * D + d];
-            dvh[d * Nk + y] += dvb[p * D + d];
+            dkh[d * Nk + y] += dkb[p * Dp + d];
+            dvh[d * Nk + y] += dvb[p * Dp + d];
           }
           if (dlogw) dlw[bh * Nk + y] += dlb[p];
         }
@@ -317,10 +300,7 @@ void boxes_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
     Level<scalar_t> g(n, m, starts, logphi);
     Tensors<scalar_t> x{q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                         logw.data_ptr<scalar_t>(), q.size(0), q.size(1), q.size(2)};
-    dispatch_head(q.size(2), [&](auto size) {
-      forward_impl<scalar_t, decltype(size)::value>(x, g, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(),
-                                                     lse.data_ptr<scalar_t>());
-    });
+    forward_impl<scalar_t>(x, g, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>());
   });
 }
 
@@ -337,11 +317,9 @@ void boxes_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     Tensors<scalar_t> x{q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                         logw.data_ptr<scalar_t>(), q.size(0), q.size(1), q.size(2)};
     scalar_t* dl = dlogw.has_value() ? dlogw->data_ptr<scalar_t>() : nullptr;
-    dispatch_head(q.size(2), [&](auto size) {
-      backward_impl<scalar_t, decltype(size)::value>(
-          x, g, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
-          gout.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(), dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), dl);
-    });
+    backward_impl<scalar_t>(x, g, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
+                            gout.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(), dk.data_ptr<scalar_t>(),
+                            dv.data_ptr<scalar_t>(), dl);
   });
 }
 

@@ -112,15 +112,4 @@ struct Level {
   }
 };
 
-// Calls f(std::integral_constant<int, D>) for the head sizes with instantiated kernels, 0 (run-time size) else.
-template <typename F>
-void dispatch_head(int64_t D, F&& f) {
-  switch (D) {
-    case 8: return f(std::integral_constant<int, 8>{});
-    case 16: return f(std::integral_constant<int, 16>{});
-    case 32: return f(std::integral_constant<int, 32>{});
-    default: return f(std::integral_constant<int, 0>{});
-  }
-}
-
 }  // namespace sciattn_box
