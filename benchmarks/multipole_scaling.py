@@ -59,13 +59,17 @@ from .harness import RESULTS, Benchmark, latest_run, read_rows, results_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-METHODS = ("multipole", "multipole_cells8", "multipole_fraction", "galerkin", "dense_sdpa")
-MULTIPOLE = {"multipole": {}, "multipole_cells8": {"window": 8},
+METHODS = ("multipole", "multipole_sdpa", "multipole_cells8", "multipole_fraction", "galerkin", "spectral_conv",
+           "dense_sdpa")
+MULTIPOLE = {"multipole": {}, "multipole_sdpa": {}, "multipole_cells8": {"window": 8},
              "multipole_fraction": {"pyramid": "input", "window_fraction": 0.125}}
 LABELS = {"multipole": "multipole, default (physical pyramid, tapered windows)",
+          "multipole_sdpa": "multipole, default, SDPA path (fused CPU kernels off)",
           "multipole_cells8": "multipole, window=8 cells",
           "multipole_fraction": "multipole, pyramid='input', window_fraction=1/8", "galerkin": "Galerkin",
-          "dense_sdpa": "dense SDPA"}
+          "spectral_conv": "neuraloperator SpectralConv, 16 modes", "dense_sdpa": "dense SDPA"}
+# the grid kernels issue's targets for the default layer, judged in the notes
+TARGET_RATIO_GALERKIN, TARGET_RATIO_SPECTRAL, TARGET_MEMORY_RATIO, TARGET_FLOP_SHARE = 1.5, 4.0, 2.0, 0.25
 CLAIM_MAX_EXPONENT = 1.15
 CHANNELS, HEADS = 64, 4
 
@@ -115,7 +119,14 @@ def measure_case(method: str, n: int, device: str, reps: int, phase: str = "both
     if method in MULTIPOLE:
         from sciattn.multipole import MultipoleAttention
 
+        if method == "multipole_sdpa":
+            os.environ["SCIATTN_CPU_KERNELS"] = "0"  # the worker's process only: the previous (SDPA) path
         layer = MultipoleAttention(c, h, 2, **MULTIPOLE[method]).to(device)
+        run = lambda: layer(x)  # noqa: E731
+    elif method == "spectral_conv":
+        from neuralop.layers.spectral_convolution import SpectralConv
+
+        layer = SpectralConv(c, c, (16, 16)).to(device)
         run = lambda: layer(x)  # noqa: E731
     elif method == "galerkin":
         from sciattn import GalerkinAttention
@@ -167,13 +178,52 @@ def measure_case(method: str, n: int, device: str, reps: int, phase: str = "both
         with torch.no_grad():
             out["forward_s"] = timed(run)
         out["peak_forward_mb"] = peak_now()
+        if method in ("multipole", "multipole_sdpa"):
+            out["useful_gflop"] = useful_gflop(layer, n)
+        out["matmul_gflops"] = matmul_rate(device)
     if phase in ("both", "backward"):
         def fwd_bwd():
             run().float().square().mean().backward()
 
         out["forward_backward_s"] = timed(fwd_bwd)
         out["peak_forward_backward_mb"] = peak_now()
+    os.environ.pop("SCIATTN_CPU_KERNELS", None) if method == "multipole_sdpa" else None
     return out
+
+
+def useful_gflop(layer, n: int) -> float:
+    """Useful floating-point work of one forward of the default layer on an ``n × n`` grid, in GFLOP: the four
+    ``C × C`` projections at every cell (queries, local keys and values, output), the key and value projections of
+    the pooled levels, and per query and head ``4 D`` per admissible key (scores and value sums) over every level's
+    box (``c + 1`` cells per axis with tapered windows, the window on the global level) and the local window."""
+    from sciattn.multipole.geometry import axis_geometry
+
+    c, h, d = layer.dim, layer.n_heads, layer.head_dim
+    keys = 0
+    for m, win in layer.levels:  # interior queries: the box of every axis
+        keys += math.prod(axis_geometry(n, ma, ca, layer.window_taper == "linear").length for ma, ca in zip(m, win))
+    if layer.local_window is not None:
+        keys += math.prod(min(w, n) for w in layer.local_window)
+    pooled = sum(math.prod(m) for m, _ in layer.levels)
+    flops = 2 * c * c * (4 * n * n + 2 * pooled) + n * n * h * keys * 4 * d
+    return flops / 1e9
+
+
+def matmul_rate(device: str) -> float:
+    """fp32 GFLOP/s of a 2048³ matrix product on ``device`` (best of three), in the measuring process."""
+    import torch
+
+    a, b = torch.randn(2048, 2048, device=device), torch.randn(2048, 2048, device=device)
+    best = math.inf
+    for _ in range(4):
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        a @ b
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return 2 * 2048 ** 3 / best / 1e9
 
 
 def worker(spec: dict[str, Any]) -> dict:
@@ -204,7 +254,8 @@ def _subprocess(spec: dict, malloc_env: dict[str, str]) -> tuple[dict | None, st
 SCHEMA = {
     "method": "str", "side": "int", "N": "int", "forward_s": "float?", "forward_backward_s": "float?",
     "base_mb": "float?", "peak_forward_mb": "float?", "peak_forward_backward_mb": "float?",
-    "convergence_error": "float?", "status": "str?", "measured_in": "str?",
+    "convergence_error": "float?", "useful_gflop": "float?", "matmul_gflops": "float?", "status": "str?",
+    "measured_in": "str?",
 }
 PARAMS: dict[str, Any] = {
     "device": "cpu", "sizes": [64, 128, 256, 512, 1024], "methods": list(METHODS), "dense_max": 128, "reps": 3,
@@ -212,7 +263,8 @@ PARAMS: dict[str, Any] = {
     "malloc_env": {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "8589934592"},
     "merge": False, "from_log": None,
 }
-QUICK = {"sizes": [16, 32], "methods": ["multipole", "multipole_cells8", "dense_sdpa"], "dense_max": 32, "reps": 1, "convergence_sides": [16, 32], "convergence_reference": 64}
+QUICK = {"sizes": [16, 32], "methods": ["multipole", "multipole_sdpa", "galerkin", "spectral_conv", "dense_sdpa"],
+         "dense_max": 32, "reps": 1, "convergence_sides": [16, 32], "convergence_reference": 64}
 
 
 def _row(method: str, n: int, **values: Any) -> dict:
@@ -469,7 +521,44 @@ def notes(records: list[dict]) -> str:
         if ratios:
             lines += ["", f"Dense SDPA time / {LABELS[m]} time, forward+backward: "
                       + ", ".join(f"{s}²: {x:.1f}×" for s, x in ratios)]
+    lines += target_lines(rows)
     return "\n".join(lines)
+
+
+def target_lines(rows: list[dict]) -> list[str]:
+    """The grid kernels issue's targets for the default layer, judged from the rows (same run, same machine)."""
+    at = {(r["method"], r["side"]): r for r in rows}
+    out = []
+
+    def ratio(a, b, key):
+        ra, rb = at.get((a, side)), at.get((b, side))
+        return None if ra is None or rb is None or not ra[key] or not rb[key] else ra[key] / rb[key]
+
+    for side in sorted({r["side"] for r in rows if r["method"] == "multipole"}):
+        parts = []
+        for other, label, target in (("galerkin", "Galerkin", TARGET_RATIO_GALERKIN),
+                                     ("spectral_conv", "SpectralConv", TARGET_RATIO_SPECTRAL)):
+            fw, fb = ratio("multipole", other, "forward_s"), ratio("multipole", other, "forward_backward_s")
+            if fw is not None and fb is not None:
+                ok = "met" if max(fw, fb) <= target else "not met"
+                parts.append(f"/ {label} {fw:.2f}× forward, {fb:.2f}× forward+backward (≤ {target:g}×: {ok})")
+        d, g = at.get(("multipole", side)), at.get(("galerkin", side))
+        if d and g and d["peak_forward_backward_mb"] and g["peak_forward_backward_mb"]:
+            mem = memory_above_start(d) / memory_above_start(g)
+            parts.append(f"peak memory forward+backward / Galerkin {mem:.2f}× (≤ {TARGET_MEMORY_RATIO:g}×: "
+                         + ("met" if mem <= TARGET_MEMORY_RATIO else "not met") + ")")
+        if d and d.get("useful_gflop") and d["forward_s"] and d.get("matmul_gflops"):
+            share = d["useful_gflop"] / d["forward_s"] / d["matmul_gflops"]
+            parts.append(f"useful FLOPs {d['useful_gflop']:.2f} GFLOP at {d['useful_gflop'] / d['forward_s']:.1f} "
+                         f"GFLOP/s = {share:.0%} of the same process's matmul rate ({d['matmul_gflops']:.0f} GFLOP/s; "
+                         f"≥ {TARGET_FLOP_SHARE:.0%}: " + ("met" if share >= TARGET_FLOP_SHARE else "not met") + ")")
+        sp, sb = ratio("multipole_sdpa", "multipole", "forward_s"), ratio("multipole_sdpa", "multipole",
+                                                                          "forward_backward_s")
+        if sp is not None and sb is not None:
+            parts.append(f"fused kernels {sp:.2f}× faster than the SDPA path forward, {sb:.2f}× forward+backward")
+        if parts:
+            out.append(f"Default layer at {side}²: " + "; ".join(parts) + ".")
+    return ([""] + out) if out else []
 
 
 BENCHMARKS = (

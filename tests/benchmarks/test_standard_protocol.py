@@ -153,4 +153,4 @@ def test_scaling_entry_fits_an_exponent(tmp_path):
     assert r["exponent_largest"] == pytest.approx(expected)  # two sizes: the fit is the last pair's slope
     assert r["meets_1_15"] == (r["exponent"] <= 1.15) and r["quadratic"] is False
     table = harness.markdown_table(harness.get("standard_protocol_scaling"), records)
-    assert f"| fno | {harness.format_value(r['parameters'])} | 8 / 16 |" in table
+    assert f"| fno | {harness.format_value(r['parameters'])} | 1 | 8 / 16 |" in table
