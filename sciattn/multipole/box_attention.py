@@ -44,7 +44,8 @@ from . import _cpu_extension
 from .geometry import axis_geometry
 from .physical import level_attention, local_attention
 
-__all__ = ["box_attention", "local_box_attention", "box_attention_backend", "lane_strides", "BACKENDS"]
+__all__ = ["box_attention", "local_box_attention", "accumulate_box_attention", "box_attention_backend",
+           "lane_strides", "BACKENDS"]
 
 BACKENDS = ("cpu", "sdpa")
 # The query-lane kernel beats the shared boxes when each residue class has at least MIN_LANES queries along the
@@ -90,9 +91,9 @@ def _box_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: torch.
     out = torch.empty_like(q)
     lse = q.new_empty(q.shape[0], q.shape[1], q.shape[3])
     if a:
-        _library().lanes_forward(q, k, v, logw, n, m, starts, logphi, scale, a, r, out, lse)
+        _library().lanes_forward(q, k, v, logw, n, m, starts, logphi, scale, a, r, out, lse, None)
     else:
-        _library().boxes_forward(q, k, v, logw, n, m, starts, logphi, scale, out, lse)
+        _library().boxes_forward(q, k, v, logw, n, m, starts, logphi, scale, out, lse, None)
     return out, lse
 
 
@@ -233,3 +234,30 @@ def _box_cpu(q, k, v, logw, window, scale, taper):
                           v.reshape(b, h, dh, -1).contiguous(), logw.to(q.dtype).reshape(b, -1).contiguous(),
                           n3, m3, starts, logphi, float(scale), a, r)
     return out.view(b, h, dh, *n)
+
+
+def accumulate_box_attention(acc: torch.Tensor, gamma: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                             v: torch.Tensor, logw: torch.Tensor, window: Sequence[int], scale: float,
+                             taper: bool = True) -> bool:
+    """``acc += γ_h A`` in place (``acc (B, H, D, *n)``, ``γ (H,)``, ``A`` the level's :func:`box_attention`)
+    through the fused CPU kernels, without allocating ``A``: the inference path of the layer (nothing needs
+    gradients). Returns False, doing nothing, where the kernels do not apply or a gradient is needed (the caller
+    then adds :func:`box_attention`'s output itself)."""
+    if box_attention_backend(q)[0] != "cpu" or (torch.is_grad_enabled() and any(
+            t.requires_grad for t in (acc, gamma, q, k, v, logw))) or not acc.is_contiguous():
+        return False
+    b, h, dh = q.shape[:3]
+    n, m = tuple(q.shape[3:]), tuple(k.shape[3:])
+    n3, m3, starts, logphi = _geometry(n, m, window, taper, q.dtype, q.device)
+    a, r = lane_strides(n3[2], m3[2], logphi[2].shape[1])
+    args = (q.reshape(b, h, dh, -1).contiguous(), k.reshape(b, h, dh, -1).contiguous(),
+            v.reshape(b, h, dh, -1).contiguous(), logw.to(q.dtype).reshape(b, -1).contiguous(), n3, m3, starts,
+            logphi, float(scale))
+    out, lse = acc.view(b, h, dh, -1), q.new_empty(0)
+    g = gamma.to(q.dtype).contiguous()
+    if a:
+        _library().lanes_forward(*args, a, r, out, q.new_empty(b, h, args[0].shape[3]), g)
+    else:
+        _library().boxes_forward(*args, out, q.new_empty(b, h, args[0].shape[3]), g)
+    del lse
+    return True

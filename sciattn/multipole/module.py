@@ -104,7 +104,7 @@ from .._checks import (
     check_rank,
     check_tensor,
 )
-from .box_attention import box_attention, local_box_attention
+from .box_attention import accumulate_box_attention, box_attention, local_box_attention
 from .input_pyramid import InputPyramid
 from .physical import pool_to_grid
 from .spec import POOLS, PYRAMIDS, UNPOOLS, WINDOW_TAPERS, MultipoleSpec
@@ -351,8 +351,12 @@ class MultipoleAttention(InputPyramid, nn.Module):
             prev = (m, xm, wm) if nested else None
             k, v = norm(project(kw, kb, xm), self.k_norm), project(vw, vb, xm)
             logw = torch.where(wm > 0, torch.log(torch.where(wm > 0, wm, 1.0)), neg)
-            a = box_attention(q.view(b, h, dh, *grid), k, v, logw, win, scale, bias,
-                              taper=self.window_taper == "linear")
+            taper = self.window_taper == "linear"
+            if (bias is None and out.dim() > 0 and not out.requires_grad
+                    and accumulate_box_attention(out, self.level_weight[i], q.view(b, h, dh, *grid), k, v, logw, win,
+                                                 scale, taper)):
+                continue  # inference: the kernel added γ_ℓ A_ℓ into out in place
+            a = box_attention(q.view(b, h, dh, *grid), k, v, logw, win, scale, bias, taper=taper)
             out = torch.addcmul(out, a, self.level_weight[i].to(a.dtype).view(h, *(1,) * (1 + len(grid))))
         r = out.reshape(b, c, -1)  # (B, C, N) head-major
         if self.gate_proj is not None:

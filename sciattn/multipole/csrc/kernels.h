@@ -10,14 +10,17 @@ namespace sciattn_box {
 void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
                   c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi);
 void check_outputs(const at::Tensor& q, const at::Tensor& out, const at::Tensor& lse);
+void check_gamma(const at::Tensor& q, const c10::optional<at::Tensor>& gamma);
 void check_gradients(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
                      const at::Tensor& gout, const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv,
                      const c10::optional<at::Tensor>& dlogw);
 
+// Forward: out and lse written; with gamma (H,) out += gamma_h A instead and lse is not written (inference).
+
 // Keys in lanes, boxes shared by the queries of a run (shared_boxes.cpp).
 void boxes_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
                    c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi, double scale,
-                   const at::Tensor& out, const at::Tensor& lse);
+                   const at::Tensor& out, const at::Tensor& lse, const c10::optional<at::Tensor>& gamma);
 void boxes_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
                     c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi,
                     double scale, const at::Tensor& out, const at::Tensor& lse, const at::Tensor& gout,
@@ -27,7 +30,8 @@ void boxes_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
 // Queries in lanes, residue classes of the last axis (query_lanes.cpp).
 void lanes_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
                    c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi, double scale,
-                   int64_t a, int64_t r, const at::Tensor& out, const at::Tensor& lse);
+                   int64_t a, int64_t r, const at::Tensor& out, const at::Tensor& lse,
+                   const c10::optional<at::Tensor>& gamma);
 void lanes_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
                     c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi,
                     double scale, int64_t a, int64_t r, const at::Tensor& out, const at::Tensor& lse,

@@ -43,6 +43,13 @@ void check_outputs(const at::Tensor& q, const at::Tensor& out, const at::Tensor&
               "box_attention: out (B, H, D, N) and lse (B, H, N) like q");
 }
 
+void check_gamma(const at::Tensor& q, const c10::optional<at::Tensor>& gamma) {
+  if (gamma.has_value())
+    TORCH_CHECK(gamma->dim() == 1 && gamma->size(0) == q.size(1) && gamma->is_contiguous() &&
+                    gamma->scalar_type() == q.scalar_type(),
+                "box_attention: gamma (H,) of q's dtype");
+}
+
 void check_gradients(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
                      const at::Tensor& gout, const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv,
                      const c10::optional<at::Tensor>& dlogw) {
@@ -63,9 +70,10 @@ void check_gradients(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 #define SCIATTN_BOX_GRADS "Tensor out, Tensor lse, Tensor gout, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor(d!)? dlogw"
 
 TORCH_LIBRARY(SCIATTN_LIBRARY, lib) {
-  lib.def("boxes_forward(" SCIATTN_BOX_ARGS ", Tensor(a!) out, Tensor(b!) lse) -> ()", &sciattn_box::boxes_forward);
+  lib.def("boxes_forward(" SCIATTN_BOX_ARGS ", Tensor(a!) out, Tensor(b!) lse, Tensor? gamma) -> ()",
+          &sciattn_box::boxes_forward);
   lib.def("boxes_backward(" SCIATTN_BOX_ARGS ", " SCIATTN_BOX_GRADS ") -> ()", &sciattn_box::boxes_backward);
-  lib.def("lanes_forward(" SCIATTN_BOX_ARGS ", int a, int r, Tensor(a!) out, Tensor(b!) lse) -> ()",
+  lib.def("lanes_forward(" SCIATTN_BOX_ARGS ", int a, int r, Tensor(a!) out, Tensor(b!) lse, Tensor? gamma) -> ()",
           &sciattn_box::lanes_forward);
   lib.def("lanes_backward(" SCIATTN_BOX_ARGS ", int a, int r, " SCIATTN_BOX_GRADS ") -> ()",
           &sciattn_box::lanes_backward);

@@ -229,7 +229,8 @@ inline V<T> add_weights(V<T>* s, const T* lb, const LaneSetData<T>& sd, int64_t 
 }
 
 template <typename T>
-void forward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, T scale, T* out, T* lse) {
+void forward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, T scale, T* out, T* lse,
+                  const T* gamma) {
   const int64_t H = x.H, D = x.D, Nq = g.Nq, Nk = g.Nk, BH = x.B * H, m2 = g.m[2];
   std::vector<T> kt, vt, lwt;
   to_lanes(x.k, kt, L, BH, D, m2);
@@ -262,6 +263,13 @@ void forward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, 
         lane_sums(s.data(), vb, sd.base.data(), np, D, L.aS, o);
         const V<T> inv = empty != T(0) ? V<T>{} : T(1) / (sum + empty);
         for (int64_t e = 0; e < D; ++e) o[e] *= inv;
+        if (gamma) {  // accumulate: out += gamma_h A (inference; no log-sum-exp kept)
+          V<T> prev[kMaxHead];
+          load_lanes(out + bh * D * Nq, Nq, qbase, set, L.r, D, T(1), prev);
+          for (int64_t e = 0; e < D; ++e) o[e] = prev[e] + gamma[bh % H] * o[e];
+          store_lanes(out + bh * D * Nq, Nq, qbase, set, L.r, D, o);
+          continue;
+        }
         store_lanes(out + bh * D * Nq, Nq, qbase, set, L.r, D, o);
         V<T> l = mx;
         for (int ln = 0; ln < kLanes; ++ln)
@@ -366,9 +374,11 @@ void backward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L,
 
 void lanes_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
                    c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi, double scale,
-                   int64_t a, int64_t r, const at::Tensor& out, const at::Tensor& lse) {
+                   int64_t a, int64_t r, const at::Tensor& out, const at::Tensor& lse,
+                   const c10::optional<at::Tensor>& gamma) {
   check_inputs(q, k, v, logw, n, m, starts, logphi);
   check_outputs(q, out, lse);
+  check_gamma(q, gamma);
   TORCH_CHECK(a >= 1 && r >= 1 && n[2] % r == 0 && m[2] % a == 0 && n[2] / r == m[2] / a,
               "box_attention: lane strides a, r must split the last axis (n2 / r = m2 / a)");
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "lanes_forward", [&] {
@@ -376,7 +386,8 @@ void lanes_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
     LaneLayout<scalar_t> L(g, a, r);
     Lanes<scalar_t> x{q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                       logw.data_ptr<scalar_t>(), q.size(0), q.size(1), q.size(2)};
-    forward_impl<scalar_t>(x, g, L, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>());
+    forward_impl<scalar_t>(x, g, L, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
+                           gamma.has_value() ? gamma->data_ptr<scalar_t>() : nullptr);
   });
 }
 

@@ -156,7 +156,7 @@ struct Tensors {
 };
 
 template <typename T>
-void forward_impl(const Tensors<T>& x, const Level<T>& g, T scale, T* out, T* lse) {
+void forward_impl(const Tensors<T>& x, const Level<T>& g, T scale, T* out, T* lse, const T* gamma) {
   const int64_t H = x.H, D = x.D, Nq = g.Nq, Nk = g.Nk;
   const Runs runs(g);
   const int64_t groups = runs.groups();
@@ -182,8 +182,10 @@ void forward_impl(const Tensors<T>& x, const Level<T>& g, T scale, T* out, T* ls
               for (int64_t d = 0; d < D; d += 4) __builtin_prefetch(qb + d * Nq + iq + kAhead);
             const T mx = box.scores(qb + iq, Nq, scale, box.w2.data() + (i2 - b2) * box.Pp);
             if (mx == static_cast<T>(kNegInf)) {
-              for (int64_t e = 0; e < D; ++e) ob[e * Nq + iq] = 0;
-              lb[iq] = mx;
+              if (!gamma) {
+                for (int64_t e = 0; e < D; ++e) ob[e * Nq + iq] = 0;
+                lb[iq] = mx;
+              }
               continue;
             }
             V<T> sum{};
@@ -195,6 +197,11 @@ void forward_impl(const Tensors<T>& x, const Level<T>& g, T scale, T* out, T* ls
             const T total = hsum<T>(sum);
             row_sums(box.s.data(), box.vr.data(), box.P, box.Dp, o.data());
             const T inv = T(1) / total;
+            if (gamma) {  // accumulate: out += gamma_h A (inference; no log-sum-exp kept)
+              const T gh = gamma[bh % H] * inv;
+              for (int64_t e = 0; e < D; ++e) ob[e * Nq + iq] += o[e] * gh;
+              continue;
+            }
             for (int64_t e = 0; e < D; ++e) ob[e * Nq + iq] = o[e] * inv;
             lb[iq] = mx + std::log(total);
           }
@@ -293,14 +300,16 @@ void backward_impl(const Tensors<T>& x, const Level<T>& g, T scale, const T* out
 
 void boxes_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
                    c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi, double scale,
-                   const at::Tensor& out, const at::Tensor& lse) {
+                   const at::Tensor& out, const at::Tensor& lse, const c10::optional<at::Tensor>& gamma) {
   check_inputs(q, k, v, logw, n, m, starts, logphi);
   check_outputs(q, out, lse);
+  check_gamma(q, gamma);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "boxes_forward", [&] {
     Level<scalar_t> g(n, m, starts, logphi);
     Tensors<scalar_t> x{q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                         logw.data_ptr<scalar_t>(), q.size(0), q.size(1), q.size(2)};
-    forward_impl<scalar_t>(x, g, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>());
+    forward_impl<scalar_t>(x, g, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
+                           gamma.has_value() ? gamma->data_ptr<scalar_t>() : nullptr);
   });
 }
 
