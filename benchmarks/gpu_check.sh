@@ -15,10 +15,12 @@
 # 2. gpu_targets: the kernel targets (Galerkin bandwidth and speed-up, weighted softmax against flash SDPA,
 #    spherical neighbourhood attention at 1°), each checked against its reference first
 # 3. kernels --set device="cuda": scaling of every backend, 2^14 .. 2^20
-# 4. multipole_scaling --set device="cuda": one multipole layer, 64² .. 1024², dense to 256²
+# 4. multipole_scaling --set device="cuda": one multipole layer, 64² .. 1024², dense to 256²; the default
+#    physical pyramid through SDPA and through flex attention (its GPU path, checked in step 7 first)
 # 5. balltree_gpu --set device="cuda": host-sync check, tree build and ball attention scaling
 # 6. gpu_tuning (only with TUNE=1): launch-configuration sweep of the Triton kernels
-# 7. pytest of the Triton kernel tests with compiled kernels (TRITON_INTERPRET=0), one process per
+# 7. pytest of the Triton kernel tests and of the multipole flex path (outputs and gradients against the SDPA
+#    path on the GPU) with compiled kernels (TRITON_INTERPRET=0), one process per
 #    file, so that a kernel fault (which poisons the CUDA context) stays inside its file
 # First run (2026-11-30, H200): steps 1-5 took 311 s with the limits then in force; the sweep about 90 s.
 # Results are collected in $OUT/results.tgz (re-packed after every step) and the step log in
@@ -77,11 +79,12 @@ step kernels 90 "$PY" -m benchmarks run kernels --out "$RES" --set device='"cuda
     --set heads=8 --set head_dim=64 --set ops='["galerkin", "neighborhood", "weighted_softmax"]' \
     --set backends='["triton", "reference", "sparse", "sdpa", "dense_sdpa"]' \
     --set min_n=16384 --set max_n=1048576 --set dense_max_n=262144 --set series_budget=12 --set reps=5
-step multipole_scaling 40 "$PY" -m benchmarks run multipole_scaling --out "$RES" --set device='"cuda"' \
-    --set sizes='[64, 128, 256, 512, 1024]' --set dense_max=256 --set reps=5
+step multipole_scaling 70 "$PY" -m benchmarks run multipole_scaling --out "$RES" --set device='"cuda"' \
+    --set sizes='[64, 128, 256, 512, 1024]' --set dense_max=256 --set reps=5 \
+    --set methods='["multipole", "multipole_flex", "multipole_cells8", "galerkin", "dense_sdpa"]' 
 step balltree_gpu 60 "$PY" -m benchmarks run balltree_gpu --out "$RES" --set device='"cuda"' --set reps=5
 step gpu_tuning 150 "$PY" -m benchmarks run gpu_tuning --out "$RES" --set timeout=50
-for f in galerkin_triton softmax_triton neighborhood_triton backend_equivalence; do
+for f in galerkin_triton softmax_triton neighborhood_triton backend_equivalence multipole_flex_gpu; do
     step "pytest_$f" 45 "$PY" -m pytest -q -p no:cacheprovider -rs "tests/sciattn/test_$f.py"
 done
 stamp "done"

@@ -59,12 +59,13 @@ from .harness import RESULTS, Benchmark, latest_run, read_rows, results_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-METHODS = ("multipole", "multipole_sdpa", "multipole_cells8", "multipole_fraction", "galerkin", "spectral_conv",
-           "dense_sdpa")
-MULTIPOLE = {"multipole": {}, "multipole_sdpa": {}, "multipole_cells8": {"window": 8},
+METHODS = ("multipole", "multipole_sdpa", "multipole_flex", "multipole_cells8", "multipole_fraction", "galerkin",
+           "spectral_conv", "dense_sdpa")
+MULTIPOLE = {"multipole": {}, "multipole_sdpa": {}, "multipole_flex": {"backend": "flex"}, "multipole_cells8": {"window": 8},
              "multipole_fraction": {"pyramid": "input", "window_fraction": 0.125}}
 LABELS = {"multipole": "multipole, default (physical pyramid, tapered windows)",
           "multipole_sdpa": "multipole, default, SDPA path (fused CPU kernels off)",
+          "multipole_flex": "multipole, default, flex attention (compiled on CUDA)",
           "multipole_cells8": "multipole, window=8 cells",
           "multipole_fraction": "multipole, pyramid='input', window_fraction=1/8", "galerkin": "Galerkin",
           "spectral_conv": "neuraloperator SpectralConv, 16 modes", "dense_sdpa": "dense SDPA"}
@@ -258,7 +259,9 @@ SCHEMA = {
     "measured_in": "str?",
 }
 PARAMS: dict[str, Any] = {
-    "device": "cpu", "sizes": [64, 128, 256, 512, 1024], "methods": list(METHODS), "dense_max": 128, "reps": 3,
+    "device": "cpu", "sizes": [64, 128, 256, 512, 1024],
+    "methods": [m for m in METHODS if m != "multipole_flex"],  # flex: the GPU path (CPU: eager, unfused)
+    "dense_max": 128, "reps": 3,
     "threads": 1, "max_seconds": 60.0, "isolate": True, "convergence_sides": [64, 128], "convergence_reference": 256,
     "malloc_env": {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "8589934592"},
     "merge": False, "from_log": None,

@@ -23,6 +23,8 @@ Backends, chosen per call (:func:`box_attention_backend`):
   lanes (``csrc/query_lanes.cpp``; boxes that slide with the query: the local term and fine key grids) or keys
   in the lanes with boxes shared by runs of queries (``csrc/shared_boxes.cpp``; coarse key grids, the global
   level, sizes without lane structure);
+* ``flex``: :func:`sciattn.multipole.box_flex.box_flex`, one flex attention per level with a block mask of the
+  boxes (compiled on CUDA; chosen with ``backend="flex"``, on the layer ``MultipoleAttention(backend="flex")``);
 * ``sdpa``: :func:`sciattn.multipole.physical.level_attention` (groups of queries against a halo of key cells
   through fused SDPA, masked to each query's window): any device and dtype, under ``torch.compile`` and
   ``torch.export``, and with a score bias (the relative-position table).
@@ -40,14 +42,16 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from .._capabilities import has_flex_attention
 from . import _cpu_extension
+from .box_flex import box_flex
 from .geometry import axis_geometry
 from .physical import level_attention, local_attention
 
 __all__ = ["box_attention", "local_box_attention", "accumulate_box_attention", "box_attention_backend",
            "lane_strides", "BACKENDS"]
 
-BACKENDS = ("cpu", "sdpa")
+BACKENDS = ("cpu", "sdpa", "flex")
 # The query-lane kernel beats the shared boxes when each residue class has at least MIN_LANES queries along the
 # last axis, neighbouring lanes' keys are at most MAX_SLOPE cells apart and a key cell holds at most MAX_RUN
 # queries (beyond, the shared boxes are loaded once for that many queries and the lane sets' strided query loads
@@ -165,13 +169,21 @@ def box_attention_backend(q: torch.Tensor, bias: Callable | None = None) -> tupl
     return ("sdpa", why) if why is not None else ("cpu", None)
 
 
-def _choose(q, bias, backend):
+def _choose(q, bias, backend, k=None, v=None):
     chosen, why = box_attention_backend(q, bias)
     if backend is not None:
         if backend not in BACKENDS:
             raise ValueError(f"backend: expected one of {BACKENDS} or None, got {backend!r}")
         if backend == "cpu" and chosen != "cpu":
             raise ValueError(f"backend: 'cpu' does not apply to this call ({why})")
+        if backend == "flex":
+            if bias is not None:
+                raise ValueError("backend: 'flex' takes no score bias (rel_pos_bias runs through 'sdpa')")
+            if not has_flex_attention():
+                raise ValueError("backend: 'flex' needs torch.nn.attention.flex_attention, not available here")
+            if q.device.type == "cpu" and torch.is_grad_enabled() and any(
+                    t is not None and t.requires_grad for t in (q, k, v)):
+                raise ValueError("backend: 'flex' has no backward on the CPU (FlexAttention's); use None or 'sdpa'")
         chosen = backend
     return chosen
 
@@ -196,7 +208,10 @@ def box_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: torch
     ``bias``: the score bias of :func:`~sciattn.multipole.physical.level_attention` (SDPA only).
     ``backend``: ``None`` (the fused CPU kernels where they apply, see :func:`box_attention_backend`), ``"cpu"``
     or ``"sdpa"``; a forced backend that does not apply raises, naming why."""
-    if _choose(q, bias, backend) == "sdpa":
+    chosen = _choose(q, bias, backend, k, v)
+    if chosen == "flex":
+        return box_flex(q, k, v, logw, window, scale, taper)
+    if chosen == "sdpa":
         out = level_attention(_channels_last(q), _channels_last(k), _channels_last(v), logw, window, scale, bias,
                               taper=taper)
         return _channels_first(out)
@@ -208,10 +223,13 @@ def local_box_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw:
     """The local near field: every input cell over the clamped window of ``window`` input cells per axis around
     it (at most ``n_a``), ``q, k, v (B, H, D, *n)``, ``logw (B, *n)`` (:func:`~sciattn.multipole.physical.
     local_attention`; for the CPU kernels a box attention with ``m = n`` and hard windows)."""
-    if _choose(q, None, backend) == "sdpa":
+    chosen = _choose(q, None, backend, k, v)
+    n = q.shape[3:]
+    if chosen == "flex":
+        return box_flex(q, k, v, logw, [min(w, a) for w, a in zip(window, n)], scale, False)
+    if chosen == "sdpa":
         out = local_attention(_channels_last(q), _channels_last(k), _channels_last(v), logw, window, scale)
         return _channels_first(out)
-    n = q.shape[3:]
     return _box_cpu(q, k, v, logw, [min(w, a) for w, a in zip(window, n)], scale, False)
 
 

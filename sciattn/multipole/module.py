@@ -140,8 +140,9 @@ class MultipoleAttention(InputPyramid, nn.Module):
             per axis and head); ``0`` (default) leaves the scores unbiased.
         gate: multiply the combined attention field by ``SiLU(W_g x)`` before the output projection.
         qk_norm: layer-normalise queries and keys over the head dimension.
-        backend: force a windowed-attention backend (input pyramid; the physical pyramid always runs
-            fused SDPA).
+        backend: force a windowed-attention backend (input pyramid); for the physical pyramid ``"flex"`` (flex
+            attention, the GPU path) or ``"sdpa"`` forces its box attention's backend, and ``None`` takes the fused
+            CPU kernels where they apply, SDPA elsewhere (:mod:`sciattn.multipole.box_attention`).
         local_window: physical pyramid only: cells per axis (int or ``d`` ints) of the local near-field
             window on the input grid; ``None``: 3; ``0``: no local term.
         pyramid: ``"physical"`` (the default unless ``window`` is given: key grids of fixed physical
@@ -310,6 +311,11 @@ class MultipoleAttention(InputPyramid, nn.Module):
         mc = out.shape[1]
         return out.reshape(out.shape[0], mc, -1, math.prod(out.shape[2 + d:]))
 
+    def _box_backend(self) -> str | None:
+        """The physical pyramid's backend: ``backend="flex"`` or ``"sdpa"`` forces it, anything else (the input
+        pyramid's window backends) leaves the choice to :func:`~sciattn.multipole.box_attention.box_attention`."""
+        return self.backend if self.backend in ("flex", "sdpa") else None
+
     def _forward_physical(self, x: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
         """``pyramid="physical"`` (class docstring): ``y = W_o (local + Σ_ℓ γ_ℓ A_ℓ)``, channels first throughout:
         the projections are matrix products on ``(B, C, N)``, whose ``(B, H, D, N)`` views are what the fused CPU
@@ -339,7 +345,7 @@ class MultipoleAttention(InputPyramid, nn.Module):
             k, v = norm(project(kw, kb, xf), self.k_norm), project(vw, vb, xf)
             logw = torch.where(w > 0, torch.log(torch.where(w > 0, w, 1.0)), neg)
             out = local_box_attention(q.view(b, h, dh, *grid), k.view(b, h, dh, *grid), v.view(b, h, dh, *grid),
-                                      logw, self.local_window, scale)
+                                      logw, self.local_window, scale, backend=self._box_backend())
         bias = self._table_bias if self.rel_bias_table is not None else None
         prev = None  # (grid, means, weights) of the level above, when it nests exactly on the input
         for i, (m, win) in enumerate(self.levels):
@@ -352,11 +358,12 @@ class MultipoleAttention(InputPyramid, nn.Module):
             k, v = norm(project(kw, kb, xm), self.k_norm), project(vw, vb, xm)
             logw = torch.where(wm > 0, torch.log(torch.where(wm > 0, wm, 1.0)), neg)
             taper = self.window_taper == "linear"
-            if (bias is None and out.dim() > 0 and not out.requires_grad
+            if (bias is None and out.dim() > 0 and not out.requires_grad and self._box_backend() is None
                     and accumulate_box_attention(out, self.level_weight[i], q.view(b, h, dh, *grid), k, v, logw, win,
                                                  scale, taper)):
                 continue  # inference: the kernel added γ_ℓ A_ℓ into out in place
-            a = box_attention(q.view(b, h, dh, *grid), k, v, logw, win, scale, bias, taper=taper)
+            a = box_attention(q.view(b, h, dh, *grid), k, v, logw, win, scale, bias, taper=taper,
+                              backend=self._box_backend())
             out = torch.addcmul(out, a, self.level_weight[i].to(a.dtype).view(h, *(1,) * (1 + len(grid))))
         r = out.reshape(b, c, -1)  # (B, C, N) head-major
         if self.gate_proj is not None:

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -235,3 +236,35 @@ def test_spec_holds_every_default_once():
 def test_spec_errors_name_the_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
         MultipoleSpec.resolve(2, **kwargs)
+
+
+@needs_kernels
+@pytest.mark.parametrize("n, m, window, taper", [CASES[0], CASES[3], CASES[5], CASES[7], CASES[8], CASES[9]])
+def test_flex_path_equals_the_kernels(n, m, window, taper):
+    """The GPU path (flex attention; eager and unfused on the CPU, forward only there) against the fused CPU
+    kernels, float64. Its gradients are checked on a GPU (benchmarks/gpu_check.sh)."""
+    from sciattn._capabilities import has_flex_attention
+
+    if not has_flex_attention():
+        pytest.skip("flex attention is not available")
+    torch.manual_seed(4)
+    q, k, v = torch.randn(1, 2, 8, *n, dtype=F64), torch.randn(1, 2, 8, *m, dtype=F64), torch.randn(1, 2, 8, *m, dtype=F64)
+    logw = torch.rand(1, *m, dtype=F64).log()
+    logw.view(-1)[::5] = -math.inf
+    with warnings.catch_warnings():  # eager flex on the CPU warns that it is unfused: it is the test's point
+        warnings.simplefilter("ignore", UserWarning)
+        out = ba.box_attention(q, k, v, logw, window, 0.3, taper=taper, backend="flex")
+    ref = ba.box_attention(q, k, v, logw, window, 0.3, taper=taper, backend="cpu")
+    assert _rel(out, ref) <= 1e-12
+
+
+def test_flex_on_the_cpu_refuses_gradients():
+    q = torch.zeros(1, 2, 8, 4, 4, requires_grad=True)
+    with pytest.raises(ValueError, match="backend: 'flex' has no backward on the CPU"):
+        ba.box_attention(q, q, q, torch.zeros(1, 4, 4), (2, 2), 1.0, backend="flex")
+
+
+def test_flex_refuses_a_score_bias():
+    q = torch.zeros(1, 2, 8, 4, 4)
+    with pytest.raises(ValueError, match="backend: 'flex' takes no score bias"):
+        ba.box_attention(q, q, q, torch.zeros(1, 4, 4), (2, 2), 1.0, bias=lambda d: 0, backend="flex")
