@@ -61,17 +61,17 @@ output converges under refinement (``python -m benchmarks run multipole_scaling`
 
 Cost: per query ``Σ_ℓ Π c_ℓ + Π local_window`` keys with hard windows (4·64 + 9 = 265 in 2-D), with
 the taper ``Π (c_ℓ + 1)`` on every level but the global one (3·81 + 64 + 9 = 316 in 2-D by default), a
-fixed number: time and memory linear in the cell count (the computed halo is ``tile + c + 1`` key cells
-per axis instead of ``tile + c - 1``, see below). The levels run as fused
-``F.scaled_dot_product_attention`` calls over groups of queries: the queries of a tile of key cells
-(one key cell when it holds 8 or more input cells per axis) attend to the tile's halo of key cells,
-masked to each query's own window (``n`` a multiple of ``m_ℓ``: the groups are a reshape, otherwise
-padded groups), in chunks of about ``2^20`` scores on the CPU; the keys of a level are gathered once
-(``groups × halo`` cells: fixed on the key levels, about ``1.6 N`` for the local term, which runs the
-same way on the input grid) and split into chunks, so the backward pass stays linear too
-(:mod:`sciattn.multipole.physical`). Under ``torch.export`` the sizes ``n = K·m_0``
-(``K >= 2``) make every level a reshape (the taper's per-query weights are computed from the
-symbolic sizes), so one traced program takes all of them
+fixed number: time and memory linear in the cell count. Every level and the local term is a *box attention*
+(:mod:`sciattn.multipole.box_attention`): each query attends to the box of key cells its windows can weigh,
+with per-axis window weights from tables cached per grid (:mod:`sciattn.multipole.geometry`). On the CPU
+(float32/float64) the boxes run through fused C++ kernels (queries in the vector lanes for boxes that slide with
+the query, keys in the lanes for boxes shared by runs of queries; built on first use); elsewhere, under
+``torch.compile`` / ``torch.export`` and with the relative-position bias, through fused
+``F.scaled_dot_product_attention`` over groups of queries against a halo of key cells masked to each query's
+window (:mod:`sciattn.multipole.physical`), or flex attention with ``backend="flex"``. The forward is channels
+first (the projections are matrix products on ``(B, C, N)``), and at inference each level is added into the
+output in place. Under ``torch.export`` the sizes ``n = K·m_0`` (``K >= 2``) make every level a reshape (the
+taper's per-query weights are computed from the symbolic sizes), so one traced program takes all of them
 (:meth:`MultipoleAttention.export_unit`).
 
 Differences from the MANO paper's method (and code): queries at full resolution against every
