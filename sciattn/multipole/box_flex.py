@@ -82,6 +82,13 @@ def box_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: torch.Tens
     block_mask = create_block_mask(mask_mod, b, None, nq, nk, device=dev.type)
     qf, kf, vf = (t.reshape(b, h, dh, -1).transpose(2, 3) for t in (q, k, v))  # (B, H, N, D)
     attend = _compiled_flex() if dev.type == "cuda" else flex_attention
-    out, lse = attend(qf, kf, vf, score_mod=score_mod, block_mask=block_mask, scale=scale, return_lse=True)
+    try:  # torch >= 2.9 asks for the log-sum-exp through AuxRequest
+        from torch.nn.attention.flex_attention import AuxRequest
+
+        out, aux = attend(qf, kf, vf, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                          return_aux=AuxRequest(lse=True))
+        lse = aux.lse
+    except ImportError:  # pragma: no cover - older torch
+        out, lse = attend(qf, kf, vf, score_mod=score_mod, block_mask=block_mask, scale=scale, return_lse=True)
     out = torch.where(torch.isfinite(lse)[..., None], out, torch.zeros((), dtype=out.dtype, device=dev))
     return out.transpose(2, 3).reshape(b, h, dh, *n)
