@@ -142,7 +142,7 @@ class BSATransformer(BallTreeOperator):
         self.norm = nn.RMSNorm(width)
         self.head = nn.Linear(width, out_channels)
 
-    def build_trees(
+    def _build_geometry(
         self, pos: torch.Tensor, mask: torch.Tensor | None = None, weights: torch.Tensor | None = None
     ) -> ErwinGeometry:
         """The tree (and rotated tree) of ``pos``; pass it as ``trees=`` to reuse static geometry.

@@ -51,7 +51,6 @@ from sciattn._checks import check_choice, check_positive_int
 from sciattn.balltree import BallAttention, BallTree, build_ball_tree, rotation_matrix
 from sciattn.balltree.physical import (
     cell_centres,
-    cell_depth,
     cell_layout,
     check_length,
     cloud_box,
@@ -422,7 +421,7 @@ class Erwin(BallTreeOperator):
         self.norm = nn.RMSNorm(self.c_hidden[0])
         self.head = nn.Linear(self.c_hidden[0], out_channels)
 
-    def build_trees(
+    def _build_geometry(
         self, pos: torch.Tensor, mask: torch.Tensor | None = None, weights: torch.Tensor | None = None
     ) -> ErwinGeometry:
         """The tree and per-level geometry of ``pos``; pass it as ``trees=`` to reuse static geometry.
@@ -454,23 +453,29 @@ class Erwin(BallTreeOperator):
             levels.append(geo)
         return ErwinGeometry(tree, levels)
 
+    def _physical_lengths(self) -> list[float]:
+        """``[ball_0, pool_0, ball_1, pool_1, ..., ball_{S-1}]``: the lengths of every level in one cell layout; a
+        coarse level's lengths are at least the pooling length that made it (its tokens are those cells)."""
+        out, pool = [self.ball_diameters[0]], None
+        for i, p in enumerate(self.pool_diameters):
+            pool = p if pool is None else max(p, pool)
+            out += [pool, max(self.ball_diameters[i + 1], pool)]
+        return out
+
     def _physical_trees(self, pos, mask, weights, rotate) -> ErwinGeometry:
-        n_pool = len(self.pool_diameters)
+        lengths = self._physical_lengths()
         box = cloud_box(pos, mask, lattice_for(self.ball_diameters + self.pool_diameters))
-        lay = cell_layout(pos, mask, [self.ball_diameters[0]] + self.pool_diameters[:1], box=box)
+        lay = cell_layout(pos, mask, lengths, box=box)  # every level's cells, chosen per cloud
         tree = lay.tree
         w = tree.mask.to(pos.dtype) if weights is None else tree.values_to_tree(weights.to(pos.dtype))
         geo = physical_level(tree.pos, tree.mask, w, self.ball_diameters[:1], rotate, (lay.size(0),), box=box,
                              centres=lay.centres(0))
         levels = [geo]
-        depth, span = None, 1
-        for i in range(n_pool):
+        span = 1  # level-0 slots per token of the current level
+        for i in range(len(self.pool_diameters)):
             b, p, d = geo.pos.shape
-            if i == 0:
-                s, depth = lay.size(1), lay.depths[1]
-            else:  # coarser cells of the same box: 2^(depth difference) tokens of the previous level
-                new = min(depth, cell_depth(box, self.pool_diameters[i]))
-                s, depth = 1 << (depth - new), new
+            pool_slots, ball_slots = lay.size(1 + 2 * i), lay.size(2 + 2 * i)
+            s = pool_slots // span  # tokens of level i pooled into one token of level i+1
             m = geo.mask.view(b, p // s, s)
             wc = torch.where(m, geo.weights.view(b, p // s, s), 0)
             wsum = wc.sum(-1)
@@ -478,16 +483,14 @@ class Erwin(BallTreeOperator):
             wt = torch.where((wsum > 0)[..., None], wc, m.to(wc.dtype))
             ppos = (wt[..., None] * torch.where(m[..., None], geo.pos.view(b, p // s, s, d), 0)).sum(2)
             ppos = ppos / wt.sum(-1).clamp_min(torch.finfo(wt.dtype).tiny)[..., None]
-            ball = 1 << max(0, depth - cell_depth(box, self.ball_diameters[i + 1]))
-            span *= s  # level-0 slots per token of the new level
+            span = pool_slots
             pmask = m.any(-1)
             # each token's cell centre (exact geometry, the same for all its members)
-            cc = cell_centres(tree.pos, box, depth).view(b, -1, span, d)
+            cc = lay.centres(1 + 2 * i).view(b, -1, span, d)
             cnt = tree.mask.view(b, -1, span, 1).to(cc.dtype)
             assign = (cc * cnt).sum(2) / cnt.sum(2).clamp_min(1)
-            ball_depth = min(depth, cell_depth(box, self.ball_diameters[i + 1]))
-            geo = physical_level(ppos, pmask, wsum, self.ball_diameters[i + 1:i + 2], rotate, (ball,), box=box,
-                                 assign=assign, centres=cell_centres(assign, box, ball_depth))
+            geo = physical_level(ppos, pmask, wsum, self.ball_diameters[i + 1:i + 2], rotate, (ball_slots // span,),
+                                 box=box, assign=assign, centres=cell_centres(assign, box, lay.depths[2 + 2 * i]))
             geo.stride = s
             levels.append(geo)
         return ErwinGeometry(tree, levels)
