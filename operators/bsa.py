@@ -38,7 +38,9 @@ from .erwin import (
 )
 from .registry import register_operator
 
-__all__ = ["BSATransformer"]
+__all__ = ["BALL_MODES", "BSATransformer"]
+
+BALL_MODES = ("physical", "points")
 
 
 @register_operator("bsa_transformer")
@@ -80,6 +82,7 @@ class BSATransformer(BallTreeOperator):
     # none: in the physical mode the top-k block selection is discontinuous (a block near a tie enters or
     # leaves the selection as points are added), so the output does not converge at first order
     convergent_ball_modes = ()
+    ball_modes = BALL_MODES
 
     def __init__(
         self,
@@ -112,7 +115,8 @@ class BSATransformer(BallTreeOperator):
         # Default: BSA's point counts. Its physical mode does not converge (top-k block selection is
         # discontinuous) and trains about 6x slower, so it is chosen only by asking for it or giving a diameter.
         diameters = ball_diameter is not None or block_diameter is not None
-        self.ball_mode = resolve_ball_mode(ball_mode, ball_size is not None or block_size is not None or not diameters)
+        self.ball_mode = resolve_ball_mode(ball_mode, ball_size is not None or block_size is not None or not diameters,
+                                           BALL_MODES)
         if self.ball_mode == "points":
             for name, value in (("ball_diameter", ball_diameter), ("block_diameter", block_diameter)):
                 if value is not None:

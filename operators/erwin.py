@@ -49,6 +49,7 @@ from torch import nn
 
 from sciattn._checks import check_choice, check_positive_int
 from sciattn.balltree import BallAttention, BallTree, build_ball_tree, rotation_matrix
+from sciattn.balltree.multiscale_attention import MultiscaleBallAttention
 from sciattn.balltree.physical import (
     cell_centres,
     cell_layout,
@@ -58,21 +59,23 @@ from sciattn.balltree.physical import (
 )
 from sciattn.balltree.tree import check_power_of_two
 
+from ._multiscale_levels import CellPool, CellUnpool, multiscale_geometry
 from ._point_operator import BallTreeOperator
 from .registry import register_operator
 
 __all__ = ["BALL_MODES", "Erwin", "PointBlock", "LevelGeometry", "level_geometry", "point_embedding", "resolve_ball_mode"]
 
-BALL_MODES = ("physical", "points")
+BALL_MODES = ("multiscale", "physical", "points")
 
 
-def resolve_ball_mode(ball_mode: str | None, counts_given: bool) -> str:
-    """``"physical"`` or ``"points"``. ``None`` infers it: ``"points"`` when point counts (``ball_sizes`` /
-    ``ball_size``) are given, else ``"physical"``. Configs store every constructor key, so a config
-    written before the physical mode existed holds point counts and no mode: it stays the published model."""
+def resolve_ball_mode(ball_mode: str | None, counts_given: bool, modes: tuple[str, ...] = BALL_MODES) -> str:
+    """One of ``modes``. ``None`` infers the mode as configs stored before the multiscale mode did: ``"points"`` when
+    point counts (``ball_sizes`` / ``ball_size``) are given, else ``"physical"``. Configs store every constructor
+    key, so an old config (which holds None, or point counts and no mode) rebuilds the model it was saved
+    with."""
     if ball_mode is None:
         return "points" if counts_given else "physical"
-    return check_choice("ball_mode", ball_mode, BALL_MODES)
+    return check_choice("ball_mode", ball_mode, modes)
 
 
 def rotation_of(module: nn.Module, d: int):
@@ -115,6 +118,11 @@ class LevelGeometry:
     centres: torch.Tensor | None = None  # physical mode: (B, P, d) geometric centre of each slot's ball
     rot_centres: torch.Tensor | None = None
     stride: int | None = None  # physical mode: slots of the finer level pooled into one token of this level
+    far: object | None = None  # multiscale mode: the layout's FarField (and in the rotated layout)
+    rot_far: object | None = None
+    tokens: BallTree | None = None  # multiscale mode: the map from the level's tokens (compact cells) to its slots
+    pool_index: torch.Tensor | None = None  # multiscale mode: (B, P) pool cell of every slot (n_pool: none)
+    n_pool: int = 0
 
 
 def level_geometry(pos, mask, weights, ball: int, rotate, sizes: tuple[int, ...] | None = None) -> LevelGeometry:
@@ -158,19 +166,20 @@ class PointBlock(nn.Module):
         self.mlp = SwiGLU(dim, mlp_ratio * dim)
         self.rotated = rotated
 
-    def _run(self, h, pos, mask, weights, sizes, centres=None):
-        h = h + self.attn.attend(self.norm1(h), pos, mask, weights, sizes=sizes, centres=centres)
+    def _run(self, h, pos, mask, weights, sizes, centres=None, far=None):
+        extra = {} if far is None else {"far": far}
+        h = h + self.attn.attend(self.norm1(h), pos, mask, weights, sizes=sizes, centres=centres, **extra)
         h = h + self.mlp(self.norm2(h))
         return torch.where(mask[..., None], h, torch.zeros((), dtype=h.dtype, device=h.device))
 
     def forward(self, h: torch.Tensor, geo: LevelGeometry) -> torch.Tensor:
         if not (self.rotated and geo.rot_index is not None):
-            return self._run(h, geo.pos, geo.mask, geo.weights, geo.sizes, geo.centres)
+            return self._run(h, geo.pos, geo.mask, geo.weights, geo.sizes, geo.centres, geo.far)
         c, p, pr = h.shape[-1], h.shape[1], geo.rot_index.shape[1]
         src = F.pad(h, (0, 0, 0, pr - p)) if pr > p else h  # a rotated cell layout may hold more slots
         hr = src.gather(1, geo.rot_index[..., None].expand(-1, -1, c))
         hr = self._run(hr, geo.rot_pos, geo.rot_mask, geo.rot_weights,
-                       geo.sizes if geo.rot_sizes is None else geo.rot_sizes, geo.rot_centres)
+                       geo.sizes if geo.rot_sizes is None else geo.rot_sizes, geo.rot_centres, geo.rot_far)
         out = hr.gather(1, geo.rot_inverse[..., None].expand(-1, -1, c))
         if pr > p:  # padding slots of this level may map to real rotated slots: reset them
             out = torch.where(geo.mask[..., None], out, torch.zeros((), dtype=out.dtype, device=out.device))
@@ -334,8 +343,9 @@ class Erwin(BallTreeOperator):
         backend: ball-attention backend (None: automatic).
     """
 
+    ball_modes = BALL_MODES
     # ball modes whose output converges under point refinement at their defaults (the registry test asserts it)
-    convergent_ball_modes = ("physical",)
+    convergent_ball_modes = ("multiscale", "physical")
 
     def __init__(
         self,
@@ -344,10 +354,12 @@ class Erwin(BallTreeOperator):
         out_channels: int,
         spatial_dims: int = 3,
         c_hidden: Sequence[int] = (32, 64),
-        ball_mode: str | None = None,
+        ball_mode: str | None = "multiscale",
         ball_sizes: Sequence[int] | None = None,
         ball_diameters: float | Sequence[float] | None = None,
         pool_diameters: float | Sequence[float] | None = None,
+        key_diameter: float | None = None,
+        near_points: int | None = None,
         enc_depths: Sequence[int] = (2, 2),
         dec_depths: Sequence[int] = (2,),
         strides: Sequence[int] | None = None,
@@ -367,6 +379,12 @@ class Erwin(BallTreeOperator):
             raise ValueError("c_hidden: expected at least one level, got an empty list")
         self.c_hidden = [check_positive_int("c_hidden", c) for c in c_hidden]
         self.ball_mode = resolve_ball_mode(ball_mode, ball_sizes is not None or strides is not None)
+        if self.ball_mode != "multiscale":
+            for name, value in (("key_diameter", key_diameter), ("near_points", near_points)):
+                if value is not None:
+                    raise ValueError(f"{name}: expected None with ball_mode={self.ball_mode!r} (it sets the "
+                                     f"multiscale mode's far-field cells and near field), got {value!r}")
+        self.key_diameter = self.near_points = None
         if self.ball_mode == "points":
             for name, value in (("ball_diameters", ball_diameters), ("pool_diameters", pool_diameters)):
                 if value is not None:
@@ -381,34 +399,51 @@ class Erwin(BallTreeOperator):
         else:
             for name, value in (("ball_sizes", ball_sizes), ("strides", strides)):
                 if value is not None:
-                    raise ValueError(f"{name}: expected None with ball_mode='physical' (balls and pooling set by "
-                                     f"ball_diameters and pool_diameters), got {value!r}")
+                    raise ValueError(f"{name}: expected None with ball_mode={self.ball_mode!r} (balls and pooling set "
+                                     f"by ball_diameters and pool_diameters; point counts need ball_mode='points'), "
+                                     f"got {value!r}")
             if ball_diameters is None:
                 ball_diameters = [0.32] + [0.8] * (n_lv - 1)
             self.ball_diameters = _as_lengths("ball_diameters", ball_diameters, n_lv)
             self.pool_diameters = _as_lengths("pool_diameters", 0.12 if pool_diameters is None else pool_diameters,
                                               n_lv - 1)
             self.ball_sizes, self.strides = [None] * n_lv, None
+            if self.ball_mode == "multiscale":
+                self.key_diameter = check_length(
+                    "key_diameter", self.ball_diameters[0] / 4 if key_diameter is None else key_diameter)
+                if self.key_diameter > self.ball_diameters[0]:
+                    raise ValueError(f"key_diameter: expected a length <= ball_diameters[0]={self.ball_diameters[0]}, "
+                                     f"got {key_diameter}")
+                self.near_points = check_power_of_two("near_points", 64 if near_points is None else near_points)
         self.enc_depths = [check_positive_int("enc_depths", k) for k in _as_list("enc_depths", enc_depths, n_lv)]
         self.dec_depths = [check_positive_int("dec_depths", k) for k in _as_list("dec_depths", dec_depths, n_lv - 1)]
         heads = _as_list("n_heads", n_heads, n_lv)
         self._set_io(in_channels, out_channels, spatial_dims, rotate)
         d = spatial_dims
         physical = self.ball_mode == "physical"
+        multiscale = self.ball_mode == "multiscale"
+        lengths = self._physical_lengths() if multiscale else None
+
+        def attention(level: int) -> nn.Module:
+            c = self.c_hidden[level]
+            if multiscale:  # level 0: key cells and a near field; above: one token per key cell, no near field
+                key = self.key_diameter if level == 0 else lengths[2 * level - 1]
+                return MultiscaleBallAttention(c, heads[level], d, ball_diameter=lengths[2 * level], key_diameter=key,
+                                               rpe=rpe, distance_bias=distance_bias, backend=backend)
+            return BallAttention(c, heads[level], d, self.ball_sizes[level],
+                                 ball_diameter=self.ball_diameters[level] if physical else None,
+                                 rpe=rpe, distance_bias=distance_bias, backend=backend)
 
         def stage(level: int, depth: int) -> nn.ModuleList:
-            c = self.c_hidden[level]
-            return nn.ModuleList(
-                PointBlock(c, BallAttention(c, heads[level], d, self.ball_sizes[level],
-                                            ball_diameter=self.ball_diameters[level] if physical else None,
-                                            rpe=rpe, distance_bias=distance_bias, backend=backend),
-                           mlp_ratio, rotated=bool(j % 2))
-                for j in range(depth)
-            )
+            return nn.ModuleList(PointBlock(self.c_hidden[level], attention(level), mlp_ratio, rotated=bool(j % 2))
+                                 for j in range(depth))
 
         self.embed = point_embedding(in_channels, d, self.c_hidden[0])
         self.encoder = nn.ModuleList(stage(i, self.enc_depths[i]) for i in range(n_lv))
-        if physical:
+        if multiscale:
+            self.pools = nn.ModuleList(CellPool(self.c_hidden[i], self.c_hidden[i + 1]) for i in range(n_lv - 1))
+            self.unpools = nn.ModuleList(CellUnpool(self.c_hidden[i + 1], self.c_hidden[i], d) for i in range(n_lv - 1))
+        elif physical:
             self.pools = nn.ModuleList(PhysicalPool(self.c_hidden[i], self.c_hidden[i + 1]) for i in range(n_lv - 1))
             self.unpools = nn.ModuleList(PhysicalUnpool(self.c_hidden[i + 1], self.c_hidden[i], d)
                                          for i in range(n_lv - 1))
@@ -435,6 +470,8 @@ class Erwin(BallTreeOperator):
         n = pos.shape[1]
         if self.ball_mode == "physical":
             return self._physical_trees(pos, mask, weights, rotate)
+        if self.ball_mode == "multiscale":
+            return multiscale_geometry(self, pos, mask, weights, rotate)
         total = 1
         for s in self.strides:
             total *= s
@@ -503,12 +540,16 @@ class Erwin(BallTreeOperator):
                 h = blk(h, geo.levels[i])
             if i < len(self.pools):
                 skips.append(h)
-                if self.ball_mode == "physical":
+                if self.ball_mode == "multiscale":
+                    h = self.pools[i](h, geo.levels[i], geo.levels[i + 1])
+                elif self.ball_mode == "physical":
                     h = self.pools[i](h, geo.levels[i], geo.levels[i + 1].stride)
                 else:
                     h = self.pools[i](h, geo.levels[i])
         for i in range(len(self.decoder) - 1, -1, -1):
-            if self.ball_mode == "physical":
+            if self.ball_mode == "multiscale":
+                h = self.unpools[i](h, skips[i], geo.levels[i], geo.levels[i + 1])
+            elif self.ball_mode == "physical":
                 h = self.unpools[i](h, skips[i], geo.levels[i], geo.levels[i + 1], geo.levels[i + 1].stride)
             else:
                 h = self.unpools[i](h, skips[i], geo.levels[i], geo.levels[i + 1])

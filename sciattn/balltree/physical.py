@@ -183,6 +183,28 @@ class CellLayout:
         return self._sizes[i]
 
 
+def frame(pos: torch.Tensor, box: tuple[torch.Tensor, torch.Tensor], rotate):
+    """``(coords, (lo, sides), rot)``: the points and the box in the frame whose cells are cut (``rotate``: an
+    angle in degrees or a ``(d, d)`` matrix; None: the input frame, ``rot`` None). A rotated frame's box is the
+    box of the rotated *box*, not of the rotated points: the points' extremes along a diagonal are the points
+    nearest the box's corners, which move like ``n^{-1/2}`` under refinement; the box moves like ``1/n``."""
+    if rotate is None:
+        return pos, box, None
+    b, _, d = pos.shape
+    lo, sides = box
+    rot = rotation_matrix(rotate, d, pos.dtype, pos.device) if not isinstance(rotate, torch.Tensor) else rotate
+    bits = torch.tensor([[(k >> a) & 1 for a in range(d)] for k in range(1 << d)], dtype=pos.dtype, device=pos.device)
+    corners = rotate_points(lo[:, None] + bits[None] * sides[:, None], rot)  # (B, 2^d, d)
+    lo, sides = corners.amin(1), (corners.amax(1) - corners.amin(1)).clamp_min(torch.finfo(pos.dtype).tiny)
+    return rotate_points(pos, rot), (lo, sides), rot
+
+
+def clamp_depths(n_real: list[int], device) -> torch.Tensor:
+    """``(B,)``: the deepest cell depth of each cloud, ``⌈log2 n⌉ + 2`` for its ``n`` real points (a length below
+    the sampling resolution is clamped there: at most 4 cells per real point on average, for memory)."""
+    return torch.tensor([max(0, k - 1).bit_length() + 2 for k in n_real], dtype=torch.long, device=device)
+
+
 def _cell_ids(coords, valid, lo, sides, depth: torch.Tensor) -> torch.Tensor:
     """``(B, N)`` cell id of every point at its cloud's ``depth`` ``(B,)`` (-1 for points that are not real)."""
     b, n, d = coords.shape
@@ -270,21 +292,12 @@ def cell_layout(
         raise ValueError("lengths: expected at least one length, got none")
     valid = torch.ones(b, n, dtype=torch.bool, device=dev) if mask is None else mask
     base = pos.masked_fill(~valid[..., None], 0.0)
-    coords = base
-    lo, sides = cloud_box(base, valid, lattice_for(lengths)) if box is None else box
-    rot = None
-    if rotate is not None:
-        rot = rotation_matrix(rotate, d, pos.dtype, dev) if not isinstance(rotate, torch.Tensor) else rotate
-        coords = rotate_points(base, rot)
-        # the box of the rotated *box*, not of the rotated points: the points' extremes along a diagonal
-        # are the points nearest the box's corners, which move like n^{-1/2}; the box moves like 1/n
-        bits = torch.tensor([[(k >> a) & 1 for a in range(d)] for k in range(1 << d)], dtype=pos.dtype, device=dev)
-        corners = rotate_points(lo[:, None] + bits[None] * sides[:, None], rot)  # (B, 2^d, d)
-        lo, sides = corners.amin(1), (corners.amax(1) - corners.amin(1)).clamp_min(torch.finfo(pos.dtype).tiny)
+    if box is None:
+        box = cloud_box(base, valid, lattice_for(lengths))
+    coords, (lo, sides), rot = frame(base, box, rotate)
     _, history = _split_axes(sides, _MAX_DEPTH)
     n_real = valid.sum(1).tolist()  # host sync: every cloud's guards count its own real points
-    # a length below the sampling resolution is clamped: at most 4 cells per real point on average (memory)
-    cap_depth = torch.tensor([max(0, k - 1).bit_length() + 2 for k in n_real], dtype=torch.long, device=dev)
+    cap_depth = clamp_depths(n_real, dev)
     depths = [torch.minimum(_depths_of(sides, history, v), cap_depth) for v in lengths]
     depth = torch.stack(depths).amax(0) + int(extra_depth)
     # memory guard, per cloud: coarsen while the cloud's own cells would take more than
