@@ -68,13 +68,13 @@ __all__ = ["BALL_MODES", "Erwin", "PointBlock", "LevelGeometry", "level_geometry
 BALL_MODES = ("multiscale", "physical", "points")
 
 
-def resolve_ball_mode(ball_mode: str | None, counts_given: bool, modes: tuple[str, ...] = BALL_MODES) -> str:
-    """One of ``modes``. ``None`` infers the mode as configs stored before the multiscale mode did: ``"points"`` when
-    point counts (``ball_sizes`` / ``ball_size``) are given, else ``"physical"``. Configs store every constructor
-    key, so an old config (which holds None, or point counts and no mode) rebuilds the model it was saved
-    with."""
+def resolve_ball_mode(ball_mode: str | None, counts_given: bool, modes: tuple[str, ...] = BALL_MODES,
+                      default: str = "multiscale") -> str:
+    """One of ``modes``. ``None`` infers it: ``"points"`` when point counts (``ball_sizes`` / ``ball_size``) are given,
+    else ``default``. (Checkpoints store every constructor key; one stored before a default changed is migrated by
+    :func:`sciattn.train.checkpoint.migrate_ball_modes`, so it rebuilds the model it was saved with.)"""
     if ball_mode is None:
-        return "points" if counts_given else "physical"
+        return "points" if counts_given else default
     return check_choice("ball_mode", ball_mode, modes)
 
 
@@ -354,7 +354,7 @@ class Erwin(BallTreeOperator):
         out_channels: int,
         spatial_dims: int = 3,
         c_hidden: Sequence[int] = (32, 64),
-        ball_mode: str | None = "multiscale",
+        ball_mode: str | None = None,
         ball_sizes: Sequence[int] | None = None,
         ball_diameters: float | Sequence[float] | None = None,
         pool_diameters: float | Sequence[float] | None = None,
