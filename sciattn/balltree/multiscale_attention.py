@@ -94,40 +94,42 @@ def multiscale_attention(q, k, v, pos, weights, mask, far: FarField, sigma, scal
     resid = torch.where(whole, zero, (big_w.gather(1, wk.view(b, -1)).view(b, nw, kk) - inside_mass).clamp_min(0))
     cell_ball = far.key_ball.gather(1, wk.view(b, -1)).view(b, nw, kk)
     q_ball = far.slot_ball.view(b, nw, m)
-    logw_pts = _log(w).view(b, nw, 1, m)
+    # the admissible keys of every query and their log-weights: the window's points of its ball, its ball's cells
+    bias = torch.cat([torch.where(q_ball[..., :, None] == q_ball[..., None, :], _log(w).view(b, nw, 1, m), -math.inf),
+                      torch.where(q_ball[..., :, None] == cell_ball[:, :, None, :], _log(resid)[:, :, None, :],
+                                  -math.inf)], dim=-1)  # (B, nw, m, m + K)
+    empty = torch.isinf(bias).all(-1)  # (B, nw, m): a query with no admissible key returns zero
+    bias = torch.where(empty[..., None], zero, bias)
+    fi = wk.reshape(b, nw * kk)
+    # every tensor is gathered once at full size and split into chunks (the backward of a split is one
+    # concatenation; slicing or gathering per chunk would allocate a full-size zero gradient per chunk)
+    keys = torch.cat([k.view(b, h, nw, m, dq), kc.gather(2, fi[:, None, :, None].expand(b, h, nw * kk, dq))
+                      .view(b, h, nw, kk, dq)], 3)
+    vals = torch.cat([v.view(b, h, nw, m, e), vc.gather(2, fi[:, None, :, None].expand(b, h, nw * kk, e))
+                      .view(b, h, nw, kk, e)], 3)
+    dist = None
+    if sigma is not None:
+        xq = x.view(b, nw, m, d)
+        xk = torch.cat([xq, xc.gather(1, fi[..., None].expand(b, nw * kk, d)).view(b, nw, kk, d)], dim=2)
+        dist = torch.cdist(xq, xk, compute_mode="donot_use_mm_for_euclid_dist").to(q.dtype)  # (B, nw, m, m + K)
     if q.device.type == "cpu" and not torch.compiler.is_compiling():
         per = max(1, _CPU_SCORES_PER_CALL // max(1, b * h * m * (m + kk)))
     else:
         per = nw
+    chunks = zip(q.view(b, h, nw, m, dq).split(per, 2), keys.split(per, 2), vals.split(per, 2), bias.split(per, 1),
+                 dist.split(per, 1) if dist is not None else [None] * (-(-nw // per)))
     parts = []
-    for s0 in range(0, nw, per):
-        sl = slice(s0, min(nw, s0 + per))
-        mc = sl.stop - sl.start
-        qb = q_ball[:, sl]
-        same_pts = qb[..., :, None] == qb[..., None, :]  # (B, mc, m, m)
-        same_cells = qb[..., :, None] == cell_ball[:, sl, None, :]  # (B, mc, m, K)
-        bias = torch.cat([torch.where(same_pts, logw_pts[:, sl], -math.inf),
-                          torch.where(same_cells, _log(resid[:, sl])[:, :, None, :], -math.inf)], dim=-1)
-        empty = torch.isinf(bias).all(-1)  # (B, mc, m): a query with no admissible key returns zero
-        bias = torch.where(empty[..., None], zero, bias).unsqueeze(1)  # (B, 1, mc, m, m + K)
-        wsl = slice(sl.start * m, sl.stop * m)
-        fi = wk[:, sl].reshape(b, mc * kk)
-        if sigma is not None:
-            xq = x[:, wsl].view(b, mc, m, d)
-            xk = torch.cat([xq, xc.gather(1, fi[..., None].expand(b, mc * kk, d)).view(b, mc, kk, d)], dim=2)
-            dist = torch.cdist(xq, xk, compute_mode="donot_use_mm_for_euclid_dist")  # (B, mc, m, m + K)
-            bias = bias - sigma.to(q.dtype).view(1, h, 1, 1, 1) * dist.unsqueeze(1).to(q.dtype)
-        keys = torch.cat([k[:, :, wsl].view(b, h, mc, m, dq),
-                          kc.gather(2, fi[:, None, :, None].expand(b, h, mc * kk, dq)).view(b, h, mc, kk, dq)], 3)
-        vals = torch.cat([v[:, :, wsl].view(b, h, mc, m, e),
-                          vc.gather(2, fi[:, None, :, None].expand(b, h, mc * kk, e)).view(b, h, mc, kk, e)], 3)
+    for qc, kc_, vc_, bc, dc in chunks:
+        mc = qc.shape[2]
+        bc = bc.unsqueeze(1)  # (B, 1, mc, m, m + K)
+        if dc is not None:
+            bc = bc - sigma.to(q.dtype).view(1, h, 1, 1, 1) * dc.unsqueeze(1)
         out = F.scaled_dot_product_attention(
-            q[:, :, wsl].reshape(b, h * mc, m, dq), keys.reshape(b, h * mc, m + kk, dq),
-            vals.reshape(b, h * mc, m + kk, e), attn_mask=bias.expand(b, h, mc, m, m + kk).reshape(b, h * mc, m, m + kk),
-            scale=scale)
-        out = out.view(b, h, mc, m, e)
-        parts.append(torch.where(empty[:, None, ..., None], zero, out))
+            qc.reshape(b, h * mc, m, dq), kc_.reshape(b, h * mc, m + kk, dq), vc_.reshape(b, h * mc, m + kk, e),
+            attn_mask=bc.expand(b, h, mc, m, m + kk).reshape(b, h * mc, m, m + kk), scale=scale)
+        parts.append(out.view(b, h, mc, m, e))
     out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+    out = torch.where(empty[:, None, ..., None], zero, out)
     return out.reshape(b, h, p, e)
 
 

@@ -1,0 +1,237 @@
+"""Cost of the ball-tree operators against the number of points, at their defaults, on uniform and non-uniform clouds.
+
+Erwin and the BSA transformer at default widths (3-D, one input and one output channel, float32, batch 1, one torch
+thread) on clouds of N = 2^11 .. 2^17 points of three kinds (:func:`make_cloud`):
+
+* ``uniform``: uniform in ``[0, 1]^3``;
+* ``shell_cluster``: three quarters on a thin spherical shell (radius 0.4, thickness 0.01, centred in the cube) and a
+  quarter in a small dense cluster (a Gaussian of standard deviation 0.02 on the shell), the way a car mesh is refined
+  near its features;
+* ``mixture``: eight Gaussian clusters with standard deviations from 0.005 to 0.1 and weights ``∝ 1/(i + 1)``.
+
+One row per variant, cloud kind and N: forward and forward+backward time (best of ``reps``, seconds) and peak memory
+(growth of the resident set in MB during one call, :func:`benchmarks.balltree_scaling.peak_memory_mb`). The variants
+(:data:`VARIANTS`) are the two defaults, Erwin (``ball_mode="multiscale"``) and BSA (point counts, ``window=4096``),
+and for comparison Erwin's physical and point-count modes and BSA's published global branches (``window=None``), each
+up to the size given in ``variants`` (the quadratic ones stop early). The notes fit ``cost ∝ N^p`` (least squares in
+log-log over every size a variant ran at) per variant, cloud and quantity, and give the verdict of the issue's target:
+both defaults at ``p <= 1.15`` for time and peak memory, forward and forward+backward, on every cloud kind.
+
+As ``balltree_scaling``, the committed run sets glibc's ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` so
+the largest tensors stay on the reused heap (rows record the settings)::
+
+    OMP_NUM_THREADS=1 MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=8589934592 \\
+        python -m benchmarks run balltree_operator_scaling [--quick] [--set sizes='[2048, 4096]']
+"""
+
+from __future__ import annotations
+
+from .balltree_scaling import best_time, fit_exponent, peak_memory_mb
+from .harness import Benchmark, int_param
+
+CLOUDS = ("uniform", "shell_cluster", "mixture")
+#: variant -> (operator, extra constructor keys); the first of each operator is its default
+VARIANTS = {
+    "erwin": ("erwin", {}),
+    "erwin physical": ("erwin", {"ball_mode": "physical"}),
+    "erwin points": ("erwin", {"ball_mode": "points"}),
+    "bsa_transformer": ("bsa_transformer", {}),
+    "bsa_transformer window=None": ("bsa_transformer", {"window": None}),
+}
+DEFAULTS = ("erwin", "bsa_transformer")
+TARGET = 1.15
+QUANTITIES = (("forward_s", "time fwd"), ("forward_backward_s", "time fwd+bwd"),
+              ("peak_mb_forward", "memory fwd"), ("peak_mb_forward_backward", "memory fwd+bwd"))
+
+
+def make_cloud(kind: str, n: int, seed: int = 0):
+    """``(n, 3)`` float32 points of cloud ``kind`` (module docstring), deterministic in ``(kind, n, seed)``."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed * 1_000_003 + n * 7 + CLOUDS.index(kind))
+    if kind == "uniform":
+        return torch.rand(n, 3, generator=g)
+    if kind == "shell_cluster":
+        k = n // 4
+        u = torch.randn(n - k, 3, generator=g)
+        shell = 0.5 + (0.4 + 0.01 * torch.rand(n - k, 1, generator=g)) * u / u.norm(dim=1, keepdim=True)
+        cluster = torch.tensor([0.9, 0.5, 0.5]) + 0.02 * torch.randn(k, 3, generator=g)
+        return torch.cat([shell, cluster]).clamp(0, 1)
+    if kind == "mixture":
+        c = 8
+        centres = 0.15 + 0.7 * torch.rand(c, 3, generator=g)
+        sigma = torch.logspace(torch.log10(torch.tensor(0.005)), -1, c)
+        share = 1 / torch.arange(1, c + 1, dtype=torch.float32)
+        which = torch.multinomial(share / share.sum(), n, replacement=True, generator=g)
+        return (centres[which] + sigma[which, None] * torch.randn(n, 3, generator=g)).clamp(0, 1)
+    raise ValueError(f"clouds: expected kinds from {list(CLOUDS)}, got {kind!r}")
+
+
+def _model(variant: str):
+    import torch
+
+    from sciattn.operators import create_operator
+
+    name, extra = VARIANTS[variant]
+    torch.manual_seed(0)
+    return create_operator(name, in_channels=1, out_channels=1, spatial_dims=3, **extra)
+
+
+def _mode(model) -> str:
+    """The model's ball mode (and BSA's window in the point-count mode)."""
+    if model.ball_mode == "points" and hasattr(model, "blocks"):
+        return f"points, window {model.blocks[0].attn.window}"
+    return model.ball_mode
+
+
+def _row(variant: str, model, cloud: str, n: int, reps: int) -> dict:
+    import torch
+
+    from ._timing import malloc_settings
+
+    pos = make_cloud(cloud, n)[None]
+    x = torch.randn(1, n, 1, generator=torch.Generator().manual_seed(n))
+
+    def fwd():
+        with torch.no_grad():
+            model(x, pos)
+
+    def fwd_bwd():
+        model.zero_grad(set_to_none=True)
+        model(x, pos).square().mean().backward()
+
+    mem_f = peak_memory_mb(fwd)  # also the warm-up of the forward
+    t_f = best_time(fwd, reps)
+    mem_fb = peak_memory_mb(fwd_bwd)
+    t_fb = best_time(fwd_bwd, reps)
+    return {"variant": variant, "operator": VARIANTS[variant][0], "mode": _mode(model), "cloud": cloud, "n": n,
+            "forward_s": t_f, "forward_backward_s": t_fb, "peak_mb_forward": mem_f,
+            "peak_mb_forward_backward": mem_fb, "threads": torch.get_num_threads(), "malloc": malloc_settings()}
+
+
+def check(params: dict) -> dict:
+    """``params`` with its values checked (a ValueError names the parameter)."""
+    sizes = params["sizes"]
+    if (not isinstance(sizes, list) or not sizes
+            or any(isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in sizes)):
+        raise ValueError(f"sizes: expected a non-empty list of point counts >= 2, got {sizes!r}")
+    clouds = params["clouds"]
+    if not isinstance(clouds, list) or not clouds or any(c not in CLOUDS for c in clouds):
+        raise ValueError(f"clouds: expected a non-empty list of {list(CLOUDS)}, got {clouds!r}")
+    variants = params["variants"]
+    if (not isinstance(variants, dict) or not variants or any(v not in VARIANTS for v in variants)
+            or any(m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 2)
+                   for m in variants.values())):
+        raise ValueError(f"variants: expected a dict from variants of {list(VARIANTS)} to a largest N (int) or "
+                         f"null (every size), got {variants!r}")
+    for key in ("reps", "threads"):
+        int_param(params, key)
+    return params
+
+
+def run(params: dict) -> list[dict]:
+    import torch
+
+    p = check(params)
+    torch.set_num_threads(p["threads"])
+    rows = []
+    for variant, largest in p["variants"].items():
+        model = _model(variant)
+        for cloud in p["clouds"]:
+            for n in p["sizes"]:
+                if largest is not None and n > largest:
+                    continue
+                rows.append(_row(variant, model, cloud, n, p["reps"]))
+                r = rows[-1]
+                print(f"{variant} {cloud} N={n}: fwd {r['forward_s']:.3f} s, fwd+bwd {r['forward_backward_s']:.3f} s, "
+                      f"peak {r['peak_mb_forward']} / {r['peak_mb_forward_backward']} MB", flush=True)
+    return rows
+
+
+# ---- table and notes, from the rows ------------------------------------------------------------------------------
+
+def exponents(rows: list[dict]) -> dict[tuple[str, str], dict[str, float | None]]:
+    """``{(variant, cloud): {quantity: p}}``: the fitted exponent of every quantity of :data:`QUANTITIES` over the
+    rows where it is a positive number (``None`` with fewer than two sizes)."""
+    out: dict[tuple[str, str], dict[str, float | None]] = {}
+    for key in dict.fromkeys((r["variant"], r["cloud"]) for r in rows):
+        sel = [r for r in rows if (r["variant"], r["cloud"]) == key]
+        out[key] = {}
+        for field, _ in QUANTITIES:
+            pts = sorted((r["n"], r[field]) for r in sel if r[field] is not None and r[field] > 0)
+            out[key][field] = fit_exponent([n for n, _ in pts], [v for _, v in pts])
+    return out
+
+
+def verdict(rows: list[dict]) -> dict[str, bool | None]:
+    """Per default variant: every exponent on every cloud kind at most :data:`TARGET` (None: not measured, or a
+    quantity with fewer than two sizes)."""
+    exps = exponents(rows)
+    out: dict[str, bool | None] = {}
+    for variant in DEFAULTS:
+        values = [p for (v, _), per in exps.items() if v == variant for p in per.values()]
+        out[variant] = None if not values or any(p is None for p in values) else all(p <= TARGET for p in values)
+    return out
+
+
+def _s(v):
+    return "—" if v is None else f"{v:.3f}"
+
+
+def _mb(v):
+    return "—" if v is None else f"{v:.0f}"
+
+
+def table(records: list[dict]) -> str:
+    rows = [r["row"] for r in records]
+    lines = ["| variant | mode | cloud | N | fwd (s) | fwd+bwd (s) | peak MB fwd | peak MB fwd+bwd |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['variant']} | {r['mode']} | {r['cloud']} | {r['n']} | {_s(r['forward_s'])} | "
+              f"{_s(r['forward_backward_s'])} | {_mb(r['peak_mb_forward'])} | {_mb(r['peak_mb_forward_backward'])} |"
+              for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def notes(records: list[dict]) -> str:
+    from ._timing import malloc_note
+
+    rows = [r["row"] for r in records]
+    lines = ["Fitted exponents (time or peak memory ∝ N^p, least squares in log-log over the sizes each variant ran at):",
+             "", "| variant | cloud | sizes | " + " | ".join(label for _, label in QUANTITIES) + " |",
+             "|---|---|---|" + "---|" * len(QUANTITIES)]
+    for (variant, cloud), per in exponents(rows).items():
+        ns = sorted(r["n"] for r in rows if (r["variant"], r["cloud"]) == (variant, cloud))
+        lines.append(f"| {variant} | {cloud} | {ns[0]}–{ns[-1]} | "
+                     + " | ".join("—" if per[f] is None else f"{per[f]:.2f}" for f, _ in QUANTITIES) + " |")
+    lines += ["", f"Target: the defaults' exponents at most {TARGET} for time and peak memory, forward and "
+                  f"forward+backward, on every cloud kind."]
+    for variant, ok in verdict(rows).items():
+        state = "not measured" if ok is None else "met" if ok else "not met"
+        lines.append(f"- {variant} (default): {state}.")
+    settings = {tuple(sorted(r["malloc"].items())) for r in rows}
+    threads = sorted({r["threads"] for r in rows})
+    lines += ["", f"{', '.join(map(str, threads))} torch thread(s). "
+              + " ".join(malloc_note(dict(s)) for s in sorted(settings))]
+    return "\n".join(lines) + "\n"
+
+
+SCHEMA = {"variant": "str", "operator": "str", "mode": "str", "cloud": "str", "n": "int", "forward_s": "float",
+          "forward_backward_s": "float", "peak_mb_forward": "float?", "peak_mb_forward_backward": "float?",
+          "threads": "int", "malloc": "dict"}
+PARAMS = {"sizes": [2**k for k in range(11, 18)], "clouds": list(CLOUDS),
+          "variants": {"erwin": None, "bsa_transformer": None, "erwin points": None, "erwin physical": 8192,
+                       "bsa_transformer window=None": 16384},
+          "reps": 2, "threads": 1}
+QUICK = {"sizes": [1024, 2048, 4096], "variants": {"erwin": None, "bsa_transformer": None, "erwin physical": 2048},
+         "reps": 1}
+
+BENCHMARKS = (
+    Benchmark(
+        name="balltree_operator_scaling", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
+        description="Erwin and BSA operators: time and peak memory against N on uniform and non-uniform 3-D clouds, "
+                    "one CPU thread;",
+        claim="Erwin's default (multiscale balls) and BSA's default (window 4096) have fitted time and peak-memory "
+              "exponents at most 1.15 from 2^11 to 2^17 points, forward and forward+backward, on uniform, "
+              "shell-plus-cluster and mixture clouds (docs/benchmarks/point_clouds.md)",
+    ),
+)
