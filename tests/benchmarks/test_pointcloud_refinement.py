@@ -1,4 +1,5 @@
-"""benchmarks/pointcloud_refinement.py: through the harness, Erwin's physical balls converge at initialisation and its
+"""benchmarks/pointcloud_refinement.py: through the harness, Erwin's multiscale and physical balls converge at
+initialisation and its
 point-count balls do not; the Euler rotation mixes the 3-D tree more than the plane rotation; the training path
 trains and evaluates through ``sciattn train``/``evaluate``; the committed rows validate and render; bad parameters
 are refused by name."""
@@ -23,7 +24,10 @@ def test_init_refinement_and_mixing_through_the_harness(tmp_path):
         assert r["sizes"] == [256, 1024, 4096] and len(r["init_errors"]) == 2
         assert all(math.isfinite(e) and e > 0 for e in r["init_errors"])
         assert r["train_seconds"] is None and r["rel_l2_512"] is None
-    # physical balls: first order in h ∝ n^{-1/2} (the registry contract, tests/operators/test_pointset_convergence.py)
+    # physical and multiscale (Erwin's default) balls: first order in h ∝ n^{-1/2} (the registry contract,
+    # tests/operators/test_pointset_convergence.py)
+    multiscale = rows["refinement", "multiscale", None]
+    assert multiscale["init_errors"][1] <= 0.6 * multiscale["init_errors"][0]
     e256, e1024 = physical["init_errors"]
     assert e1024 <= 0.6 * e256
     # published point counts: the balls shrink with the points, no convergence
