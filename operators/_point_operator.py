@@ -58,7 +58,9 @@ class BallTreeOperator(nn.Module):
     @property
     def export_unsupported_reason(self) -> str | None:
         """Why this model cannot be exported (``sciattn.train.export_run`` refuses it with this), or None."""
-        return PHYSICAL_EXPORT_REASON if self.ball_mode in ("physical", "multiscale") else None
+        if self.ball_mode in ("physical", "multiscale"):
+            return PHYSICAL_EXPORT_REASON.format(mode=self.ball_mode)
+        return None
 
     def _set_io(self, in_channels: int, out_channels: int, spatial_dims: int, rotate: float | None) -> None:
         """Checks ``rotate`` against ``spatial_dims`` and stores the channels, dimension and rotation."""

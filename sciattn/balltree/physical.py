@@ -63,8 +63,9 @@ __all__ = ["CellLayout", "cell_centres", "cell_depth", "cell_layout", "check_len
 
 _MAX_DEPTH = 40
 MAX_SLOTS_PER_POINT = 32  # memory guard of cell_layout (see the module docstring)
-#: why a model on physical cell layouts cannot be exported (the operators' ``export_unsupported_reason``)
-PHYSICAL_EXPORT_REASON = ("ball_mode='physical' lays the points out on cells whose depth and capacity are read from "
+#: why a model on physical cell layouts cannot be exported (the operators' ``export_unsupported_reason``; formatted
+#: with the mode, ``"physical"`` or ``"multiscale"``)
+PHYSICAL_EXPORT_REASON = ("ball_mode={mode!r} lays the points out on cells whose depths and sizes are read from "
                           "the positions at run time (shapes that depend on values), which an exported program cannot "
                           "hold; run it eagerly (Surrogate.from_run, load_model), or export a model built with "
                           "ball_mode='points'")
