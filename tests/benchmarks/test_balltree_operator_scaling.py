@@ -28,13 +28,14 @@ def test_tiny_run_through_the_harness(tmp_path):
     assert modes == {"erwin": "multiscale", "bsa_transformer": "points, window 4096", "erwin physical": "physical"}
     for r in rows:
         assert 0 < r["forward_s"] and 0 < r["forward_backward_s"] and r["threads"] == 1
+        assert 0 < r["forward_cpu_s"] < r["forward_backward_cpu_s"]
         for key in ("peak_mb_forward", "peak_mb_forward_backward"):
             assert r[key] is None or (math.isfinite(r[key]) and r[key] >= 0)
     exps = bos.exponents(rows)
-    assert exps["erwin physical", "uniform"]["forward_s"] is None  # one size: no fit
+    assert exps["erwin physical", "uniform"]["forward_cpu_s"] is None  # one size: no fit
     assert all(isinstance(p, float) for p in exps["erwin", "uniform"].values() if p is not None)
     table = harness.markdown_table(harness.get("balltree_operator_scaling"), records)
-    p = exps["bsa_transformer", "shell_cluster"]["forward_backward_s"]
+    p = exps["bsa_transformer", "shell_cluster"]["forward_backward_cpu_s"]
     assert "| bsa_transformer | shell_cluster | 256–1024 |" in table and f"{p:.2f}" in table
     assert "- erwin (default): " in table and "- bsa_transformer (default): " in table and "quick budget" in table
 
@@ -62,21 +63,21 @@ def _rows(p_time: float, p_mem: float) -> list[dict]:
     for variant in bos.DEFAULTS:
         for cloud in bos.CLOUDS:
             for n in (2048, 8192, 32768):
-                out.append({"variant": variant, "cloud": cloud, "n": n, "forward_s": 1e-5 * n**p_time,
-                            "forward_backward_s": 3e-5 * n**p_time, "peak_mb_forward": 1e-3 * n**p_mem,
+                out.append({"variant": variant, "cloud": cloud, "n": n, "forward_cpu_s": 1e-5 * n**p_time,
+                            "forward_backward_cpu_s": 3e-5 * n**p_time, "peak_mb_forward": 1e-3 * n**p_mem,
                             "peak_mb_forward_backward": 2e-3 * n**p_mem})
     return out
 
 
 def test_exponents_and_verdict_from_rows():
     exps = bos.exponents(_rows(1.0, 1.1))
-    assert exps["erwin", "mixture"]["forward_s"] == pytest.approx(1.0)
+    assert exps["erwin", "mixture"]["forward_cpu_s"] == pytest.approx(1.0)
     assert exps["bsa_transformer", "uniform"]["peak_mb_forward_backward"] == pytest.approx(1.1)
     assert bos.verdict(_rows(1.0, 1.1)) == {"erwin": True, "bsa_transformer": True}
     assert bos.verdict(_rows(1.3, 1.0)) == {"erwin": False, "bsa_transformer": False}
     assert bos.verdict([r for r in _rows(1.0, 1.0) if r["variant"] == "erwin"])["bsa_transformer"] is None
     upper = bos.exponents(_rows(1.0, 1.0), largest=2)
-    assert upper["erwin", "uniform"]["forward_s"] == pytest.approx(1.0)
+    assert upper["erwin", "uniform"]["forward_cpu_s"] == pytest.approx(1.0)
 
 
 def test_committed_rows_validate_and_render():
@@ -90,10 +91,11 @@ def test_committed_rows_validate_and_render():
     assert {r["cloud"] for r in rows} == set(bos.CLOUDS)
     table = harness.markdown_table(bench, records)
     for r in rows:
-        assert f"| {r['variant']} | {r['mode']} | {r['cloud']} | {r['n']} | {r['forward_s']:.3f} |" in table
+        assert f"| {r['variant']} | {r['mode']} | {r['cloud']} | {r['n']} | {r['forward_cpu_s']:.3f} |" in table
     for (variant, cloud), per in bos.exponents(rows).items():
         cells = " | ".join("—" if p is None else f"{p:.2f}" for p in per.values())
         assert f"| {variant} | {cloud} |" in table and cells in table
+    assert all(v is not None for v in bos.verdict(rows).values())
 
 
 @pytest.mark.parametrize(("key", "value"), [("sizes", "big"), ("sizes", [1]), ("clouds", ["sphere"]),
