@@ -19,14 +19,19 @@ For features ``a`` at positions ``p`` (a padded batch of clouds), in ball-tree o
 * **Unpool** (eq. 13): ``skip + Linear([h_parent, offsets] -> s·c_i)`` reshaped to the children, LayerNorm.
 
 These are the published, point-count balls (``ball_mode="points"``): a ball holds ``ball_sizes[i]`` points, so
-it shrinks as the sampling is refined and **the output depends on the resolution**. The default physical mode
+it shrinks as the sampling is refined and **the output depends on the resolution**. The physical mode
 (``ball_mode="physical"``) replaces the tree by cells of fixed physical size
 (:mod:`sciattn.balltree.physical`): level ``i``'s balls are the cells at most ``ball_diameters[i]`` across,
 pooling takes the quadrature mean ``Σ_j w_j h_j / Σ_j w_j`` of each cell at most ``pool_diameters[i]`` across
 (:class:`PhysicalPool`; :class:`PhysicalUnpool` maps the parent to each child with one shared map), and the
 position encoding is relative to the ball cell's geometric centre. With quadrature weights ``w`` these are
 quadratures of ``∫_{ball} κ v dμ`` and ``∫_{cell} h dμ / μ(cell)`` over regions that do not move under
-refinement, so the output converges (``tests/operators/test_pointset_convergence.py``).
+refinement, so the output converges (``tests/operators/test_pointset_convergence.py``); but a ball holds
+``n / #balls`` points, so its attention costs ``O(n²/#balls)``. The default, ``ball_mode="multiscale"``, keeps
+the cells and the convergence at linear cost (:mod:`sciattn.balltree.multiscale_attention`,
+:mod:`._multiscale_levels`): a query attends, in one softmax, to the points of its near-field window in its
+ball cell and to the ball's key cells (``key_diameter``), pooled by their quadrature means with the mass outside
+the window; coarse levels hold one token per pool cell and their key cells one token each (exact there).
 
 Differences from the Erwin code, on purpose: the tree is built on the device with tensor ops
 (no host sync) and cached by the caller if the geometry is static (:meth:`Erwin.build_trees`);
@@ -306,16 +311,24 @@ def _as_list(name: str, value, n: int) -> list[int]:
 class Erwin(BallTreeOperator):
     """Erwin U-Net on ball trees, with physically scaled balls (default) or Erwin's point-count balls.
 
-    Two modes (``ball_mode``):
+    Three modes (``ball_mode``):
 
-    * ``"physical"`` (the default when no point counts are given): level ``i``'s balls are the tree
+    * ``"multiscale"`` (the default when no point counts are given): the physical mode's cells, at linear cost:
+      at level 0 a query attends, in one softmax, to the points of its near-field window (``near_points``
+      consecutive slots of the layout) in its ball cell, each with its weight, and to the ball's key cells
+      (diameter ``key_diameter``), each pooled by its quadrature mean and carrying the mass of its points
+      outside the window (:mod:`sciattn.balltree.multiscale_attention`); coarse levels hold one token per pool
+      cell, and their key cells one token each. Time and memory are linear in the points at any density; the
+      output converges under refinement (to the key-cell quadrature of the ball integral; it is the physical
+      mode's attention where every key cell holds one point).
+    * ``"physical"``: level ``i``'s balls are the tree
       nodes at most ``ball_diameters[i]`` across, and pooling from level ``i`` groups the nodes at most
       ``pool_diameters[i]`` across into one token by their quadrature mean (:class:`PhysicalPool`);
       both node sizes are chosen from the geometry at every call (:mod:`sciattn.balltree.physical`),
       so the number of points per ball grows with the density, the coarse levels hold a fixed
       number of tokens, and with quadrature weights the attention sums and pooling means converge
-      as the sampling is refined. Lengths are in the units of ``pos`` (defaults suit domains of size
-      about 1).
+      as the sampling is refined, at ``O(n²/#balls)`` cost. Lengths are in the units of ``pos`` (defaults
+      suit domains of size about 1). A batch of several clouds, or a padded one, runs one cloud at a time.
     * ``"points"``: the published Erwin, ``ball_sizes[i]`` points per ball and ``strides[i]`` children
       per parent concatenated (eq. 12). Its balls shrink as points are added, so **its output depends
       on the resolution** (issue 26: 92% / 82% from 16,384 points at 1,024 / 4,096 points at init).
@@ -324,15 +337,19 @@ class Erwin(BallTreeOperator):
         in_channels, out_channels: point features in and out.
         spatial_dims: ``d`` of the positions.
         c_hidden: channels per level (``S`` levels).
-        ball_mode: ``"physical"``, ``"points"`` or None (``"points"`` if ``ball_sizes`` or ``strides``
-            is given, else ``"physical"``; old configs, which store point counts, stay published Erwin).
+        ball_mode: ``"multiscale"``, ``"physical"``, ``"points"`` or None (``"points"`` if ``ball_sizes`` or
+            ``strides`` is given, else ``"multiscale"``; checkpoints stored before the multiscale mode load as
+            the mode they were trained with, see :func:`sciattn.train.checkpoint.migrate_ball_modes`).
         ball_sizes: points mode: ball size per level (powers of two; clamped to the points of a level;
             default 64).
         strides: points mode: pooling strides between levels (powers of two >= 2, ``S-1``; default 2).
-        ball_diameters: physical mode: ball diameter per level (a length or ``S`` lengths; default
-            ``0.32`` at level 0 and ``0.8`` above).
-        pool_diameters: physical mode: diameter of the node pooled into one coarse token (``S-1``;
-            default ``0.12``).
+        ball_diameters: multiscale and physical modes: ball diameter per level (a length or ``S`` lengths;
+            default ``0.32`` at level 0 and ``0.8`` above).
+        pool_diameters: multiscale and physical modes: diameter of the cell pooled into one coarse token
+            (``S-1``; default ``0.12``).
+        key_diameter: multiscale mode: diameter of the key cells of level 0's far field (at most
+            ``ball_diameters[0]``; default a quarter of it: 64 key cells per ball in 3-D, 16 in 2-D).
+        near_points: multiscale mode: slots of level 0's near-field window (a power of two; default 64).
         enc_depths: blocks per encoder level (``S`` entries).
         dec_depths: blocks per decoder level ``0..S-2`` (``S-1`` entries).
         n_heads: heads, one int or one per level.

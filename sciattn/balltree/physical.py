@@ -18,20 +18,25 @@ like ``n^{-1/4}``. This module therefore lays points out on the cells of a **spa
   (``2^round(log2(s_a / s_max))``, so a near-square box splits like a square at every resolution;
   ties go to the lower axis). All cells of a depth are congruent, ``(s_a / 2^{n_a})_a``, with
   diameter ``√Σ_a (s_a / 2^{n_a})²``;
-* the depth for a length ``L``: the shallowest whose cell diameter is at most ``L``, the largest
-  over the clouds of the batch (one depth per batch: the layout is a reshape);
+* the depth for a length ``L``: the shallowest whose cell diameter is at most ``L``, **per cloud** (a cloud's
+  cells never depend on the rest of its batch);
 * cell ids interleave the bisections, most significant first (a k-d / Morton order), so ``2^k``
-  consecutive cells are the cells of one box at depth ``ℓ - k``: coarser balls are reshapes too;
+  consecutive cells are the cells of one box at depth ``ℓ - k``; in a batch whose clouds have different
+  depths, the ids are mixed-radix (:func:`_radix_layout`): a node of every length is a run of the same
+  number of cells in every cloud, of which a cloud uses its own, so every ball is still a reshape;
 * every cell is padded to the capacity ``C`` = the largest cell count in the batch, rounded up to
   a power of two (and to at least ``N / #cells``); padding slots are masked. Inside a cell, points
   are ordered lexicographically by their coordinates (exact duplicates by input index), so permuting
   the input permutes the layout.
 
-Memory guards (the layer is then under-resolved, not physical): lengths below the sampling
-resolution are clamped to the depth ``⌈log2 N⌉ + 2`` (about four cells per point), and the layout
-is coarsened, one depth at a time, while it would hold more than ``32 · max(n, 64)`` slots (``n`` the most real points of a cloud) (strongly
-clustered points, e.g. a surface mesh in a box whose cells are mostly empty); all lengths then
-share the coarser cells.
+Memory guards, per cloud (the layer is then under-resolved, not physical): lengths below the sampling
+resolution are clamped to the depth ``⌈log2 n⌉ + 2`` for the cloud's ``n`` real points (about four cells per
+point), and a cloud's layout is coarsened, one depth at a time, while its own cells would hold more than
+``32 · max(n, 64)`` slots at its own capacity (strongly clustered points, e.g. a surface mesh in a box whose
+cells are mostly empty); all its lengths then share the coarser cells. A batch of clouds with very
+different depths and crowding pays the product of the largest cell count and the largest number of cells
+in memory: the operators (Erwin, BSA) run such batches one cloud at a time in this mode, and their multiscale
+layout (:mod:`sciattn.balltree.multiscale`) has no capacity padding.
 
 What is physical: ball and pooling cell sizes (lengths), cell boundaries (fixed by the box), the
 number of points per ball (it grows with the density), the number of cells (fixed). What is not:
@@ -39,7 +44,7 @@ the depth is an integer (the ball diameter is ``L`` only within a factor ``2^{1/
 ``L`` equal to a cell diameter, or a box aspect ratio at ``2^{k+1/2}``, is a threshold where a
 refinement can switch the layout); the capacity is a point count (memory ``#cells · C``: about
 twice ``N`` for quasi-uniform samples, more for strongly clustered ones, where empty cells still
-take ``C`` slots each). Building reads three small tensors back to the host (depth, capacity):
+take ``C`` slots each). Building reads a few small tensors back to the host (depths, counts, capacity):
 cache layouts for static geometry.
 
 Shapes:
