@@ -16,12 +16,13 @@ which splits the ball integral into a bounded near field and a far field pooled 
 * **slots**: each ball cell's points are padded to a multiple of the unit ``u``; the runs follow each other;
   each cloud's slots are padded to the batch's count (a multiple of the near-field window ``m``). So a unit of
   ``u`` slots lies in one ball cell, and ``m`` consecutive slots are the near-field window of their points;
-* **key cells** (compact: the non-empty ones, in order) and, for every unit, the run of its ball's key cells
-  (``far_index`` ``(B, P/u, K)``, ``K`` the most key cells of a ball in the batch; shorter runs point at an
-  empty dummy cell); **pool cells** (compact, in order) with their geometric centres.
+* **key cells** (compact: the non-empty ones, in order; each a run of slots in one ball) and, for every window,
+  the run of key cells of the balls its slots belong to (``window_keys`` ``(B, P/m, K)``, ``K`` the most in the
+  batch; shorter runs point at an empty dummy cell); **pool cells** (compact, in order) with their geometric
+  centres.
 
-Memory is ``O(P + #key cells + P·K/u)``: linear in the points for a fixed geometry (``K`` is at most the key
-cells of a ball, a number set by lengths, not by the sampling), whatever the density contrast. Every choice is
+Memory is ``O(P + #key cells + P·K/m)``: linear in the points for a fixed geometry (``K`` is at most the key
+cells of the few balls a window meets, a number set by lengths, not by the sampling), whatever the density contrast. Every choice is
 per cloud; a batch shares only shapes (slot, unit, key and pool counts, padded and masked), so a cloud's
 layout does not depend on the rest of its batch or on padding. Building reads a few small tensors back to
 the host (the depths, the counts that are shapes).
