@@ -26,6 +26,9 @@ from torch import nn
 from sciattn.balltree.multiscale import multiscale_layout
 from sciattn.balltree.physical import cloud_box, lattice_for
 
+from ._geometry import ErwinGeometry, LevelGeometry
+from ._physical_levels import physical_lengths
+
 __all__ = ["CellPool", "CellUnpool", "multiscale_geometry", "UNIT"]
 
 #: queries sharing one set of far keys (a ball cell's points are padded to a multiple of it)
@@ -34,8 +37,6 @@ UNIT = 16
 
 def _frames(pos, mask, weights, box, rotate, *, ball, key, pool, window, assign=None):
     """The level in its layout, and in the rotated layout (``rotate`` None or 0: none)."""
-    from .erwin import LevelGeometry
-
     unit = min(UNIT, window)
     lay = multiscale_layout(pos, mask, box, ball=ball, key=key, pool=pool, window=window, unit=unit, assign=assign)
     tree = lay.tree
@@ -56,9 +57,7 @@ def _frames(pos, mask, weights, box, rotate, *, ball, key, pool, window, assign=
 
 def multiscale_geometry(model, pos, mask, weights, rotate):
     """Every level's geometry (module docstring) for the lengths of ``model`` (an :class:`Erwin`)."""
-    from .erwin import ErwinGeometry
-
-    lengths = model._physical_lengths()  # [ball_0, pool_0, ball_1, pool_1, ...], coarse ones at least the pool
+    lengths = physical_lengths(model)  # [ball_0, pool_0, ball_1, pool_1, ...], coarse ones at least the pool
     box = cloud_box(pos, mask, lattice_for(lengths + [model.key_diameter]))
     n_lv = len(model.c_hidden)
     pool = lengths[1] if n_lv > 1 else None

@@ -26,16 +26,10 @@ from sciattn.balltree import BallSparseAttention, build_ball_tree
 from sciattn.balltree.physical import cell_layout, cloud_box, lattice_for
 from sciattn.balltree.tree import check_power_of_two
 
+from ._geometry import ErwinGeometry
+from ._physical_levels import physical_level
 from ._point_operator import BallTreeOperator
-from .erwin import (
-    ErwinGeometry,
-    PointBlock,
-    level_geometry,
-    physical_level,
-    point_embedding,
-    resolve_ball_mode,
-    rotation_of,
-)
+from .erwin import PointBlock, level_geometry, point_embedding, resolve_ball_mode, rotation_of
 from .registry import register_operator
 
 __all__ = ["BALL_MODES", "BSATransformer"]

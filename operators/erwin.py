@@ -46,25 +46,25 @@ Shapes: ``x`` ``(B, N, C_in)``, ``pos`` ``(B, N, d)``, ``mask``/``weights`` ``(B
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from sciattn._checks import check_choice, check_positive_int
-from sciattn.balltree import BallAttention, BallTree, build_ball_tree, rotation_matrix
+from sciattn.balltree import BallAttention, build_ball_tree, rotation_matrix
 from sciattn.balltree.multiscale_attention import MultiscaleBallAttention
-from sciattn.balltree.physical import (
-    cell_centres,
-    cell_layout,
-    check_length,
-    cloud_box,
-    lattice_for,
-)
+from sciattn.balltree.physical import check_length
 from sciattn.balltree.tree import check_power_of_two
 
+from ._geometry import ErwinGeometry, LevelGeometry
 from ._multiscale_levels import CellPool, CellUnpool, multiscale_geometry
+from ._physical_levels import (
+    PhysicalPool,
+    PhysicalUnpool,
+    physical_geometry,
+    physical_lengths,
+)
 from ._point_operator import BallTreeOperator
 from .registry import register_operator
 
@@ -106,30 +106,6 @@ def point_embedding(c_in: int, d: int, width: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(c_in + d, width), nn.GELU(), nn.Linear(width, width))
 
 
-@dataclass
-class LevelGeometry:
-    """Points of one level in tree order and the map to its rotated tree (``rot_*`` None: no rotation)."""
-
-    pos: torch.Tensor
-    mask: torch.Tensor
-    weights: torch.Tensor
-    rot_index: torch.Tensor | None = None
-    rot_inverse: torch.Tensor | None = None
-    rot_pos: torch.Tensor | None = None
-    rot_mask: torch.Tensor | None = None
-    rot_weights: torch.Tensor | None = None
-    sizes: tuple[int, ...] | None = None  # physical mode: node sizes (ball, ...) chosen from the geometry
-    rot_sizes: tuple[int, ...] | None = None  # physical mode: the same in the rotated layout
-    centres: torch.Tensor | None = None  # physical mode: (B, P, d) geometric centre of each slot's ball
-    rot_centres: torch.Tensor | None = None
-    stride: int | None = None  # physical mode: slots of the finer level pooled into one token of this level
-    far: object | None = None  # multiscale mode: the layout's FarField (and in the rotated layout)
-    rot_far: object | None = None
-    tokens: BallTree | None = None  # multiscale mode: the map from the level's tokens (compact cells) to its slots
-    pool_index: torch.Tensor | None = None  # multiscale mode: (B, P) pool cell of every slot (n_pool: none)
-    n_pool: int = 0
-
-
 def level_geometry(pos, mask, weights, ball: int, rotate, sizes: tuple[int, ...] | None = None) -> LevelGeometry:
     """Geometry of a tree-ordered level ``(B, P, ·)``; with ``rotate`` (degrees or a matrix) also its rotated tree."""
     geo = LevelGeometry(pos, mask, weights, sizes=sizes)
@@ -137,27 +113,6 @@ def level_geometry(pos, mask, weights, ball: int, rotate, sizes: tuple[int, ...]
         rt = build_ball_tree(pos, mask, min(ball, pos.shape[1]), rotate, padded_size=pos.shape[1], check=False)
         geo.rot_index, geo.rot_inverse = rt.perm, rt.inverse
         geo.rot_pos, geo.rot_mask, geo.rot_weights = rt.pos, rt.mask, weights.gather(1, rt.perm)
-    return geo
-
-
-def physical_level(pos, mask, weights, lengths, rotate, sizes: tuple[int, ...], *, box=None,
-                   assign=None, centres=None) -> LevelGeometry:
-    """Geometry of a level in cell order (physical mode); with ``rotate`` also the cell layout of its rotated
-    points for ``lengths`` (:func:`~sciattn.balltree.physical.cell_layout`), which may hold more slots.
-
-    ``box``: the cloud's box (default: the level's own points'); ``assign``: ``(B, P, d)`` positions that
-    place the tokens into rotated cells (default ``pos``; a coarse level passes its cells' centres,
-    which do not move under refinement, where the tokens' centroids do)."""
-    geo = LevelGeometry(pos, mask, weights, sizes=sizes, centres=centres)
-    if rotate is not None and (isinstance(rotate, torch.Tensor) or rotate):
-        lay = cell_layout(pos if assign is None else assign, mask, lengths, rotate, box=box)
-        rt, p = lay.tree, pos.shape[1]
-        geo.rot_index, geo.rot_inverse = rt.perm, rt.inverse[:, :p]
-        geo.rot_mask = rt.mask
-        geo.rot_pos = F.pad(pos, (0, 0, 0, rt.perm.shape[1] - p)).gather(1, rt.perm[..., None].expand(-1, -1, pos.shape[-1]))
-        geo.rot_weights = F.pad(weights, (0, rt.perm.shape[1] - p)).gather(1, rt.perm)
-        geo.rot_sizes = tuple(lay.size(i) for i in range(len(lengths)))
-        geo.rot_centres = lay.centres(0)
     return geo
 
 
@@ -230,57 +185,6 @@ class BallUnpool(nn.Module):
         rel = torch.where(m, child.pos.view(b, p // s, s, d).to(h.dtype) - parent.pos[:, :, None].to(h.dtype), zero)
         up = self.lin(torch.cat([h, rel.flatten(2)], dim=-1)).view(b, p, self.c_child)
         return self.norm(skip + up)
-
-
-class PhysicalPool(nn.Module):
-    """Children -> parent by quadrature: ``LayerNorm(Linear(Σ_j w_j h_j / Σ_j w_j))`` over the parent node.
-
-    The parent is a tree node of the physical size ``pool_diameter`` holding any number of children
-    (``stride`` slots, chosen from the geometry), so the learned map acts on their quadrature mean,
-    ``∫_node h dμ / μ(node)``, which converges under refinement; Erwin's concatenation of a fixed
-    number of children cannot (its input size is the point count).
-    """
-
-    def __init__(self, c_in: int, c_out: int) -> None:
-        super().__init__()
-        self.lin = nn.Linear(c_in, c_out)
-        self.norm = nn.LayerNorm(c_out)
-
-    def forward(self, h: torch.Tensor, child: LevelGeometry, stride: int) -> torch.Tensor:
-        b, p, c = h.shape
-        s = stride
-        zero = torch.zeros((), dtype=h.dtype, device=h.device)
-        w = torch.where(child.mask, child.weights.to(h.dtype), zero).view(b, p // s, s, 1)
-        hc = torch.where(child.mask[..., None], h, zero).view(b, p // s, s, c)
-        total = w.sum(2)
-        mean = (w * hc).sum(2) / torch.where(total > 0, total, torch.ones((), dtype=h.dtype, device=h.device))
-        return self.norm(self.lin(mean))
-
-
-class PhysicalUnpool(nn.Module):
-    """Parent -> each child: ``LayerNorm(skip + Linear([h_parent, p_child - p_parent]))``, one map for every
-    child whatever their number (Erwin's ``Linear(... -> s·c)`` has one output slot per child)."""
-
-    def __init__(self, c_parent: int, c_child: int, d: int) -> None:
-        super().__init__()
-        self.lin = nn.Linear(c_parent + d, c_child)
-        self.norm = nn.LayerNorm(c_child)
-
-    def forward(self, h: torch.Tensor, skip: torch.Tensor, child: LevelGeometry, parent: LevelGeometry,
-                stride: int) -> torch.Tensor:
-        zero = torch.zeros((), dtype=h.dtype, device=h.device)
-        hp = h.repeat_interleave(stride, dim=1)
-        rel = child.pos.to(h.dtype) - parent.pos.to(h.dtype).repeat_interleave(stride, dim=1)
-        rel = torch.where(child.mask[..., None], rel, zero)
-        return self.norm(skip + self.lin(torch.cat([hp, rel], dim=-1)))
-
-
-@dataclass
-class ErwinGeometry:
-    """Everything an Erwin forward needs from the geometry: the tree and every level (cacheable)."""
-
-    tree: BallTree
-    levels: list[LevelGeometry]
 
 
 def _as_lengths(name: str, value, n: int) -> list[float]:
@@ -439,7 +343,7 @@ class Erwin(BallTreeOperator):
         d = spatial_dims
         physical = self.ball_mode == "physical"
         multiscale = self.ball_mode == "multiscale"
-        lengths = self._physical_lengths() if multiscale else None
+        lengths = physical_lengths(self) if multiscale else None
 
         def attention(level: int) -> nn.Module:
             c = self.c_hidden[level]
@@ -486,7 +390,7 @@ class Erwin(BallTreeOperator):
         rotate = rotation_of(self, pos.shape[-1])
         n = pos.shape[1]
         if self.ball_mode == "physical":
-            return self._physical_trees(pos, mask, weights, rotate)
+            return physical_geometry(self, pos, mask, weights, rotate)
         if self.ball_mode == "multiscale":
             return multiscale_geometry(self, pos, mask, weights, rotate)
         total = 1
@@ -504,48 +408,6 @@ class Erwin(BallTreeOperator):
             ppos = torch.where(m[..., None], geo.pos.view(b, p // s, s, d), 0).sum(2) / cnt.clamp_min(1)[..., None]
             geo = level_geometry(ppos, cnt > 0, geo.weights.view(b, p // s, s).sum(-1), self.ball_sizes[i + 1],
                                  rotate)
-            levels.append(geo)
-        return ErwinGeometry(tree, levels)
-
-    def _physical_lengths(self) -> list[float]:
-        """``[ball_0, pool_0, ball_1, pool_1, ..., ball_{S-1}]``: the lengths of every level in one cell layout; a
-        coarse level's lengths are at least the pooling length that made it (its tokens are those cells)."""
-        out, pool = [self.ball_diameters[0]], None
-        for i, p in enumerate(self.pool_diameters):
-            pool = p if pool is None else max(p, pool)
-            out += [pool, max(self.ball_diameters[i + 1], pool)]
-        return out
-
-    def _physical_trees(self, pos, mask, weights, rotate) -> ErwinGeometry:
-        lengths = self._physical_lengths()
-        box = cloud_box(pos, mask, lattice_for(self.ball_diameters + self.pool_diameters))
-        lay = cell_layout(pos, mask, lengths, box=box)  # every level's cells, chosen per cloud
-        tree = lay.tree
-        w = tree.mask.to(pos.dtype) if weights is None else tree.values_to_tree(weights.to(pos.dtype))
-        geo = physical_level(tree.pos, tree.mask, w, self.ball_diameters[:1], rotate, (lay.size(0),), box=box,
-                             centres=lay.centres(0))
-        levels = [geo]
-        span = 1  # level-0 slots per token of the current level
-        for i in range(len(self.pool_diameters)):
-            b, p, d = geo.pos.shape
-            pool_slots, ball_slots = lay.size(1 + 2 * i), lay.size(2 + 2 * i)
-            s = pool_slots // span  # tokens of level i pooled into one token of level i+1
-            m = geo.mask.view(b, p // s, s)
-            wc = torch.where(m, geo.weights.view(b, p // s, s), 0)
-            wsum = wc.sum(-1)
-            # quadrature-weighted centroid; the plain mean where a cell's weights are all zero
-            wt = torch.where((wsum > 0)[..., None], wc, m.to(wc.dtype))
-            ppos = (wt[..., None] * torch.where(m[..., None], geo.pos.view(b, p // s, s, d), 0)).sum(2)
-            ppos = ppos / wt.sum(-1).clamp_min(torch.finfo(wt.dtype).tiny)[..., None]
-            span = pool_slots
-            pmask = m.any(-1)
-            # each token's cell centre (exact geometry, the same for all its members)
-            cc = lay.centres(1 + 2 * i).view(b, -1, span, d)
-            cnt = tree.mask.view(b, -1, span, 1).to(cc.dtype)
-            assign = (cc * cnt).sum(2) / cnt.sum(2).clamp_min(1)
-            geo = physical_level(ppos, pmask, wsum, self.ball_diameters[i + 1:i + 2], rotate, (ball_slots // span,),
-                                 box=box, assign=assign, centres=cell_centres(assign, box, lay.depths[2 + 2 * i]))
-            geo.stride = s
             levels.append(geo)
         return ErwinGeometry(tree, levels)
 
