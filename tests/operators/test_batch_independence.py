@@ -29,10 +29,6 @@ CASES = list(bc.cases())
 FAST_ON_CARS = {("erwin", "multiscale"), ("bsa_transformer", "points")}
 
 
-def _ids(cases):
-    return [f"{n}-{m}" if m else n for n, m in cases]
-
-
 def test_every_point_set_operator_and_ball_mode_is_covered():
     names = {n for n, _ in CASES}
     assert {"erwin", "bsa_transformer", "transolver", "linear_no", "gnot", "ono", "oformer",
@@ -48,7 +44,13 @@ def _check(name, mode, clouds):
     assert not bad, f"{name} ({mode}): relative changes above {TOL}: {bad}"
 
 
-@pytest.mark.parametrize(("name", "mode"), CASES, ids=_ids(CASES))
+def _random_cases():
+    for n, m in CASES:  # BSA's physical mode (its cost grows with the points per ball) takes ~30 s: slow
+        marks = [pytest.mark.slow] if (n, m) == ("bsa_transformer", "physical") else []
+        yield pytest.param(n, m, marks=marks, id=f"{n}-{m}" if m else n)
+
+
+@pytest.mark.parametrize(("name", "mode"), list(_random_cases()))
 def test_random_clouds_alone_batched_and_padded(name, mode):
     _check(name, mode, bc.random_clouds())
 
