@@ -63,17 +63,24 @@ def test_config_toml_carries_the_ball_mode():
     assert erwin["ball_mode"] == "points" and erwin["ball_sizes"] == [32, 32]
 
 
-def test_committed_rows_validate_and_render():
+@pytest.mark.parametrize("balls", [["points", "physical"], ["multiscale"]])
+def test_committed_rows_validate_and_render(balls):
+    """The two committed runs the docs show: point-count and physical balls (with the rotation rows), and Erwin's
+    multiscale balls."""
     bench = harness.get("pointcloud_refinement")
-    records = harness.latest_run(harness.read_rows(harness.results_path("pointcloud_refinement")), full=True)
+    records = harness.latest_run(harness.read_rows(harness.results_path("pointcloud_refinement")), full=True,
+                                 where={"balls": balls})
     assert records
     for i, r in enumerate(records):
         harness.validate_row(bench, r["row"], i)
     table = harness.markdown_table(bench, records)
-    for r in (r["row"] for r in records if r["row"]["part"] == "refinement"):
+    refinement = [r["row"] for r in records if r["row"]["part"] == "refinement"]
+    assert {r["balls"] for r in refinement} == set(balls)
+    for r in refinement:
         cells = " | ".join(format(e, ".4f") for e in r["init_errors"])
         assert f"| {r['operator']} | {r['balls']} | {cells} |" in table
-    assert "rotated balls per ball" in table
+    mixing = any(r["row"]["part"] == "mixing" for r in records)
+    assert ("rotated balls per ball" in table) == mixing and mixing == (balls != ["multiscale"])
 
 
 @pytest.mark.parametrize(("key", "value"), [("balls", ["fixed"]), ("operators", ["fno"]), ("sizes", [1024, 256]),
