@@ -58,7 +58,7 @@ from sciattn.balltree.physical import check_length
 from sciattn.balltree.tree import check_power_of_two
 
 from ._geometry import ErwinGeometry, LevelGeometry
-from ._multiscale_levels import CellPool, CellUnpool, multiscale_geometry
+from ._multiscale_levels import UNIT, CellPool, CellUnpool, multiscale_geometry
 from ._physical_levels import (
     PhysicalPool,
     PhysicalUnpool,
@@ -350,7 +350,8 @@ class Erwin(BallTreeOperator):
             if multiscale:  # level 0: key cells and a near field; above: one token per key cell, no near field
                 key = self.key_diameter if level == 0 else lengths[2 * level - 1]
                 return MultiscaleBallAttention(c, heads[level], d, ball_diameter=lengths[2 * level], key_diameter=key,
-                                               rpe=rpe, distance_bias=distance_bias, backend=backend)
+                                               near_points=self.near_points if level == 0 else UNIT, rpe=rpe,
+                                               distance_bias=distance_bias, backend=backend)
             return BallAttention(c, heads[level], d, self.ball_sizes[level],
                                  ball_diameter=self.ball_diameters[level] if physical else None,
                                  rpe=rpe, distance_bias=distance_bias, backend=backend)

@@ -39,9 +39,11 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .module import BallAttention
-from .multiscale import FarField
-from .physical import check_length
+from .._checks import check_finite_at, check_input_dtype
+from .module import BallAttention, check_point_inputs
+from .multiscale import FarField, multiscale_layout
+from .physical import check_length, cloud_box, lattice_for
+from .tree import check_power_of_two
 
 __all__ = ["MultiscaleBallAttention", "multiscale_attention", "pool_keys"]
 
@@ -141,9 +143,11 @@ class MultiscaleBallAttention(BallAttention):
             parameters are the same: one softmax, one distance-bias scale ``σ_h`` per head).
         ball_diameter: the ball cell's diameter (a length in the units of ``pos``).
         key_diameter: the key cells' diameter (``<= ball_diameter``).
+        near_points: slots of the near-field window of the layout :meth:`forward` builds (a power of two;
+            :meth:`attend` takes the window of the layout it is given).
 
-    Shapes: :meth:`attend` ``h (B, P, C)`` in slot order with ``far`` the layout's :class:`FarField` ->
-    ``(B, P, C)``.
+    Shapes: :meth:`forward` ``x (B, N, C)``, ``pos (B, N, d)``, mask / weights ``(B, N)`` -> ``(B, N, C)``;
+    :meth:`attend` ``h (B, P, C)`` in slot order with ``far`` the layout's :class:`FarField` -> ``(B, P, C)``.
     """
 
     def __init__(
@@ -154,6 +158,7 @@ class MultiscaleBallAttention(BallAttention):
         *,
         ball_diameter: float,
         key_diameter: float,
+        near_points: int = 64,
         rpe: bool = True,
         distance_bias: bool = True,
         sigma_init: float = 1.0,
@@ -165,6 +170,27 @@ class MultiscaleBallAttention(BallAttention):
         if self.key_diameter > self.ball_diameter:
             raise ValueError(f"key_diameter: expected a length <= ball_diameter={self.ball_diameter}, "
                              f"got {key_diameter}")
+        self.near_points = check_power_of_two("near_points", near_points)
+
+    def layout(self, pos: torch.Tensor, mask: torch.Tensor | None = None, rotate=None):
+        """The :func:`~sciattn.balltree.multiscale.multiscale_layout` of ``pos (B, N, d)`` for this layer's lengths
+        (the box of every cloud's real points, on the lattice of the lengths)."""
+        box = cloud_box(pos, mask, lattice_for([self.ball_diameter, self.key_diameter]))
+        return multiscale_layout(pos, mask, box, ball=self.ball_diameter, key=self.key_diameter,
+                                 window=self.near_points, unit=min(16, self.near_points), rotate=rotate)
+
+    def forward(self, x, pos, mask=None, weights=None, tree=None, sizes=None):
+        """Point order: lay ``pos`` out (:meth:`layout`), attend, and return to point order ``(B, N, C)``."""
+        if tree is not None or sizes is not None:
+            raise ValueError("tree: expected None (the multiscale layer lays the points out itself; use attend() "
+                             "with a layout's far field to reuse one), got a tree")
+        check_point_inputs(x, pos, mask, weights, self.dim, self.spatial_dims)
+        check_input_dtype("x", x, self)
+        check_finite_at("x", x, None if mask is None else mask[..., None])
+        lay = self.layout(pos, mask)
+        t = lay.tree
+        w = None if weights is None else t.values_to_tree(weights.to(x.dtype))
+        return t.from_tree(self.attend(t.to_tree(x), t.pos, t.mask, w, centres=lay.centres, far=lay.far))
 
     def attend(self, h, pos, mask=None, weights=None, sizes=None, centres=None, far: FarField | None = None):
         """Multiscale attention and the output projection, in slot order ``(B, P, C)``."""
@@ -181,4 +207,4 @@ class MultiscaleBallAttention(BallAttention):
         return self.proj(z.transpose(1, 2).flatten(2))
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + f", key_diameter={self.key_diameter}"
+        return super().extra_repr() + f", key_diameter={self.key_diameter}, near_points={self.near_points}"

@@ -244,3 +244,25 @@ def test_physical_erwin_of_one_cloud_equals_the_frozen_geometry(d):
                             c_hidden=[8, 8, 8], enc_depths=[2, 1, 1], dec_depths=[1, 1], n_heads=2,
                             pool_diameters=[0.12, 0.3]).double()
     torch.testing.assert_close(model(x, pos), model(x, pos, trees=v1.physical_trees_v1(model, pos)), rtol=0, atol=0)
+
+
+def test_layer_forward_is_permutation_equivariant_and_independent_of_batch_and_padding():
+    g = torch.Generator().manual_seed(11)
+    torch.manual_seed(0)
+    layer = MultiscaleBallAttention(8, 2, 3, ball_diameter=0.32, key_diameter=0.08, near_points=32).double()
+    pos, mask = _clouds(3)
+    x = torch.where(mask[..., None], torch.randn(*mask.shape, 8, generator=g, dtype=F64), float("nan"))
+    w = torch.where(mask, torch.rand(*mask.shape, generator=g, dtype=F64) + 0.1, float("nan"))
+    out = layer(x, pos, mask, w)
+    assert torch.isfinite(out).all()  # NaN padding never reaches an output
+    for i in range(pos.shape[0]):
+        k = int(mask[i].sum())
+        alone = layer(x[i:i + 1, :k], pos[i:i + 1, :k], None, w[i:i + 1, :k])
+        torch.testing.assert_close(out[i:i + 1, :k], alone, rtol=1e-12, atol=1e-12)
+        perm = torch.randperm(k, generator=g)
+        moved = layer(x[i:i + 1, :k][:, perm], pos[i:i + 1, :k][:, perm], None, w[i:i + 1, :k][:, perm])
+        torch.testing.assert_close(moved, alone[:, perm], rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="tree: expected None"):
+        layer(x, pos, mask, w, tree=object())
+    with pytest.raises(ValueError, match="near_points: expected a power of two, got 48"):
+        MultiscaleBallAttention(8, 2, 3, ball_diameter=0.32, key_diameter=0.08, near_points=48)
