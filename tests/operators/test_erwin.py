@@ -203,3 +203,28 @@ def test_configs_stored_before_the_multiscale_and_window_defaults_keep_their_mod
            if k != "window"}
     assert migrate_ball_modes("bsa_transformer", bsa)[1]["window"] is None
     assert create_operator("bsa_transformer", in_channels=2, out_channels=1).config["window"] == 4096
+
+
+@pytest.mark.parametrize("name", ["erwin", "bsa_transformer"])
+def test_physical_mode_runs_a_padded_batch_one_cloud_at_a_time_and_reuses_its_geometry(name):
+    from sciattn.operators._point_operator import PerCloudGeometry
+
+    torch.manual_seed(0)
+    small = (dict(c_hidden=[8, 8], enc_depths=[1, 1], dec_depths=[1], n_heads=2) if name == "erwin"
+             else dict(width=8, depth=2, n_heads=2))
+    model = create_operator(name, in_channels=3, out_channels=2, spatial_dims=2, ball_mode="physical",
+                            **small).double()
+    g = torch.Generator().manual_seed(1)
+    pos = torch.rand(2, 90, 2, generator=g, dtype=F64)
+    pos[1] = 3 * pos[1] - 1  # another extent
+    x = torch.randn(2, 90, 3, generator=g, dtype=F64)
+    mask = torch.ones(2, 90, dtype=torch.bool)
+    mask[0, 60:] = False
+    geo = model.build_trees(pos, mask)
+    assert isinstance(geo, PerCloudGeometry) and [len(i) for i, _ in geo.rows] == [60, 90]
+    out = model(x, pos, mask, trees=geo)
+    torch.testing.assert_close(out, model(x, pos, mask), rtol=0, atol=0)
+    torch.testing.assert_close(out[0, :60], model(x[:1, :60], pos[:1, :60])[0], rtol=0, atol=1e-14)
+    assert (out[0, 60:] == 0).all()
+    with pytest.raises(ValueError, match="trees: expected geometry of 1 clouds of 90 points, got 2 clouds of 90"):
+        model(x[:1], pos[:1], mask[:1], trees=geo)
