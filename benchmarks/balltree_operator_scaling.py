@@ -20,8 +20,13 @@ log-log over every size a variant ran at) per variant, cloud and quantity, and g
 both defaults at ``p <= 1.15`` for time (CPU time: one thread, so it is the time an idle machine would take) and
 peak memory, forward and forward+backward, on every cloud kind; the wall-clock exponents are listed beside them.
 
-As ``balltree_scaling``, the committed run sets glibc's ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` so
-the largest tensors stay on the reused heap (rows record the settings)::
+Every row is measured in a fresh ``python -m benchmarks.balltree_operator_scaling --worker SPEC`` (``isolate``), so its
+peak memory starts from a clean heap and a worker the kernel kills for memory on a shared machine (BSA's
+forward+backward at 2^17 points takes about 12 GB) is retried (``tries``, ``retry_wait_s`` apart) without losing
+the run: rows already measured at the same commit are kept in ``benchmarks/runs/balltree_operator_scaling/`` and
+reused when the run is started again (``resume``). As ``balltree_scaling``, the committed run sets glibc's
+``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` so the largest tensors stay on the reused heap (rows
+record the settings)::
 
     OMP_NUM_THREADS=1 MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=8589934592 \\
         python -m benchmarks run balltree_operator_scaling [--quick] [--set sizes='[2048, 4096]']
@@ -29,10 +34,15 @@ the largest tensors stay on the reused heap (rows record the settings)::
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from .balltree_scaling import fit_exponent, peak_memory_mb
-from .harness import Benchmark, int_param
+from .harness import ROOT, Benchmark, int_param
 
 CLOUDS = ("uniform", "shell_cluster", "mixture")
 #: variant -> (operator, extra constructor keys); the first of each operator is its default
@@ -143,24 +153,85 @@ def check(params: dict) -> dict:
                    for m in variants.values())):
         raise ValueError(f"variants: expected a dict from variants of {list(VARIANTS)} to a largest N (int) or "
                          f"null (every size), got {variants!r}")
-    for key in ("reps", "threads"):
+    for key in ("reps", "threads", "tries"):
         int_param(params, key)
+    for key in ("isolate", "resume"):
+        if not isinstance(params[key], bool):
+            raise ValueError(f"{key}: expected true or false, got {params[key]!r}")
+    wait = params["retry_wait_s"]
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0:
+        raise ValueError(f"retry_wait_s: expected a number of seconds >= 0, got {wait!r}")
     return params
+
+
+def worker(spec: dict) -> dict:
+    """One row (:func:`_row`) in this process: ``spec`` = ``{"variant", "cloud", "n", "reps", "threads"}``."""
+    import torch
+
+    torch.set_num_threads(int(spec["threads"]))
+    return _row(spec["variant"], _model(spec["variant"]), spec["cloud"], int(spec["n"]), int(spec["reps"]))
+
+
+def _isolated(spec: dict, tries: int, wait: float) -> dict:
+    """:func:`worker` in a fresh subprocess, tried up to ``tries`` times ``wait`` seconds apart."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    why = "not run"
+    for attempt in range(tries):
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.balltree_operator_scaling", "--worker",
+                               json.dumps(spec)], capture_output=True, text=True, cwd=ROOT, env=env)
+        if proc.returncode == 0:
+            return json.loads(proc.stdout.strip().splitlines()[-1])
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        why = f"exit {proc.returncode} ({'killed, out of memory?' if proc.returncode < 0 else tail[0][:160]})"
+        print(f"  worker {spec} failed, try {attempt + 1} of {tries}: {why}", flush=True)
+        if attempt + 1 < tries:
+            time.sleep(wait)
+    raise RuntimeError(f"variants: {spec} failed {tries} times, last: {why}")
+
+
+def _cache_path() -> Path | None:
+    """Where rows measured at the current, clean commit are kept (None for uncommitted changes)."""
+    from .harness import _git
+
+    commit = _git("rev-parse", "--short=12", "HEAD")
+    if not commit or _git("status", "--porcelain", "--untracked-files=no"):
+        return None
+    return ROOT / "benchmarks" / "runs" / "balltree_operator_scaling" / f"{commit}.jsonl"
 
 
 def run(params: dict) -> list[dict]:
     import torch
 
+    from ._timing import malloc_settings
+
     p = check(params)
     torch.set_num_threads(p["threads"])
+    cache = _cache_path() if p["resume"] and p["isolate"] else None
+    done: dict[str, dict] = {}
+    if cache is not None and cache.is_file():
+        for line in cache.read_text().splitlines():
+            entry = json.loads(line)
+            done[entry["key"]] = entry["row"]
     rows = []
     for variant, largest in p["variants"].items():
-        model = _model(variant)
+        model = None if p["isolate"] else _model(variant)
         for cloud in p["clouds"]:
             for n in p["sizes"]:
                 if largest is not None and n > largest:
                     continue
-                rows.append(_row(variant, model, cloud, n, p["reps"]))
+                spec = {"variant": variant, "cloud": cloud, "n": n, "reps": p["reps"], "threads": p["threads"]}
+                key = json.dumps({**spec, "malloc": malloc_settings()}, sort_keys=True)
+                if key in done:
+                    rows.append(done[key])
+                elif p["isolate"]:
+                    rows.append(_isolated(spec, p["tries"], p["retry_wait_s"]))
+                    if cache is not None:
+                        cache.parent.mkdir(parents=True, exist_ok=True)
+                        with cache.open("a") as f:
+                            f.write(json.dumps({"key": key, "row": rows[-1]}) + "\n")
+                else:
+                    rows.append(_row(variant, model, cloud, n, p["reps"]))
                 r = rows[-1]
                 print(f"{variant} {cloud} N={n}: CPU fwd {r['forward_cpu_s']:.3f} s, fwd+bwd "
                       f"{r['forward_backward_cpu_s']:.3f} s (wall {r['forward_s']:.3f}, {r['forward_backward_s']:.3f}), "
@@ -259,9 +330,9 @@ SCHEMA = {"variant": "str", "operator": "str", "mode": "str", "cloud": "str", "n
 PARAMS = {"sizes": [2**k for k in range(11, 18)], "clouds": list(CLOUDS),
           "variants": {"erwin": None, "bsa_transformer": None, "erwin points": None, "erwin physical": 8192,
                        "bsa_transformer window=None": 16384},
-          "reps": 2, "threads": 1}
+          "reps": 2, "threads": 1, "isolate": True, "tries": 4, "retry_wait_s": 120.0, "resume": True}
 QUICK = {"sizes": [1024, 2048, 4096], "variants": {"erwin": None, "bsa_transformer": None, "erwin physical": 2048},
-         "reps": 1}
+         "reps": 1, "isolate": False}
 
 BENCHMARKS = (
     Benchmark(
@@ -273,3 +344,12 @@ BENCHMARKS = (
               "shell-plus-cluster and mixture clouds (docs/benchmarks/point_clouds.md)",
     ),
 )
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="One row of balltree_operator_scaling, run in its own subprocess by run() "
+                                             "(the benchmark itself: python -m benchmarks run balltree_operator_scaling)")
+    ap.add_argument("--worker", required=True, metavar="JSON", help='{"variant", "cloud", "n", "reps", "threads"}')
+    print(json.dumps(worker(json.loads(ap.parse_args().worker))))

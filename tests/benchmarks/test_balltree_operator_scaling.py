@@ -40,6 +40,17 @@ def test_tiny_run_through_the_harness(tmp_path):
     assert "- erwin (default): " in table and "- bsa_transformer (default): " in table and "quick budget" in table
 
 
+def test_a_row_measured_in_its_own_process(tmp_path):
+    over = {"sizes": [256], "clouds": ["mixture"], "reps": 1, "variants": {"bsa_transformer": None},
+            "isolate": True, "resume": False, "tries": 1}
+    records = harness.run_benchmark("balltree_operator_scaling", quick=True, results=tmp_path, overrides=over)
+    (row,) = [r["row"] for r in records]
+    assert (row["variant"], row["cloud"], row["n"], row["threads"]) == ("bsa_transformer", "mixture", 256, 1)
+    assert 0 < row["forward_cpu_s"] < row["forward_backward_cpu_s"]
+    assert bos.worker({"variant": "bsa_transformer", "cloud": "mixture", "n": 256, "reps": 1,
+                       "threads": 1})["mode"] == row["mode"]
+
+
 def test_clouds_are_what_they_claim():
     u = bos.make_cloud("uniform", 4000)
     assert u.shape == (4000, 3) and u.dtype == torch.float32 and 0 <= float(u.min()) and float(u.max()) <= 1
@@ -100,7 +111,7 @@ def test_committed_rows_validate_and_render():
 
 @pytest.mark.parametrize(("key", "value"), [("sizes", "big"), ("sizes", [1]), ("clouds", ["sphere"]),
                                             ("variants", {"erwin fast": None}), ("variants", {"erwin": 1}),
-                                            ("reps", 0)])
+                                            ("reps", 0), ("isolate", "yes"), ("tries", 0), ("retry_wait_s", -1)])
 def test_bad_parameter_is_refused_by_name(tmp_path, key, value):
     with pytest.raises(ValueError, match=key):
         harness.run_benchmark("balltree_operator_scaling", quick=True, results=tmp_path, overrides={key: value})
