@@ -22,9 +22,11 @@ peak memory, forward and forward+backward, on every cloud kind; the wall-clock e
 
 Every row is measured in a fresh ``python -m benchmarks.balltree_operator_scaling --worker SPEC`` (``isolate``), so its
 peak memory starts from a clean heap and a worker the kernel kills for memory on a shared machine (BSA's
-forward+backward at 2^17 points takes about 12 GB) is retried (``tries``, ``retry_wait_s`` apart) without losing
-the run: rows already measured at the same commit are kept in ``benchmarks/runs/balltree_operator_scaling/`` and
-reused when the run is started again (``resume``). As ``balltree_scaling``, the committed run sets glibc's
+forward+backward at 2^17 points takes about 12 GB) is retried (``tries``, ``retry_wait_s`` apart). A row that still
+fails is recorded with its ``status`` (and no numbers), and the larger sizes of that variant and cloud are skipped:
+Erwin's physical balls on the shell-plus-cluster cloud need about 12 GB at 2,048 points, more than the machine has
+at 4,096. Rows already measured with the same ``sciattn/`` and ``operators/`` sources are kept in
+``benchmarks/runs/balltree_operator_scaling/`` and reused when the run is started again (``resume``). As ``balltree_scaling``, the committed run sets glibc's
 ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` so the largest tensors stay on the reused heap (rows
 record the settings)::
 
@@ -135,7 +137,7 @@ def _row(variant: str, model, cloud: str, n: int, reps: int) -> dict:
     return {"variant": variant, "operator": VARIANTS[variant][0], "mode": _mode(model), "cloud": cloud, "n": n,
             "forward_cpu_s": c_f, "forward_backward_cpu_s": c_fb, "forward_s": t_f, "forward_backward_s": t_fb,
             "peak_mb_forward": mem_f, "peak_mb_forward_backward": mem_fb, "threads": torch.get_num_threads(),
-            "malloc": malloc_settings()}
+            "malloc": malloc_settings(), "status": "ok"}
 
 
 def check(params: dict) -> dict:
@@ -172,8 +174,19 @@ def worker(spec: dict) -> dict:
     return _row(spec["variant"], _model(spec["variant"]), spec["cloud"], int(spec["n"]), int(spec["reps"]))
 
 
+def _failed(spec: dict, status: str) -> dict:
+    """The row of a case that was not measured (``status`` says why)."""
+    from ._timing import malloc_settings
+
+    return {"variant": spec["variant"], "operator": VARIANTS[spec["variant"]][0], "mode": "—", "cloud": spec["cloud"],
+            "n": spec["n"], "forward_cpu_s": None, "forward_backward_cpu_s": None, "forward_s": None,
+            "forward_backward_s": None, "peak_mb_forward": None, "peak_mb_forward_backward": None,
+            "threads": spec["threads"], "malloc": malloc_settings(), "status": status}
+
+
 def _isolated(spec: dict, tries: int, wait: float) -> dict:
-    """:func:`worker` in a fresh subprocess, tried up to ``tries`` times ``wait`` seconds apart."""
+    """:func:`worker` in a fresh subprocess, tried up to ``tries`` times ``wait`` seconds apart; a failed row
+    (:func:`_failed`) when every try fails."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     why = "not run"
@@ -187,17 +200,21 @@ def _isolated(spec: dict, tries: int, wait: float) -> dict:
         print(f"  worker {spec} failed, try {attempt + 1} of {tries}: {why}", flush=True)
         if attempt + 1 < tries:
             time.sleep(wait)
-    raise RuntimeError(f"variants: {spec} failed {tries} times, last: {why}")
+    return _failed(spec, f"failed {tries} times: {why}")
+
+
+MEASURED = ("sciattn", "operators")  # the sources a row measures
 
 
 def _cache_path() -> Path | None:
-    """Where rows measured at the current, clean commit are kept (None for uncommitted changes)."""
+    """Where rows measured with the committed ``sciattn/`` and ``operators/`` are kept, named by their git tree
+    hashes (None when they hold uncommitted changes)."""
     from .harness import _git
 
-    commit = _git("rev-parse", "--short=12", "HEAD")
-    if not commit or _git("status", "--porcelain", "--untracked-files=no"):
+    trees = [_git("rev-parse", f"HEAD:{d}") for d in MEASURED]
+    if not all(trees) or _git("status", "--porcelain", "--untracked-files=no", "--", *MEASURED):
         return None
-    return ROOT / "benchmarks" / "runs" / "balltree_operator_scaling" / f"{commit}.jsonl"
+    return ROOT / "benchmarks" / "runs" / "balltree_operator_scaling" / f"{trees[0][:12]}-{trees[1][:12]}.jsonl"
 
 
 def run(params: dict) -> list[dict]:
@@ -217,12 +234,15 @@ def run(params: dict) -> list[dict]:
     for variant, largest in p["variants"].items():
         model = None if p["isolate"] else _model(variant)
         for cloud in p["clouds"]:
+            failed_at = None
             for n in p["sizes"]:
                 if largest is not None and n > largest:
                     continue
                 spec = {"variant": variant, "cloud": cloud, "n": n, "reps": p["reps"], "threads": p["threads"]}
                 key = json.dumps({**spec, "malloc": malloc_settings()}, sort_keys=True)
-                if key in done:
+                if failed_at is not None:  # a larger size needs more memory still
+                    rows.append(_failed(spec, f"skipped: N = {failed_at} failed"))
+                elif key in done:
                     rows.append(done[key])
                 elif p["isolate"]:
                     rows.append(_isolated(spec, p["tries"], p["retry_wait_s"]))
@@ -233,6 +253,10 @@ def run(params: dict) -> list[dict]:
                 else:
                     rows.append(_row(variant, model, cloud, n, p["reps"]))
                 r = rows[-1]
+                if r["status"] != "ok":
+                    failed_at = failed_at or n
+                    print(f"{variant} {cloud} N={n}: {r['status']}", flush=True)
+                    continue
                 print(f"{variant} {cloud} N={n}: CPU fwd {r['forward_cpu_s']:.3f} s, fwd+bwd "
                       f"{r['forward_backward_cpu_s']:.3f} s (wall {r['forward_s']:.3f}, {r['forward_backward_s']:.3f}), "
                       f"peak {r['peak_mb_forward']} / {r['peak_mb_forward_backward']} MB", flush=True)
@@ -281,10 +305,10 @@ def _mb(v):
 def table(records: list[dict]) -> str:
     rows = [r["row"] for r in records]
     lines = ["| variant | mode | cloud | N | CPU fwd (s) | CPU fwd+bwd (s) | wall fwd (s) | wall fwd+bwd (s) | "
-             "peak MB fwd | peak MB fwd+bwd |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "peak MB fwd | peak MB fwd+bwd | status |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['variant']} | {r['mode']} | {r['cloud']} | {r['n']} | {_s(r['forward_cpu_s'])} | "
               f"{_s(r['forward_backward_cpu_s'])} | {_s(r['forward_s'])} | {_s(r['forward_backward_s'])} | "
-              f"{_mb(r['peak_mb_forward'])} | {_mb(r['peak_mb_forward_backward'])} |" for r in rows]
+              f"{_mb(r['peak_mb_forward'])} | {_mb(r['peak_mb_forward_backward'])} | {r['status']} |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -324,9 +348,10 @@ def notes(records: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-SCHEMA = {"variant": "str", "operator": "str", "mode": "str", "cloud": "str", "n": "int", "forward_cpu_s": "float",
-          "forward_backward_cpu_s": "float", "forward_s": "float", "forward_backward_s": "float", "peak_mb_forward": "float?", "peak_mb_forward_backward": "float?",
-          "threads": "int", "malloc": "dict"}
+SCHEMA = {"variant": "str", "operator": "str", "mode": "str", "cloud": "str", "n": "int", "forward_cpu_s": "float?",
+          "forward_backward_cpu_s": "float?", "forward_s": "float?", "forward_backward_s": "float?",
+          "peak_mb_forward": "float?", "peak_mb_forward_backward": "float?", "threads": "int", "malloc": "dict",
+          "status": "str"}
 PARAMS = {"sizes": [2**k for k in range(11, 18)], "clouds": list(CLOUDS),
           "variants": {"erwin": None, "bsa_transformer": None, "erwin points": None, "erwin physical": 8192,
                        "bsa_transformer window=None": 16384},

@@ -28,7 +28,7 @@ def test_tiny_run_through_the_harness(tmp_path):
     assert modes == {"erwin": "multiscale", "bsa_transformer": "points, window 4096", "erwin physical": "physical"}
     for r in rows:
         assert 0 < r["forward_s"] and 0 < r["forward_backward_s"] and r["threads"] == 1
-        assert 0 < r["forward_cpu_s"] < r["forward_backward_cpu_s"]
+        assert 0 < r["forward_cpu_s"] < r["forward_backward_cpu_s"] and r["status"] == "ok"
         for key in ("peak_mb_forward", "peak_mb_forward_backward"):
             assert r[key] is None or (math.isfinite(r[key]) and r[key] >= 0)
     exps = bos.exponents(rows)
@@ -49,6 +49,26 @@ def test_a_row_measured_in_its_own_process(tmp_path):
     assert 0 < row["forward_cpu_s"] < row["forward_backward_cpu_s"]
     assert bos.worker({"variant": "bsa_transformer", "cloud": "mixture", "n": 256, "reps": 1,
                        "threads": 1})["mode"] == row["mode"]
+
+
+def test_a_case_that_keeps_failing_is_recorded_and_larger_sizes_are_skipped(tmp_path, monkeypatch):
+    calls = []
+
+    def fake(spec, tries, wait):  # the worker killed for memory from N = 512 on
+        calls.append(spec["n"])
+        return bos.worker(spec) if spec["n"] < 512 else bos._failed(spec, "failed 4 times: exit -9 (killed)")
+
+    monkeypatch.setattr(bos, "_isolated", fake)
+    over = {"sizes": [256, 512, 1024], "clouds": ["uniform"], "reps": 1, "variants": {"bsa_transformer": None},
+            "isolate": True, "resume": False}
+    records = harness.run_benchmark("balltree_operator_scaling", quick=True, results=tmp_path, overrides=over)
+    rows = [r["row"] for r in records]
+    assert calls == [256, 512]  # 1024 is not tried after 512 failed
+    assert [r["status"] for r in rows] == ["ok", "failed 4 times: exit -9 (killed)", "skipped: N = 512 failed"]
+    assert rows[1]["forward_cpu_s"] is None and rows[2]["peak_mb_forward"] is None
+    assert bos.exponents(rows)["bsa_transformer", "uniform"]["forward_cpu_s"] is None  # one measured size
+    table = harness.markdown_table(harness.get("balltree_operator_scaling"), records)
+    assert "| — | — | — | — | — | — | skipped: N = 512 failed |" in table
 
 
 def test_clouds_are_what_they_claim():
@@ -74,8 +94,8 @@ def _rows(p_time: float, p_mem: float) -> list[dict]:
     for variant in bos.DEFAULTS:
         for cloud in bos.CLOUDS:
             for n in (2048, 8192, 32768):
-                out.append({"variant": variant, "cloud": cloud, "n": n, "forward_cpu_s": 1e-5 * n**p_time,
-                            "forward_backward_cpu_s": 3e-5 * n**p_time, "peak_mb_forward": 1e-3 * n**p_mem,
+                out.append({"variant": variant, "cloud": cloud, "n": n, "status": "ok",
+                            "forward_cpu_s": 1e-5 * n**p_time, "forward_backward_cpu_s": 3e-5 * n**p_time, "peak_mb_forward": 1e-3 * n**p_mem,
                             "peak_mb_forward_backward": 2e-3 * n**p_mem})
     return out
 
