@@ -22,10 +22,11 @@ peak memory, forward and forward+backward, on every cloud kind; the wall-clock e
 
 Every row is measured in a fresh ``python -m benchmarks.balltree_operator_scaling --worker SPEC`` (``isolate``), so its
 peak memory starts from a clean heap and a worker the kernel kills for memory on a shared machine (BSA's
-forward+backward at 2^17 points takes about 12 GB) is retried (``tries``, ``retry_wait_s`` apart). A row that still
-fails is recorded with its ``status`` (and no numbers), and the larger sizes of that variant and cloud are skipped:
-Erwin's physical balls on the shell-plus-cluster cloud need about 12 GB at 2,048 points, more than the machine has
-at 4,096. Rows already measured with the same ``sciattn/`` and ``operators/`` sources are kept in
+forward+backward at 2^17 points takes about 12 GB) is retried (``tries``, ``retry_wait_s`` apart). A worker may use
+at most ``worker_memory_gb`` of address space (``RLIMIT_AS``): a case that needs more fails at once, without driving
+the shared machine out of memory. A row that fails is recorded with its ``status`` (and no numbers), and the larger
+sizes of that variant and cloud are skipped: Erwin's physical balls on the shell-plus-cluster cloud need about
+12 GB at 2,048 points, and more than the limit at 4,096. Rows already measured with the same ``sciattn/`` and ``operators/`` sources are kept in
 ``benchmarks/runs/balltree_operator_scaling/`` and reused when the run is started again (``resume``). As ``balltree_scaling``, the committed run sets glibc's
 ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` so the largest tensors stay on the reused heap (rows
 record the settings)::
@@ -160,16 +161,26 @@ def check(params: dict) -> dict:
     for key in ("isolate", "resume"):
         if not isinstance(params[key], bool):
             raise ValueError(f"{key}: expected true or false, got {params[key]!r}")
-    wait = params["retry_wait_s"]
-    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0:
-        raise ValueError(f"retry_wait_s: expected a number of seconds >= 0, got {wait!r}")
+    for key in ("retry_wait_s", "worker_memory_gb"):
+        v = params[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            raise ValueError(f"{key}: expected a number >= 0 (worker_memory_gb 0: no limit), got {v!r}")
     return params
 
 
+OUT_OF_MEMORY = 3  # a worker's exit status when it reached its memory limit
+
+
 def worker(spec: dict) -> dict:
-    """One row (:func:`_row`) in this process: ``spec`` = ``{"variant", "cloud", "n", "reps", "threads"}``."""
+    """One row (:func:`_row`) in this process: ``spec`` = ``{"variant", "cloud", "n", "reps", "threads"}`` and
+    optionally ``"memory_gb"``, the address space this process may use (``RLIMIT_AS``)."""
+    import resource
+
     import torch
 
+    if spec.get("memory_gb"):
+        limit = int(float(spec["memory_gb"]) * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     torch.set_num_threads(int(spec["threads"]))
     return _row(spec["variant"], _model(spec["variant"]), spec["cloud"], int(spec["n"]), int(spec["reps"]))
 
@@ -195,6 +206,8 @@ def _isolated(spec: dict, tries: int, wait: float) -> dict:
                                json.dumps(spec)], capture_output=True, text=True, cwd=ROOT, env=env)
         if proc.returncode == 0:
             return json.loads(proc.stdout.strip().splitlines()[-1])
+        if proc.returncode == OUT_OF_MEMORY:  # deterministic: no retry
+            return _failed(spec, f"out of memory: more than {spec.get('memory_gb')} GB")
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         why = f"exit {proc.returncode} ({'killed, out of memory?' if proc.returncode < 0 else tail[0][:160]})"
         print(f"  worker {spec} failed, try {attempt + 1} of {tries}: {why}", flush=True)
@@ -240,6 +253,7 @@ def run(params: dict) -> list[dict]:
                     continue
                 spec = {"variant": variant, "cloud": cloud, "n": n, "reps": p["reps"], "threads": p["threads"]}
                 key = json.dumps({**spec, "malloc": malloc_settings()}, sort_keys=True)
+                spec["memory_gb"] = p["worker_memory_gb"]
                 if failed_at is not None:  # a larger size needs more memory still
                     rows.append(_failed(spec, f"skipped: N = {failed_at} failed"))
                 elif key in done:
@@ -355,7 +369,8 @@ SCHEMA = {"variant": "str", "operator": "str", "mode": "str", "cloud": "str", "n
 PARAMS = {"sizes": [2**k for k in range(11, 18)], "clouds": list(CLOUDS),
           "variants": {"erwin": None, "bsa_transformer": None, "erwin points": None, "erwin physical": 8192,
                        "bsa_transformer window=None": 16384},
-          "reps": 2, "threads": 1, "isolate": True, "tries": 4, "retry_wait_s": 120.0, "resume": True}
+          "reps": 2, "threads": 1, "isolate": True, "tries": 4, "retry_wait_s": 120.0, "resume": True,
+          "worker_memory_gb": 16.0}
 QUICK = {"sizes": [1024, 2048, 4096], "variants": {"erwin": None, "bsa_transformer": None, "erwin physical": 2048},
          "reps": 1, "isolate": False}
 
@@ -376,5 +391,12 @@ if __name__ == "__main__":
 
     ap = argparse.ArgumentParser(description="One row of balltree_operator_scaling, run in its own subprocess by run() "
                                              "(the benchmark itself: python -m benchmarks run balltree_operator_scaling)")
-    ap.add_argument("--worker", required=True, metavar="JSON", help='{"variant", "cloud", "n", "reps", "threads"}')
-    print(json.dumps(worker(json.loads(ap.parse_args().worker))))
+    ap.add_argument("--worker", required=True, metavar="JSON",
+                    help='{"variant", "cloud", "n", "reps", "threads", "memory_gb"}')
+    try:
+        print(json.dumps(worker(json.loads(ap.parse_args().worker))))
+    except (MemoryError, RuntimeError) as err:  # torch reports an allocation beyond the limit as a RuntimeError
+        if not isinstance(err, MemoryError) and "alloc" not in str(err).lower() and "memory" not in str(err).lower():
+            raise
+        print(f"out of memory: {str(err)[:200]}", file=sys.stderr)
+        sys.exit(OUT_OF_MEMORY)

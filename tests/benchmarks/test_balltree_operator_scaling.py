@@ -71,6 +71,13 @@ def test_a_case_that_keeps_failing_is_recorded_and_larger_sizes_are_skipped(tmp_
     assert "| — | — | — | — | — | — | skipped: N = 512 failed |" in table
 
 
+def test_a_worker_over_its_memory_limit_fails_at_once():
+    spec = {"variant": "erwin physical", "cloud": "shell_cluster", "n": 2048, "reps": 1, "threads": 1,
+            "memory_gb": 1.5}  # it needs about 12 GB
+    row = bos._isolated(spec, tries=3, wait=1000.0)  # no retry: a wait would hang the test
+    assert row["status"] == "out of memory: more than 1.5 GB" and row["forward_cpu_s"] is None
+
+
 def test_clouds_are_what_they_claim():
     u = bos.make_cloud("uniform", 4000)
     assert u.shape == (4000, 3) and u.dtype == torch.float32 and 0 <= float(u.min()) and float(u.max()) <= 1
@@ -131,7 +138,8 @@ def test_committed_rows_validate_and_render():
 
 @pytest.mark.parametrize(("key", "value"), [("sizes", "big"), ("sizes", [1]), ("clouds", ["sphere"]),
                                             ("variants", {"erwin fast": None}), ("variants", {"erwin": 1}),
-                                            ("reps", 0), ("isolate", "yes"), ("tries", 0), ("retry_wait_s", -1)])
+                                            ("reps", 0), ("isolate", "yes"), ("tries", 0), ("retry_wait_s", -1),
+                                            ("worker_memory_gb", "big")])
 def test_bad_parameter_is_refused_by_name(tmp_path, key, value):
     with pytest.raises(ValueError, match=key):
         harness.run_benchmark("balltree_operator_scaling", quick=True, results=tmp_path, overrides={key: value})
