@@ -326,6 +326,13 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _measured(rows: list[dict], variant: str, cloud: str, largest: int | None = None) -> str:
+    """The range of sizes measured (status ok) of a variant and cloud: ``"2048–131072"``, ``"2048"`` or ``"—"``."""
+    ns = sorted(r["n"] for r in rows if (r["variant"], r["cloud"]) == (variant, cloud) and r["status"] == "ok")
+    ns = ns[-largest:] if largest else ns
+    return "—" if not ns else str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
+
+
 def notes(records: list[dict]) -> str:
     from ._timing import malloc_note
 
@@ -337,9 +344,8 @@ def notes(records: list[dict]) -> str:
              "", "| variant | cloud | sizes | " + " | ".join(label for _, label in both) + " |",
              "|---|---|---|" + "---|" * len(both)]
     for (variant, cloud), per in exponents(rows).items():
-        ns = sorted(r["n"] for r in rows if (r["variant"], r["cloud"]) == (variant, cloud))
         per = {**per, **wall[variant, cloud]}
-        lines.append(f"| {variant} | {cloud} | {ns[0]}–{ns[-1]} | "
+        lines.append(f"| {variant} | {cloud} | {_measured(rows, variant, cloud)} | "
                      + " | ".join("—" if per[f] is None else f"{per[f]:.2f}" for f, _ in both) + " |")
     lines += ["", f"Target: the defaults' exponents at most {TARGET} for time and peak memory, forward and "
                   f"forward+backward, on every cloud kind."]
@@ -352,8 +358,7 @@ def notes(records: list[dict]) -> str:
               "| variant | cloud | sizes | " + " | ".join(label for _, label in QUANTITIES) + " |",
               "|---|---|---|" + "---|" * len(QUANTITIES)]
     for (variant, cloud), per in upper.items():
-        ns = sorted(r["n"] for r in rows if (r["variant"], r["cloud"]) == (variant, cloud))[-UPPER:]
-        lines.append(f"| {variant} | {cloud} | {ns[0]}–{ns[-1]} | "
+        lines.append(f"| {variant} | {cloud} | {_measured(rows, variant, cloud, UPPER)} | "
                      + " | ".join("—" if per[f] is None else f"{per[f]:.2f}" for f, _ in QUANTITIES) + " |")
     settings = {tuple(sorted(r["malloc"].items())) for r in rows}
     threads = sorted({r["threads"] for r in rows})

@@ -69,6 +69,7 @@ def test_a_case_that_keeps_failing_is_recorded_and_larger_sizes_are_skipped(tmp_
     assert bos.exponents(rows)["bsa_transformer", "uniform"]["forward_cpu_s"] is None  # one measured size
     table = harness.markdown_table(harness.get("balltree_operator_scaling"), records)
     assert "| — | — | — | — | — | — | skipped: N = 512 failed |" in table
+    assert "| bsa_transformer | uniform | 256 | — |" in table  # the exponents of one measured size
 
 
 def test_a_worker_over_its_memory_limit_fails_at_once():
@@ -129,11 +130,13 @@ def test_committed_rows_validate_and_render():
     assert {r["cloud"] for r in rows} == set(bos.CLOUDS)
     table = harness.markdown_table(bench, records)
     for r in rows:
-        assert f"| {r['variant']} | {r['mode']} | {r['cloud']} | {r['n']} | {r['forward_cpu_s']:.3f} |" in table
+        assert f"| {r['variant']} | {r['mode']} | {r['cloud']} | {r['n']} | {bos._s(r['forward_cpu_s'])} |" in table
+        assert (r["status"] == "ok") == (r["forward_cpu_s"] is not None)
     for (variant, cloud), per in bos.exponents(rows).items():
         cells = " | ".join("—" if p is None else f"{p:.2f}" for p in per.values())
         assert f"| {variant} | {cloud} |" in table and cells in table
-    assert all(v is not None for v in bos.verdict(rows).values())
+    assert all(v is not None for v in bos.verdict(rows).values())  # both defaults measured at every size
+    assert all(r["status"] == "ok" for r in rows if r["variant"] in bos.DEFAULTS)
 
 
 @pytest.mark.parametrize(("key", "value"), [("sizes", "big"), ("sizes", [1]), ("clouds", ["sphere"]),
