@@ -3,12 +3,19 @@
 torch_geometric wrapper and the state-dict version of the rotated trees.
 
 A subclass calls ``_set_io`` (channels, ``spatial_dims``, ``rotate``), sets ``ball_mode``, ``embed``, ``norm``
-and ``head``, and defines ``build_trees(pos, mask, weights) -> ErwinGeometry`` and ``_trunk(h, geo)``: the
+and ``head``, and defines ``_build_geometry(pos, mask, weights) -> ErwinGeometry`` and ``_trunk(h, geo)``: the
 blocks between the embedding and the head, on features in tree order.
+
+Batch independence. In the modes of ``per_cloud_modes`` (``"physical"``: cells padded to a common capacity,
+whose cost grows with the most crowded cell of the batch) a batch of several clouds, or a padded one, runs
+one cloud at a time on its real points only (:class:`PerCloudGeometry`), so a cloud's output and gradients
+are those it has alone, whatever the rest of the batch; the other modes lay out every cloud on its own
+(ball trees, multiscale cells) and run batched.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -21,7 +28,16 @@ from sciattn.balltree.physical import PHYSICAL_EXPORT_REASON
 if TYPE_CHECKING:
     from .erwin import ErwinGeometry
 
-__all__ = ["BallTreeOperator", "legacy_rotation"]
+__all__ = ["BallTreeOperator", "PerCloudGeometry", "legacy_rotation"]
+
+
+@dataclass
+class PerCloudGeometry:
+    """The geometry of a batch laid out one cloud at a time: ``rows[b] = (index, geometry)``, ``index`` ``(n_b,)``
+    the real points of cloud ``b`` (None: all ``n_points``) and ``geometry`` that of those points alone."""
+
+    rows: list[tuple[torch.Tensor | None, ErwinGeometry]]
+    n_points: int
 
 
 def legacy_rotation(module: nn.Module, local_metadata: dict) -> None:
@@ -37,11 +53,14 @@ class BallTreeOperator(nn.Module):
 
     input_kind = "points"
     _version = 2  # 2: 3-D rotated trees turn about all three axes (state dicts of version 1: first two only)
+    per_cloud_modes: tuple[str, ...] = ("physical",)  # modes run one cloud at a time (see the module docstring)
 
     @property
     def export_unsupported_reason(self) -> str | None:
         """Why this model cannot be exported (``sciattn.train.export_run`` refuses it with this), or None."""
-        return PHYSICAL_EXPORT_REASON if self.ball_mode == "physical" else None
+        if self.ball_mode in ("physical", "multiscale"):
+            return PHYSICAL_EXPORT_REASON.format(mode=self.ball_mode)
+        return None
 
     def _set_io(self, in_channels: int, out_channels: int, spatial_dims: int, rotate: float | None) -> None:
         """Checks ``rotate`` against ``spatial_dims`` and stores the channels, dimension and rotation."""
@@ -55,18 +74,36 @@ class BallTreeOperator(nn.Module):
         legacy_rotation(self, local_metadata)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
 
+    def build_trees(
+        self, pos: torch.Tensor, mask: torch.Tensor | None = None, weights: torch.Tensor | None = None
+    ) -> ErwinGeometry | PerCloudGeometry:
+        """The geometry of ``pos`` ``(B, N, d)``; pass it as ``trees=`` to reuse static geometry. In the modes of
+        ``per_cloud_modes`` a batch of several clouds or a padded one gives a :class:`PerCloudGeometry`."""
+        if self.ball_mode not in self.per_cloud_modes or (pos.shape[0] == 1 and mask is None):
+            return self._build_geometry(pos, mask, weights)
+        rows = []
+        for b in range(pos.shape[0]):
+            idx = None if mask is None else mask[b].nonzero()[:, 0]
+            p_b, w_b = pos[b:b + 1], None if weights is None else weights[b:b + 1]
+            if idx is not None:
+                p_b, w_b = p_b[:, idx], None if w_b is None else w_b[:, idx]
+            rows.append((idx, self._build_geometry(p_b, None, w_b)))
+        return PerCloudGeometry(rows, pos.shape[1])
+
     def forward(
         self,
         x: torch.Tensor,
         pos: torch.Tensor,
         mask: torch.Tensor | None = None,
         weights: torch.Tensor | None = None,
-        trees: ErwinGeometry | None = None,
+        trees: ErwinGeometry | PerCloudGeometry | None = None,
     ) -> torch.Tensor:
         check_point_inputs(x, pos, mask, weights, self.in_channels, self.spatial_dims)
         check_input_dtype("x", x, self, "operator")
         check_finite("x", x, None if mask is None else mask[..., None])
         geo = self.build_trees(pos, mask, weights) if trees is None else trees
+        if isinstance(geo, PerCloudGeometry):
+            return self._forward_per_cloud(x, pos, geo)
         tree = geo.tree
         if tree.perm.shape[0] != x.shape[0] or tree.n_points != x.shape[1]:
             raise ValueError(f"trees: expected geometry of {x.shape[0]} clouds of {x.shape[1]} points, got "
@@ -77,6 +114,20 @@ class BallTreeOperator(nn.Module):
         h = tree.to_tree(self.embed(torch.cat([x, pos.to(x.dtype)], dim=-1)))
         h = self._trunk(h, geo)
         return tree.from_tree(self.head(self.norm(h)))
+
+    def _forward_per_cloud(self, x: torch.Tensor, pos: torch.Tensor, geo: PerCloudGeometry) -> torch.Tensor:
+        """Every cloud alone on its real points (``geo.rows``); padding rows of the output are zero."""
+        if len(geo.rows) != x.shape[0] or geo.n_points != x.shape[1]:
+            raise ValueError(f"trees: expected geometry of {x.shape[0]} clouds of {x.shape[1]} points, got "
+                             f"{len(geo.rows)} clouds of {geo.n_points}")
+        rows = []
+        for b, (idx, g) in enumerate(geo.rows):
+            if idx is None:
+                rows.append(self.forward(x[b:b + 1], pos[b:b + 1], trees=g)[0])
+                continue
+            y = self.forward(x[b:b + 1, idx], pos[b:b + 1, idx], trees=g)[0]
+            rows.append(y.new_zeros(x.shape[1], y.shape[-1]).index_copy(0, idx, y))
+        return torch.stack(rows)
 
     def forward_pyg(self, data) -> torch.Tensor:
         """torch_geometric ``Data``/``Batch`` (``x``, ``pos``, ``batch``, optional ``weights``) -> ``(N_total, C_out)``."""

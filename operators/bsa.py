@@ -26,19 +26,15 @@ from sciattn.balltree import BallSparseAttention, build_ball_tree
 from sciattn.balltree.physical import cell_layout, cloud_box, lattice_for
 from sciattn.balltree.tree import check_power_of_two
 
+from ._geometry import ErwinGeometry
+from ._physical_levels import physical_level
 from ._point_operator import BallTreeOperator
-from .erwin import (
-    ErwinGeometry,
-    PointBlock,
-    level_geometry,
-    physical_level,
-    point_embedding,
-    resolve_ball_mode,
-    rotation_of,
-)
+from .erwin import PointBlock, level_geometry, point_embedding, resolve_ball_mode, rotation_of
 from .registry import register_operator
 
-__all__ = ["BSATransformer"]
+__all__ = ["BALL_MODES", "BSATransformer"]
+
+BALL_MODES = ("physical", "points")
 
 
 @register_operator("bsa_transformer")
@@ -71,6 +67,11 @@ class BSATransformer(BallTreeOperator):
             256 balls of 2 blocks in the unit cube; the compressed branch costs ``O(#blocks²)``).
         top_k: selected blocks per query group.
         coarse_queries, exclude_own_ball: see :class:`~sciattn.balltree.BallSparseAttention`.
+        window: points mode: tree slots a query's compressed and selected branches see (a power of two, at least
+            ``ball_size``; default 4096 = ``ball_size · block_size²`` at the defaults, where the compressed
+            branch costs as much per point as the local one); None: the whole cloud, as published (quadratic
+            cost). Clouds of at most 4,096 points (ShapeNet-Car's 3,586) are one window, so the default is the
+            published BSA there. The physical mode ignores it (its branches span the cloud's blocks).
         mlp_ratio: SwiGLU hidden width as a multiple of ``width``.
         rotate: angle of the rotated tree used by odd blocks (0 or None: none).
         rpe, distance_bias: position encoding and distance biases.
@@ -80,6 +81,7 @@ class BSATransformer(BallTreeOperator):
     # none: in the physical mode the top-k block selection is discontinuous (a block near a tie enters or
     # leaves the selection as points are added), so the output does not converge at first order
     convergent_ball_modes = ()
+    ball_modes = BALL_MODES
 
     def __init__(
         self,
@@ -99,6 +101,7 @@ class BSATransformer(BallTreeOperator):
         top_k: int = 4,
         coarse_queries: bool = True,
         exclude_own_ball: bool = True,
+        window: int | None = 4096,
         mlp_ratio: int = 4,
         rotate: float | None = 45.0,
         rpe: bool = True,
@@ -112,7 +115,8 @@ class BSATransformer(BallTreeOperator):
         # Default: BSA's point counts. Its physical mode does not converge (top-k block selection is
         # discontinuous) and trains about 6x slower, so it is chosen only by asking for it or giving a diameter.
         diameters = ball_diameter is not None or block_diameter is not None
-        self.ball_mode = resolve_ball_mode(ball_mode, ball_size is not None or block_size is not None or not diameters)
+        self.ball_mode = resolve_ball_mode(ball_mode, ball_size is not None or block_size is not None or not diameters,
+                                           BALL_MODES, default="physical")
         if self.ball_mode == "points":
             for name, value in (("ball_diameter", ball_diameter), ("block_diameter", block_diameter)):
                 if value is not None:
@@ -134,7 +138,8 @@ class BSATransformer(BallTreeOperator):
         self.blocks = nn.ModuleList(
             PointBlock(width, BallSparseAttention(
                 width, n_heads, spatial_dims, ball_size, block_size=block_size, group_size=group_size, top_k=top_k,
-                coarse_queries=coarse_queries, exclude_own_ball=exclude_own_ball, ball_diameter=ball_diameter,
+                coarse_queries=coarse_queries, exclude_own_ball=exclude_own_ball,
+                window=window if self.ball_mode == "points" else None, ball_diameter=ball_diameter,
                 block_diameter=block_diameter, rpe=rpe,
                 distance_bias=distance_bias, backend=backend), mlp_ratio, rotated=bool(j % 2))
             for j in range(depth)
@@ -142,7 +147,7 @@ class BSATransformer(BallTreeOperator):
         self.norm = nn.RMSNorm(width)
         self.head = nn.Linear(width, out_channels)
 
-    def build_trees(
+    def _build_geometry(
         self, pos: torch.Tensor, mask: torch.Tensor | None = None, weights: torch.Tensor | None = None
     ) -> ErwinGeometry:
         """The tree (and rotated tree) of ``pos``; pass it as ``trees=`` to reuse static geometry.

@@ -19,14 +19,19 @@ For features ``a`` at positions ``p`` (a padded batch of clouds), in ball-tree o
 * **Unpool** (eq. 13): ``skip + Linear([h_parent, offsets] -> s·c_i)`` reshaped to the children, LayerNorm.
 
 These are the published, point-count balls (``ball_mode="points"``): a ball holds ``ball_sizes[i]`` points, so
-it shrinks as the sampling is refined and **the output depends on the resolution**. The default physical mode
+it shrinks as the sampling is refined and **the output depends on the resolution**. The physical mode
 (``ball_mode="physical"``) replaces the tree by cells of fixed physical size
 (:mod:`sciattn.balltree.physical`): level ``i``'s balls are the cells at most ``ball_diameters[i]`` across,
 pooling takes the quadrature mean ``Σ_j w_j h_j / Σ_j w_j`` of each cell at most ``pool_diameters[i]`` across
 (:class:`PhysicalPool`; :class:`PhysicalUnpool` maps the parent to each child with one shared map), and the
 position encoding is relative to the ball cell's geometric centre. With quadrature weights ``w`` these are
 quadratures of ``∫_{ball} κ v dμ`` and ``∫_{cell} h dμ / μ(cell)`` over regions that do not move under
-refinement, so the output converges (``tests/operators/test_pointset_convergence.py``).
+refinement, so the output converges (``tests/operators/test_pointset_convergence.py``); but a ball holds
+``n / #balls`` points, so its attention costs ``O(n²/#balls)``. The default, ``ball_mode="multiscale"``, keeps
+the cells and the convergence at linear cost (:mod:`sciattn.balltree.multiscale_attention`,
+:mod:`._multiscale_levels`): a query attends, in one softmax, to the points of its near-field window in its
+ball cell and to the ball's key cells (``key_diameter``), pooled by their quadrature means with the mass outside
+the window; coarse levels hold one token per pool cell and their key cells one token each (exact there).
 
 Differences from the Erwin code, on purpose: the tree is built on the device with tensor ops
 (no host sync) and cached by the caller if the geometry is static (:meth:`Erwin.build_trees`);
@@ -41,39 +46,41 @@ Shapes: ``x`` ``(B, N, C_in)``, ``pos`` ``(B, N, d)``, ``mask``/``weights`` ``(B
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from sciattn._checks import check_choice, check_positive_int
-from sciattn.balltree import BallAttention, BallTree, build_ball_tree, rotation_matrix
-from sciattn.balltree.physical import (
-    cell_centres,
-    cell_depth,
-    cell_layout,
-    check_length,
-    cloud_box,
-    lattice_for,
-)
+from sciattn.balltree import BallAttention, build_ball_tree, rotation_matrix
+from sciattn.balltree.multiscale_attention import MultiscaleBallAttention
+from sciattn.balltree.physical import check_length
 from sciattn.balltree.tree import check_power_of_two
 
+from ._geometry import ErwinGeometry, LevelGeometry
+from ._multiscale_levels import UNIT, CellPool, CellUnpool, multiscale_geometry
+from ._physical_levels import (
+    PhysicalPool,
+    PhysicalUnpool,
+    physical_geometry,
+    physical_lengths,
+)
 from ._point_operator import BallTreeOperator
 from .registry import register_operator
 
 __all__ = ["BALL_MODES", "Erwin", "PointBlock", "LevelGeometry", "level_geometry", "point_embedding", "resolve_ball_mode"]
 
-BALL_MODES = ("physical", "points")
+BALL_MODES = ("multiscale", "physical", "points")
 
 
-def resolve_ball_mode(ball_mode: str | None, counts_given: bool) -> str:
-    """``"physical"`` or ``"points"``. ``None`` infers it: ``"points"`` when point counts (``ball_sizes`` /
-    ``ball_size``) are given, else ``"physical"``. Configs store every constructor key, so a config
-    written before the physical mode existed holds point counts and no mode: it stays the published model."""
+def resolve_ball_mode(ball_mode: str | None, counts_given: bool, modes: tuple[str, ...] = BALL_MODES,
+                      default: str = "multiscale") -> str:
+    """One of ``modes``. ``None`` infers it: ``"points"`` when point counts (``ball_sizes`` / ``ball_size``) are given,
+    else ``default``. (Checkpoints store every constructor key; one stored before a default changed is migrated by
+    :func:`sciattn.train.checkpoint.migrate_ball_modes`, so it rebuilds the model it was saved with.)"""
     if ball_mode is None:
-        return "points" if counts_given else "physical"
-    return check_choice("ball_mode", ball_mode, BALL_MODES)
+        return "points" if counts_given else default
+    return check_choice("ball_mode", ball_mode, modes)
 
 
 def rotation_of(module: nn.Module, d: int):
@@ -99,25 +106,6 @@ def point_embedding(c_in: int, d: int, width: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(c_in + d, width), nn.GELU(), nn.Linear(width, width))
 
 
-@dataclass
-class LevelGeometry:
-    """Points of one level in tree order and the map to its rotated tree (``rot_*`` None: no rotation)."""
-
-    pos: torch.Tensor
-    mask: torch.Tensor
-    weights: torch.Tensor
-    rot_index: torch.Tensor | None = None
-    rot_inverse: torch.Tensor | None = None
-    rot_pos: torch.Tensor | None = None
-    rot_mask: torch.Tensor | None = None
-    rot_weights: torch.Tensor | None = None
-    sizes: tuple[int, ...] | None = None  # physical mode: node sizes (ball, ...) chosen from the geometry
-    rot_sizes: tuple[int, ...] | None = None  # physical mode: the same in the rotated layout
-    centres: torch.Tensor | None = None  # physical mode: (B, P, d) geometric centre of each slot's ball
-    rot_centres: torch.Tensor | None = None
-    stride: int | None = None  # physical mode: slots of the finer level pooled into one token of this level
-
-
 def level_geometry(pos, mask, weights, ball: int, rotate, sizes: tuple[int, ...] | None = None) -> LevelGeometry:
     """Geometry of a tree-ordered level ``(B, P, ·)``; with ``rotate`` (degrees or a matrix) also its rotated tree."""
     geo = LevelGeometry(pos, mask, weights, sizes=sizes)
@@ -125,27 +113,6 @@ def level_geometry(pos, mask, weights, ball: int, rotate, sizes: tuple[int, ...]
         rt = build_ball_tree(pos, mask, min(ball, pos.shape[1]), rotate, padded_size=pos.shape[1], check=False)
         geo.rot_index, geo.rot_inverse = rt.perm, rt.inverse
         geo.rot_pos, geo.rot_mask, geo.rot_weights = rt.pos, rt.mask, weights.gather(1, rt.perm)
-    return geo
-
-
-def physical_level(pos, mask, weights, lengths, rotate, sizes: tuple[int, ...], *, box=None,
-                   assign=None, centres=None) -> LevelGeometry:
-    """Geometry of a level in cell order (physical mode); with ``rotate`` also the cell layout of its rotated
-    points for ``lengths`` (:func:`~sciattn.balltree.physical.cell_layout`), which may hold more slots.
-
-    ``box``: the cloud's box (default: the level's own points'); ``assign``: ``(B, P, d)`` positions that
-    place the tokens into rotated cells (default ``pos``; a coarse level passes its cells' centres,
-    which do not move under refinement, where the tokens' centroids do)."""
-    geo = LevelGeometry(pos, mask, weights, sizes=sizes, centres=centres)
-    if rotate is not None and (isinstance(rotate, torch.Tensor) or rotate):
-        lay = cell_layout(pos if assign is None else assign, mask, lengths, rotate, box=box)
-        rt, p = lay.tree, pos.shape[1]
-        geo.rot_index, geo.rot_inverse = rt.perm, rt.inverse[:, :p]
-        geo.rot_mask = rt.mask
-        geo.rot_pos = F.pad(pos, (0, 0, 0, rt.perm.shape[1] - p)).gather(1, rt.perm[..., None].expand(-1, -1, pos.shape[-1]))
-        geo.rot_weights = F.pad(weights, (0, rt.perm.shape[1] - p)).gather(1, rt.perm)
-        geo.rot_sizes = tuple(lay.size(i) for i in range(len(lengths)))
-        geo.rot_centres = lay.centres(0)
     return geo
 
 
@@ -159,19 +126,20 @@ class PointBlock(nn.Module):
         self.mlp = SwiGLU(dim, mlp_ratio * dim)
         self.rotated = rotated
 
-    def _run(self, h, pos, mask, weights, sizes, centres=None):
-        h = h + self.attn.attend(self.norm1(h), pos, mask, weights, sizes=sizes, centres=centres)
+    def _run(self, h, pos, mask, weights, sizes, centres=None, far=None):
+        extra = {} if far is None else {"far": far}
+        h = h + self.attn.attend(self.norm1(h), pos, mask, weights, sizes=sizes, centres=centres, **extra)
         h = h + self.mlp(self.norm2(h))
         return torch.where(mask[..., None], h, torch.zeros((), dtype=h.dtype, device=h.device))
 
     def forward(self, h: torch.Tensor, geo: LevelGeometry) -> torch.Tensor:
         if not (self.rotated and geo.rot_index is not None):
-            return self._run(h, geo.pos, geo.mask, geo.weights, geo.sizes, geo.centres)
+            return self._run(h, geo.pos, geo.mask, geo.weights, geo.sizes, geo.centres, geo.far)
         c, p, pr = h.shape[-1], h.shape[1], geo.rot_index.shape[1]
         src = F.pad(h, (0, 0, 0, pr - p)) if pr > p else h  # a rotated cell layout may hold more slots
         hr = src.gather(1, geo.rot_index[..., None].expand(-1, -1, c))
         hr = self._run(hr, geo.rot_pos, geo.rot_mask, geo.rot_weights,
-                       geo.sizes if geo.rot_sizes is None else geo.rot_sizes, geo.rot_centres)
+                       geo.sizes if geo.rot_sizes is None else geo.rot_sizes, geo.rot_centres, geo.rot_far)
         out = hr.gather(1, geo.rot_inverse[..., None].expand(-1, -1, c))
         if pr > p:  # padding slots of this level may map to real rotated slots: reset them
             out = torch.where(geo.mask[..., None], out, torch.zeros((), dtype=out.dtype, device=out.device))
@@ -219,57 +187,6 @@ class BallUnpool(nn.Module):
         return self.norm(skip + up)
 
 
-class PhysicalPool(nn.Module):
-    """Children -> parent by quadrature: ``LayerNorm(Linear(Σ_j w_j h_j / Σ_j w_j))`` over the parent node.
-
-    The parent is a tree node of the physical size ``pool_diameter`` holding any number of children
-    (``stride`` slots, chosen from the geometry), so the learned map acts on their quadrature mean,
-    ``∫_node h dμ / μ(node)``, which converges under refinement; Erwin's concatenation of a fixed
-    number of children cannot (its input size is the point count).
-    """
-
-    def __init__(self, c_in: int, c_out: int) -> None:
-        super().__init__()
-        self.lin = nn.Linear(c_in, c_out)
-        self.norm = nn.LayerNorm(c_out)
-
-    def forward(self, h: torch.Tensor, child: LevelGeometry, stride: int) -> torch.Tensor:
-        b, p, c = h.shape
-        s = stride
-        zero = torch.zeros((), dtype=h.dtype, device=h.device)
-        w = torch.where(child.mask, child.weights.to(h.dtype), zero).view(b, p // s, s, 1)
-        hc = torch.where(child.mask[..., None], h, zero).view(b, p // s, s, c)
-        total = w.sum(2)
-        mean = (w * hc).sum(2) / torch.where(total > 0, total, torch.ones((), dtype=h.dtype, device=h.device))
-        return self.norm(self.lin(mean))
-
-
-class PhysicalUnpool(nn.Module):
-    """Parent -> each child: ``LayerNorm(skip + Linear([h_parent, p_child - p_parent]))``, one map for every
-    child whatever their number (Erwin's ``Linear(... -> s·c)`` has one output slot per child)."""
-
-    def __init__(self, c_parent: int, c_child: int, d: int) -> None:
-        super().__init__()
-        self.lin = nn.Linear(c_parent + d, c_child)
-        self.norm = nn.LayerNorm(c_child)
-
-    def forward(self, h: torch.Tensor, skip: torch.Tensor, child: LevelGeometry, parent: LevelGeometry,
-                stride: int) -> torch.Tensor:
-        zero = torch.zeros((), dtype=h.dtype, device=h.device)
-        hp = h.repeat_interleave(stride, dim=1)
-        rel = child.pos.to(h.dtype) - parent.pos.to(h.dtype).repeat_interleave(stride, dim=1)
-        rel = torch.where(child.mask[..., None], rel, zero)
-        return self.norm(skip + self.lin(torch.cat([hp, rel], dim=-1)))
-
-
-@dataclass
-class ErwinGeometry:
-    """Everything an Erwin forward needs from the geometry: the tree and every level (cacheable)."""
-
-    tree: BallTree
-    levels: list[LevelGeometry]
-
-
 def _as_lengths(name: str, value, n: int) -> list[float]:
     """One positive length per entry from a number or a sequence of ``n`` numbers; errors name ``name``."""
     vals = list(value) if isinstance(value, (list, tuple)) else [value] * n
@@ -298,16 +215,24 @@ def _as_list(name: str, value, n: int) -> list[int]:
 class Erwin(BallTreeOperator):
     """Erwin U-Net on ball trees, with physically scaled balls (default) or Erwin's point-count balls.
 
-    Two modes (``ball_mode``):
+    Three modes (``ball_mode``):
 
-    * ``"physical"`` (the default when no point counts are given): level ``i``'s balls are the tree
+    * ``"multiscale"`` (the default when no point counts are given): the physical mode's cells, at linear cost:
+      at level 0 a query attends, in one softmax, to the points of its near-field window (``near_points``
+      consecutive slots of the layout) in its ball cell, each with its weight, and to the ball's key cells
+      (diameter ``key_diameter``), each pooled by its quadrature mean and carrying the mass of its points
+      outside the window (:mod:`sciattn.balltree.multiscale_attention`); coarse levels hold one token per pool
+      cell, and their key cells one token each. Time and memory are linear in the points at any density; the
+      output converges under refinement (to the key-cell quadrature of the ball integral; it is the physical
+      mode's attention where every key cell holds one point).
+    * ``"physical"``: level ``i``'s balls are the tree
       nodes at most ``ball_diameters[i]`` across, and pooling from level ``i`` groups the nodes at most
       ``pool_diameters[i]`` across into one token by their quadrature mean (:class:`PhysicalPool`);
       both node sizes are chosen from the geometry at every call (:mod:`sciattn.balltree.physical`),
       so the number of points per ball grows with the density, the coarse levels hold a fixed
       number of tokens, and with quadrature weights the attention sums and pooling means converge
-      as the sampling is refined. Lengths are in the units of ``pos`` (defaults suit domains of size
-      about 1).
+      as the sampling is refined, at ``O(n²/#balls)`` cost. Lengths are in the units of ``pos`` (defaults
+      suit domains of size about 1). A batch of several clouds, or a padded one, runs one cloud at a time.
     * ``"points"``: the published Erwin, ``ball_sizes[i]`` points per ball and ``strides[i]`` children
       per parent concatenated (eq. 12). Its balls shrink as points are added, so **its output depends
       on the resolution** (issue 26: 92% / 82% from 16,384 points at 1,024 / 4,096 points at init).
@@ -316,15 +241,19 @@ class Erwin(BallTreeOperator):
         in_channels, out_channels: point features in and out.
         spatial_dims: ``d`` of the positions.
         c_hidden: channels per level (``S`` levels).
-        ball_mode: ``"physical"``, ``"points"`` or None (``"points"`` if ``ball_sizes`` or ``strides``
-            is given, else ``"physical"``; old configs, which store point counts, stay published Erwin).
+        ball_mode: ``"multiscale"``, ``"physical"``, ``"points"`` or None (``"points"`` if ``ball_sizes`` or
+            ``strides`` is given, else ``"multiscale"``; checkpoints stored before the multiscale mode load as
+            the mode they were trained with, see :func:`sciattn.train.checkpoint.migrate_ball_modes`).
         ball_sizes: points mode: ball size per level (powers of two; clamped to the points of a level;
             default 64).
         strides: points mode: pooling strides between levels (powers of two >= 2, ``S-1``; default 2).
-        ball_diameters: physical mode: ball diameter per level (a length or ``S`` lengths; default
-            ``0.32`` at level 0 and ``0.8`` above).
-        pool_diameters: physical mode: diameter of the node pooled into one coarse token (``S-1``;
-            default ``0.12``).
+        ball_diameters: multiscale and physical modes: ball diameter per level (a length or ``S`` lengths;
+            default ``0.32`` at level 0 and ``0.8`` above).
+        pool_diameters: multiscale and physical modes: diameter of the cell pooled into one coarse token
+            (``S-1``; default ``0.12``).
+        key_diameter: multiscale mode: diameter of the key cells of level 0's far field (at most
+            ``ball_diameters[0]``; default a quarter of it: 64 key cells per ball in 3-D, 16 in 2-D).
+        near_points: multiscale mode: slots of level 0's near-field window (a power of two; default 64).
         enc_depths: blocks per encoder level (``S`` entries).
         dec_depths: blocks per decoder level ``0..S-2`` (``S-1`` entries).
         n_heads: heads, one int or one per level.
@@ -335,8 +264,9 @@ class Erwin(BallTreeOperator):
         backend: ball-attention backend (None: automatic).
     """
 
+    ball_modes = BALL_MODES
     # ball modes whose output converges under point refinement at their defaults (the registry test asserts it)
-    convergent_ball_modes = ("physical",)
+    convergent_ball_modes = ("multiscale", "physical")
 
     def __init__(
         self,
@@ -349,6 +279,8 @@ class Erwin(BallTreeOperator):
         ball_sizes: Sequence[int] | None = None,
         ball_diameters: float | Sequence[float] | None = None,
         pool_diameters: float | Sequence[float] | None = None,
+        key_diameter: float | None = None,
+        near_points: int | None = None,
         enc_depths: Sequence[int] = (2, 2),
         dec_depths: Sequence[int] = (2,),
         strides: Sequence[int] | None = None,
@@ -368,6 +300,12 @@ class Erwin(BallTreeOperator):
             raise ValueError("c_hidden: expected at least one level, got an empty list")
         self.c_hidden = [check_positive_int("c_hidden", c) for c in c_hidden]
         self.ball_mode = resolve_ball_mode(ball_mode, ball_sizes is not None or strides is not None)
+        if self.ball_mode != "multiscale":
+            for name, value in (("key_diameter", key_diameter), ("near_points", near_points)):
+                if value is not None:
+                    raise ValueError(f"{name}: expected None with ball_mode={self.ball_mode!r} (it sets the "
+                                     f"multiscale mode's far-field cells and near field), got {value!r}")
+        self.key_diameter = self.near_points = None
         if self.ball_mode == "points":
             for name, value in (("ball_diameters", ball_diameters), ("pool_diameters", pool_diameters)):
                 if value is not None:
@@ -382,34 +320,52 @@ class Erwin(BallTreeOperator):
         else:
             for name, value in (("ball_sizes", ball_sizes), ("strides", strides)):
                 if value is not None:
-                    raise ValueError(f"{name}: expected None with ball_mode='physical' (balls and pooling set by "
-                                     f"ball_diameters and pool_diameters), got {value!r}")
+                    raise ValueError(f"{name}: expected None with ball_mode={self.ball_mode!r} (balls and pooling set "
+                                     f"by ball_diameters and pool_diameters; point counts need ball_mode='points'), "
+                                     f"got {value!r}")
             if ball_diameters is None:
                 ball_diameters = [0.32] + [0.8] * (n_lv - 1)
             self.ball_diameters = _as_lengths("ball_diameters", ball_diameters, n_lv)
             self.pool_diameters = _as_lengths("pool_diameters", 0.12 if pool_diameters is None else pool_diameters,
                                               n_lv - 1)
             self.ball_sizes, self.strides = [None] * n_lv, None
+            if self.ball_mode == "multiscale":
+                self.key_diameter = check_length(
+                    "key_diameter", self.ball_diameters[0] / 4 if key_diameter is None else key_diameter)
+                if self.key_diameter > self.ball_diameters[0]:
+                    raise ValueError(f"key_diameter: expected a length <= ball_diameters[0]={self.ball_diameters[0]}, "
+                                     f"got {key_diameter}")
+                self.near_points = check_power_of_two("near_points", 64 if near_points is None else near_points)
         self.enc_depths = [check_positive_int("enc_depths", k) for k in _as_list("enc_depths", enc_depths, n_lv)]
         self.dec_depths = [check_positive_int("dec_depths", k) for k in _as_list("dec_depths", dec_depths, n_lv - 1)]
         heads = _as_list("n_heads", n_heads, n_lv)
         self._set_io(in_channels, out_channels, spatial_dims, rotate)
         d = spatial_dims
         physical = self.ball_mode == "physical"
+        multiscale = self.ball_mode == "multiscale"
+        lengths = physical_lengths(self) if multiscale else None
+
+        def attention(level: int) -> nn.Module:
+            c = self.c_hidden[level]
+            if multiscale:  # level 0: key cells and a near field; above: one token per key cell, no near field
+                key = self.key_diameter if level == 0 else lengths[2 * level - 1]
+                return MultiscaleBallAttention(c, heads[level], d, ball_diameter=lengths[2 * level], key_diameter=key,
+                                               near_points=self.near_points if level == 0 else UNIT, rpe=rpe,
+                                               distance_bias=distance_bias, backend=backend)
+            return BallAttention(c, heads[level], d, self.ball_sizes[level],
+                                 ball_diameter=self.ball_diameters[level] if physical else None,
+                                 rpe=rpe, distance_bias=distance_bias, backend=backend)
 
         def stage(level: int, depth: int) -> nn.ModuleList:
-            c = self.c_hidden[level]
-            return nn.ModuleList(
-                PointBlock(c, BallAttention(c, heads[level], d, self.ball_sizes[level],
-                                            ball_diameter=self.ball_diameters[level] if physical else None,
-                                            rpe=rpe, distance_bias=distance_bias, backend=backend),
-                           mlp_ratio, rotated=bool(j % 2))
-                for j in range(depth)
-            )
+            return nn.ModuleList(PointBlock(self.c_hidden[level], attention(level), mlp_ratio, rotated=bool(j % 2))
+                                 for j in range(depth))
 
         self.embed = point_embedding(in_channels, d, self.c_hidden[0])
         self.encoder = nn.ModuleList(stage(i, self.enc_depths[i]) for i in range(n_lv))
-        if physical:
+        if multiscale:
+            self.pools = nn.ModuleList(CellPool(self.c_hidden[i], self.c_hidden[i + 1]) for i in range(n_lv - 1))
+            self.unpools = nn.ModuleList(CellUnpool(self.c_hidden[i + 1], self.c_hidden[i], d) for i in range(n_lv - 1))
+        elif physical:
             self.pools = nn.ModuleList(PhysicalPool(self.c_hidden[i], self.c_hidden[i + 1]) for i in range(n_lv - 1))
             self.unpools = nn.ModuleList(PhysicalUnpool(self.c_hidden[i + 1], self.c_hidden[i], d)
                                          for i in range(n_lv - 1))
@@ -422,7 +378,7 @@ class Erwin(BallTreeOperator):
         self.norm = nn.RMSNorm(self.c_hidden[0])
         self.head = nn.Linear(self.c_hidden[0], out_channels)
 
-    def build_trees(
+    def _build_geometry(
         self, pos: torch.Tensor, mask: torch.Tensor | None = None, weights: torch.Tensor | None = None
     ) -> ErwinGeometry:
         """The tree and per-level geometry of ``pos``; pass it as ``trees=`` to reuse static geometry.
@@ -435,7 +391,9 @@ class Erwin(BallTreeOperator):
         rotate = rotation_of(self, pos.shape[-1])
         n = pos.shape[1]
         if self.ball_mode == "physical":
-            return self._physical_trees(pos, mask, weights, rotate)
+            return physical_geometry(self, pos, mask, weights, rotate)
+        if self.ball_mode == "multiscale":
+            return multiscale_geometry(self, pos, mask, weights, rotate)
         total = 1
         for s in self.strides:
             total *= s
@@ -454,44 +412,6 @@ class Erwin(BallTreeOperator):
             levels.append(geo)
         return ErwinGeometry(tree, levels)
 
-    def _physical_trees(self, pos, mask, weights, rotate) -> ErwinGeometry:
-        n_pool = len(self.pool_diameters)
-        box = cloud_box(pos, mask, lattice_for(self.ball_diameters + self.pool_diameters))
-        lay = cell_layout(pos, mask, [self.ball_diameters[0]] + self.pool_diameters[:1], box=box)
-        tree = lay.tree
-        w = tree.mask.to(pos.dtype) if weights is None else tree.values_to_tree(weights.to(pos.dtype))
-        geo = physical_level(tree.pos, tree.mask, w, self.ball_diameters[:1], rotate, (lay.size(0),), box=box,
-                             centres=lay.centres(0))
-        levels = [geo]
-        depth, span = None, 1
-        for i in range(n_pool):
-            b, p, d = geo.pos.shape
-            if i == 0:
-                s, depth = lay.size(1), lay.depths[1]
-            else:  # coarser cells of the same box: 2^(depth difference) tokens of the previous level
-                new = min(depth, cell_depth(box, self.pool_diameters[i]))
-                s, depth = 1 << (depth - new), new
-            m = geo.mask.view(b, p // s, s)
-            wc = torch.where(m, geo.weights.view(b, p // s, s), 0)
-            wsum = wc.sum(-1)
-            # quadrature-weighted centroid; the plain mean where a cell's weights are all zero
-            wt = torch.where((wsum > 0)[..., None], wc, m.to(wc.dtype))
-            ppos = (wt[..., None] * torch.where(m[..., None], geo.pos.view(b, p // s, s, d), 0)).sum(2)
-            ppos = ppos / wt.sum(-1).clamp_min(torch.finfo(wt.dtype).tiny)[..., None]
-            ball = 1 << max(0, depth - cell_depth(box, self.ball_diameters[i + 1]))
-            span *= s  # level-0 slots per token of the new level
-            pmask = m.any(-1)
-            # each token's cell centre (exact geometry, the same for all its members)
-            cc = cell_centres(tree.pos, box, depth).view(b, -1, span, d)
-            cnt = tree.mask.view(b, -1, span, 1).to(cc.dtype)
-            assign = (cc * cnt).sum(2) / cnt.sum(2).clamp_min(1)
-            ball_depth = min(depth, cell_depth(box, self.ball_diameters[i + 1]))
-            geo = physical_level(ppos, pmask, wsum, self.ball_diameters[i + 1:i + 2], rotate, (ball,), box=box,
-                                 assign=assign, centres=cell_centres(assign, box, ball_depth))
-            geo.stride = s
-            levels.append(geo)
-        return ErwinGeometry(tree, levels)
-
     def _trunk(self, h: torch.Tensor, geo: ErwinGeometry) -> torch.Tensor:
         """Encoder, pooling, unpooling and decoder on the embedded features in tree order."""
         skips = []
@@ -500,12 +420,16 @@ class Erwin(BallTreeOperator):
                 h = blk(h, geo.levels[i])
             if i < len(self.pools):
                 skips.append(h)
-                if self.ball_mode == "physical":
+                if self.ball_mode == "multiscale":
+                    h = self.pools[i](h, geo.levels[i], geo.levels[i + 1])
+                elif self.ball_mode == "physical":
                     h = self.pools[i](h, geo.levels[i], geo.levels[i + 1].stride)
                 else:
                     h = self.pools[i](h, geo.levels[i])
         for i in range(len(self.decoder) - 1, -1, -1):
-            if self.ball_mode == "physical":
+            if self.ball_mode == "multiscale":
+                h = self.unpools[i](h, skips[i], geo.levels[i], geo.levels[i + 1])
+            elif self.ball_mode == "physical":
                 h = self.unpools[i](h, skips[i], geo.levels[i], geo.levels[i + 1], geo.levels[i + 1].stride)
             else:
                 h = self.unpools[i](h, skips[i], geo.levels[i], geo.levels[i + 1])

@@ -10,7 +10,8 @@ import torch
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# SCIATTN_SHARED_DATA points a checkout elsewhere (a git worktree) at the same folder
+SHARED_DATA = Path(os.environ.get("SCIATTN_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
 
 
 @pytest.fixture(autouse=True)

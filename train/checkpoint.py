@@ -205,6 +205,21 @@ def migrate_mano_split(name: str, config: dict[str, Any]) -> tuple[str, dict[str
     return migrate_multipole_pyramid("mano_extended", config)
 
 
+def migrate_ball_modes(name: str, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(name, config)`` of a stored ``erwin`` / ``bsa_transformer`` written before their multiscale / windowed
+    defaults, decided by the new keys' absence (a config that holds them, ``None`` included, is kept):
+
+    * ``erwin`` without ``key_diameter``: ``ball_mode=None`` then meant ``"physical"`` without point counts (it
+      now means ``"multiscale"``), so ``ball_mode`` is filled in (``"points"`` with ``ball_sizes`` or ``strides``);
+    * ``bsa_transformer`` without ``window``: its compressed and selected branches were global, ``window=None``."""
+    if name == "erwin" and "key_diameter" not in config and config.get("ball_mode") is None:
+        counts = config.get("ball_sizes") is not None or config.get("strides") is not None
+        config = {**config, "ball_mode": "points" if counts else "physical"}
+    if name == "bsa_transformer" and "window" not in config:
+        config = {**config, "window": None}
+    return name, config
+
+
 def migrate_multipole_pyramid(name: str, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """``(name, config)`` with ``pyramid="input"`` filled into a ``mano`` / ``mano_extended`` config stored before
     the key existed: :class:`~sciattn.multipole.MultipoleAttention` then pooled every level from the input grid
@@ -225,7 +240,7 @@ def migrate_multipole_pyramid(name: str, config: dict[str, Any]) -> tuple[str, d
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu"):
     """Rebuild ``(model, x_normalizer, y_normalizer, state)`` from a checkpoint or run directory."""
     state = load_checkpoint(path)
-    name, config = migrate_mano_split(state["operator"], json.loads(state["operator_config"]))
+    name, config = migrate_ball_modes(*migrate_mano_split(state["operator"], json.loads(state["operator_config"])))
     model = create_operator(name, **config)
     _load_weights(path, model, state["model"])
     model.to(device).eval()

@@ -142,6 +142,10 @@ class BallSparseAttention(BallAttention):
         coarse_queries: compressed branch with pooled queries (``O((P/b)²)``) instead of every
             query attending to all block tokens (``O(P²/b)``).
         exclude_own_ball: never select blocks of the query's own ball (the local branch has them).
+        window: point-count mode: the compressed and selected branches of a query see only the ``window``
+            consecutive tree slots (a tree node of that many slots) around it, so their cost per query is
+            bounded, ``O(window/b)``, instead of growing with ``P``; None: the whole cloud (BSA as published;
+            ``O(P/b)`` per query, quadratic overall). The same as None for ``P <= window``.
         ball_diameter, block_diameter: physical mode (lengths in the units of ``pos``; ``ball_size``,
             ``block_size`` and ``group_size`` then None): the ball, the block and the query group are
             the tree nodes at most this wide (the group is the block), chosen per call from the tree
@@ -167,6 +171,7 @@ class BallSparseAttention(BallAttention):
         top_k: int = 4,
         coarse_queries: bool = True,
         exclude_own_ball: bool = True,
+        window: int | None = None,
         ball_diameter: float | None = None,
         block_diameter: float | None = None,
         rpe: bool = True,
@@ -176,6 +181,12 @@ class BallSparseAttention(BallAttention):
     ) -> None:
         super().__init__(dim, n_heads, spatial_dims, ball_size, ball_diameter=ball_diameter, rpe=rpe,
                          distance_bias=distance_bias, sigma_init=sigma_init, backend=backend)
+        if window is not None:
+            check_power_of_two("window", window)
+            if ball_size is None or window < ball_size:
+                raise ValueError(f"window: expected None or a power of two >= ball_size={ball_size} (point-count "
+                                 f"balls), got {window}")
+        self.window = window
         if ball_diameter is not None:
             for name, val in (("block_size", block_size), ("group_size", group_size)):
                 if val is not None:
@@ -248,6 +259,25 @@ class BallSparseAttention(BallAttention):
         pos = torch.where(mask[..., None], pos, zero)
         logw = prepare_key_logweights(weights, mask, (bsz, p), h.dtype, h.device)
         logq = torch.where(mask, zero, torch.full((), -math.inf, dtype=h.dtype, device=h.device))
+        win = self.window if self.ball_diameter is None else None
+        if win is None or p <= win:
+            compressed, selected = self._sparse(q, k, v, pos, mask, logw, logq, ball, blk, grp, scale)
+            return local, compressed, selected
+        # windows of `win` consecutive tree slots (tree nodes): the compressed and selected branches of each alone
+        nw, hh = p // win, self.n_heads
+
+        def split(t: torch.Tensor) -> torch.Tensor:  # (B, H, P, ·) -> (B·nw, H, win, ·); (B, P, ·) -> (B·nw, win, ·)
+            if t.dim() == 4:
+                return t.unflatten(2, (nw, win)).transpose(1, 2).flatten(0, 1)
+            return t.unflatten(1, (nw, win)).flatten(0, 1)
+
+        compressed, selected = self._sparse(*(split(t) for t in (q, k, v, pos, mask, logw, logq)), ball, blk, grp, scale)
+        merge = lambda t: t.unflatten(0, (bsz, nw)).transpose(1, 2).reshape(bsz, hh, p, t.shape[-1])  # noqa: E731
+        return local, merge(compressed), merge(selected)
+
+    def _sparse(self, q, k, v, pos, mask, logw, logq, ball: int, blk: int, grp: int, scale: float):
+        """The compressed and selected branches on tree-ordered ``q, k, v`` ``(B, H, P, ·)`` (padding zeroed)."""
+        bsz, p = mask.shape
 
         # Compressed branch: block tokens, their measure and centroids.
         slots = (None, None, None) if self.pool_logits is None else tuple(self.pool_logits)
@@ -275,7 +305,7 @@ class BallSparseAttention(BallAttention):
             importance = probs
         else:
             g_mask = mask.view(bsz, p // grp, grp)
-            cnt = g_mask.sum(-1).clamp_min(1).to(h.dtype)
+            cnt = g_mask.sum(-1).clamp_min(1).to(q.dtype)
             qg = q.view(bsz, self.n_heads, p // grp, grp, -1).sum(-2) / cnt[:, None, :, None]
             s = torch.matmul(qg, kc.transpose(-1, -2)) * scale + lwc[:, None, None, :]
             if self.sigma_compressed is not None:
@@ -284,12 +314,12 @@ class BallSparseAttention(BallAttention):
             importance = safe_softmax(s)
         allowed = torch.isfinite(lwc)[:, None, :]  # (B, 1, Mb)
         if self.exclude_own_ball:
-            g_ball = torch.arange(p // grp, device=h.device) * grp // ball
-            b_ball = torch.arange(p // blk, device=h.device) * blk // ball
+            g_ball = torch.arange(p // grp, device=q.device) * grp // ball
+            b_ball = torch.arange(p // blk, device=q.device) * blk // ball
             allowed = allowed & (g_ball[:, None] != b_ball[None, :])[None]
         idx, ok = select_blocks(importance.sum(1), allowed, self.top_k)
         selected = selected_attention(q, k, v, pos, logw, idx, ok, grp, blk, self.sigma_selected, scale)
-        return local, compressed, selected
+        return compressed, selected
 
     def attend(
         self, h: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None = None, weights: torch.Tensor | None = None,
@@ -303,4 +333,5 @@ class BallSparseAttention(BallAttention):
 
     def extra_repr(self) -> str:
         return (super().extra_repr() + f", block_size={self.block_size}, group_size={self.group_size}, "
-                f"block_diameter={self.block_diameter}, top_k={self.top_k}, coarse_queries={self.coarse_queries}, exclude_own_ball={self.exclude_own_ball}")
+                f"block_diameter={self.block_diameter}, top_k={self.top_k}, coarse_queries={self.coarse_queries}, "
+                f"exclude_own_ball={self.exclude_own_ball}, window={self.window}")

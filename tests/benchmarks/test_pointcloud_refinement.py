@@ -1,4 +1,5 @@
-"""benchmarks/pointcloud_refinement.py: through the harness, Erwin's physical balls converge at initialisation and its
+"""benchmarks/pointcloud_refinement.py: through the harness, Erwin's multiscale and physical balls converge at
+initialisation and its
 point-count balls do not; the Euler rotation mixes the 3-D tree more than the plane rotation; the training path
 trains and evaluates through ``sciattn train``/``evaluate``; the committed rows validate and render; bad parameters
 are refused by name."""
@@ -23,7 +24,10 @@ def test_init_refinement_and_mixing_through_the_harness(tmp_path):
         assert r["sizes"] == [256, 1024, 4096] and len(r["init_errors"]) == 2
         assert all(math.isfinite(e) and e > 0 for e in r["init_errors"])
         assert r["train_seconds"] is None and r["rel_l2_512"] is None
-    # physical balls: first order in h ∝ n^{-1/2} (the registry contract, tests/operators/test_pointset_convergence.py)
+    # physical and multiscale (Erwin's default) balls: first order in h ∝ n^{-1/2} (the registry contract,
+    # tests/operators/test_pointset_convergence.py)
+    multiscale = rows["refinement", "multiscale", None]
+    assert multiscale["init_errors"][1] <= 0.6 * multiscale["init_errors"][0]
     e256, e1024 = physical["init_errors"]
     assert e1024 <= 0.6 * e256
     # published point counts: the balls shrink with the points, no convergence
@@ -59,17 +63,24 @@ def test_config_toml_carries_the_ball_mode():
     assert erwin["ball_mode"] == "points" and erwin["ball_sizes"] == [32, 32]
 
 
-def test_committed_rows_validate_and_render():
+@pytest.mark.parametrize("balls", [["points", "physical"], ["multiscale"]])
+def test_committed_rows_validate_and_render(balls):
+    """The two committed runs the docs show: point-count and physical balls (with the rotation rows), and Erwin's
+    multiscale balls."""
     bench = harness.get("pointcloud_refinement")
-    records = harness.latest_run(harness.read_rows(harness.results_path("pointcloud_refinement")), full=True)
+    records = harness.latest_run(harness.read_rows(harness.results_path("pointcloud_refinement")), full=True,
+                                 where={"balls": balls})
     assert records
     for i, r in enumerate(records):
         harness.validate_row(bench, r["row"], i)
     table = harness.markdown_table(bench, records)
-    for r in (r["row"] for r in records if r["row"]["part"] == "refinement"):
+    refinement = [r["row"] for r in records if r["row"]["part"] == "refinement"]
+    assert {r["balls"] for r in refinement} == set(balls)
+    for r in refinement:
         cells = " | ".join(format(e, ".4f") for e in r["init_errors"])
         assert f"| {r['operator']} | {r['balls']} | {cells} |" in table
-    assert "rotated balls per ball" in table
+    mixing = any(r["row"]["part"] == "mixing" for r in records)
+    assert ("rotated balls per ball" in table) == mixing and mixing == (balls != ["multiscale"])
 
 
 @pytest.mark.parametrize(("key", "value"), [("balls", ["fixed"]), ("operators", ["fno"]), ("sizes", [1024, 256]),

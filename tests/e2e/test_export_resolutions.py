@@ -317,7 +317,9 @@ def test_latent_galerkin_transformer_exports_every_multiple_of_its_latent_grid(t
 
 @pytest.mark.parametrize("name, config", [
     ("erwin", dict(in_channels=2, out_channels=1, spatial_dims=2, c_hidden=[8, 16], enc_depths=[1, 1],
-                   dec_depths=[1], n_heads=2, mlp_ratio=2)),  # Erwin's default: ball_mode='physical'
+                   dec_depths=[1], n_heads=2, mlp_ratio=2)),  # Erwin's default: ball_mode='multiscale'
+    ("erwin", dict(in_channels=2, out_channels=1, spatial_dims=2, c_hidden=[8, 16], enc_depths=[1, 1],
+                   dec_depths=[1], n_heads=2, mlp_ratio=2, ball_mode="physical")),
     ("bsa_transformer", dict(in_channels=2, out_channels=1, spatial_dims=2, width=8, depth=1, n_heads=2,
                              ball_mode="physical", ball_diameter=0.3, block_diameter=0.1, top_k=2, mlp_ratio=2)),
 ])
@@ -328,12 +330,13 @@ def test_physical_ball_layouts_are_refused_by_export_in_one_line(name, config, t
 
     run, model, *_ = _run(tmp_path, name, config, sample_shape=(64,),
                           domain={"kind": "point_cloud", "dim": 2, "n_points": 64}, train_resolution=(64,))
-    assert model.ball_mode == "physical"
+    mode = model.ball_mode
+    assert mode == config.get("ball_mode", "multiscale")
     with pytest.raises(ValueError, match=rf"export: operator '{name}' of .* cannot be exported: "
-                                         r"ball_mode='physical' .* export a model built with ball_mode='points'"):
+                                         rf"ball_mode='{mode}' .* export a model built with ball_mode='points'"):
         export_run(run, tmp_path / "x.pt2", max_points=100)
     assert not (tmp_path / "x.pt2").exists()
     assert cli(["export", str(run), "--out", str(tmp_path / "y.pt2")]) != 0
     err = capsys.readouterr().err
-    assert "cannot be exported: ball_mode='physical'" in err and "Traceback" not in err
+    assert f"cannot be exported: ball_mode='{mode}'" in err and "Traceback" not in err
     assert not (tmp_path / "y.pt2").exists()

@@ -13,14 +13,27 @@ import pytest
 import torch
 
 from sciattn.operators import create_operator
+from sciattn.operators.registry import operator_class
 
-MODELS = ["erwin", "bsa_transformer"]
 TOL = dict(rtol=1e-5, atol=1e-5)
 
 
-def _model(name: str, c_in: int, d: int):
+def _modes():
+    """Every ball-tree operator in every ball mode (``None``: its default); the physical modes, whose cost grows
+    with the points per ball, run with ``-m slow``."""
+    for name in ("erwin", "bsa_transformer"):
+        for mode in (None, *operator_class(name).ball_modes):
+            marks = [pytest.mark.slow] if mode == "physical" else []
+            yield pytest.param(name, mode, marks=marks, id=f"{name}-{mode or 'default'}")
+
+
+MODELS = list(_modes())
+
+
+def _model(name: str, c_in: int, d: int, mode: str | None = None):
     torch.manual_seed(0)
-    return create_operator(name, in_channels=c_in, out_channels=1, spatial_dims=d).eval()
+    extra = {} if mode is None else {"ball_mode": mode}
+    return create_operator(name, in_channels=c_in, out_channels=1, spatial_dims=d, **extra).eval()
 
 
 def _check_permutation(model, x, pos, seed):
@@ -42,11 +55,11 @@ def car(shared_data):
     return s["x"][None], s["pos"][None]
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_permuting_a_real_car_permutes_the_prediction(name, car):
+@pytest.mark.parametrize(("name", "mode"), MODELS)
+def test_permuting_a_real_car_permutes_the_prediction(name, mode, car):
     x, pos = car
     assert pos[0, :, 2].unique().numel() < pos.shape[1]  # the mesh ties coordinates
-    model = _model(name, x.shape[-1], 3)
+    model = _model(name, x.shape[-1], 3, mode)
     out = _check_permutation(model, x, pos, seed=1)
     # Padding: the car inside a batch with a larger, padded second cloud (NaN in its padding).
     n = pos.shape[1]
@@ -62,12 +75,12 @@ def test_permuting_a_real_car_permutes_the_prediction(name, car):
     assert torch.isfinite(padded[mask]).all()
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize(("name", "mode"), MODELS)
 @pytest.mark.parametrize("d", [2, 3])
-def test_permuting_a_point_cloud_on_a_grid_permutes_the_prediction(name, d):
+def test_permuting_a_point_cloud_on_a_grid_permutes_the_prediction(name, mode, d):
     side = {2: 40, 3: 12}[d]
     axis = torch.linspace(0, 1, side)
     pos = torch.cartesian_prod(*[axis] * d)[None]  # every coordinate tied side^(d-1) times
     g = torch.Generator().manual_seed(d)
     x = torch.randn(1, pos.shape[1], 2, generator=g)
-    _check_permutation(_model(name, 2, d), x, pos, seed=10 + d)
+    _check_permutation(_model(name, 2, d, mode), x, pos, seed=10 + d)

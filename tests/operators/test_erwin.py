@@ -167,7 +167,15 @@ def test_checkpoints_written_before_physical_balls_and_euler_rotation_reproduce_
 
 def test_ball_modes_are_inferred_and_validated():
     base = dict(in_channels=2, out_channels=1, spatial_dims=2)
-    assert create_operator("erwin", **base).ball_mode == "physical"
+    model = create_operator("erwin", **base)
+    assert model.ball_mode == "multiscale" and model.key_diameter == 0.08 and model.near_points == 64
+    assert create_operator("erwin", **base, ball_mode="physical").key_diameter is None
+    with pytest.raises(ValueError, match="key_diameter: expected a length <= ball_diameters"):
+        create_operator("erwin", **base, key_diameter=0.5)
+    with pytest.raises(ValueError, match="key_diameter: expected None with ball_mode='physical'"):
+        create_operator("erwin", **base, ball_mode="physical", key_diameter=0.05)
+    with pytest.raises(ValueError, match="near_points: expected a power of two"):
+        create_operator("erwin", **base, near_points=48)
     assert create_operator("erwin", **base, ball_sizes=[8, 8]).ball_mode == "points"
     assert create_operator("erwin", **base, ball_mode="points").ball_sizes == [64, 64]
     with pytest.raises(ValueError, match="ball_sizes"):
@@ -178,3 +186,45 @@ def test_ball_modes_are_inferred_and_validated():
         create_operator("erwin", **base, ball_mode="radius")
     with pytest.raises(ValueError, match="pool_diameters"):
         create_operator("erwin", **base, pool_diameters=[-0.1])
+
+
+def test_configs_stored_before_the_multiscale_and_window_defaults_keep_their_model():
+    """A checkpoint's config stores every constructor key; one written before ``key_diameter`` (Erwin) or ``window``
+    (BSA) existed meant the physical mode / global branches, and is migrated to them by the keys' absence."""
+    from sciattn.train.checkpoint import migrate_ball_modes
+
+    old = {"in_channels": 2, "out_channels": 1, "ball_mode": None, "ball_sizes": None, "strides": None}
+    assert migrate_ball_modes("erwin", old)[1]["ball_mode"] == "physical"
+    assert migrate_ball_modes("erwin", {**old, "ball_sizes": [8, 8]})[1]["ball_mode"] == "points"
+    new = create_operator("erwin", in_channels=2, out_channels=1).config
+    assert migrate_ball_modes("erwin", new) == ("erwin", new)  # holds key_diameter (None): kept, multiscale
+    assert create_operator("erwin", **migrate_ball_modes("erwin", old)[1]).ball_mode == "physical"
+    bsa = {k: v for k, v in create_operator("bsa_transformer", in_channels=2, out_channels=1).config.items()
+           if k != "window"}
+    assert migrate_ball_modes("bsa_transformer", bsa)[1]["window"] is None
+    assert create_operator("bsa_transformer", in_channels=2, out_channels=1).config["window"] == 4096
+
+
+@pytest.mark.parametrize("name", ["erwin", "bsa_transformer"])
+def test_physical_mode_runs_a_padded_batch_one_cloud_at_a_time_and_reuses_its_geometry(name):
+    from sciattn.operators._point_operator import PerCloudGeometry
+
+    torch.manual_seed(0)
+    small = (dict(c_hidden=[8, 8], enc_depths=[1, 1], dec_depths=[1], n_heads=2) if name == "erwin"
+             else dict(width=8, depth=2, n_heads=2))
+    model = create_operator(name, in_channels=3, out_channels=2, spatial_dims=2, ball_mode="physical",
+                            **small).double()
+    g = torch.Generator().manual_seed(1)
+    pos = torch.rand(2, 90, 2, generator=g, dtype=F64)
+    pos[1] = 3 * pos[1] - 1  # another extent
+    x = torch.randn(2, 90, 3, generator=g, dtype=F64)
+    mask = torch.ones(2, 90, dtype=torch.bool)
+    mask[0, 60:] = False
+    geo = model.build_trees(pos, mask)
+    assert isinstance(geo, PerCloudGeometry) and [len(i) for i, _ in geo.rows] == [60, 90]
+    out = model(x, pos, mask, trees=geo)
+    torch.testing.assert_close(out, model(x, pos, mask), rtol=0, atol=0)
+    torch.testing.assert_close(out[0, :60], model(x[:1, :60], pos[:1, :60])[0], rtol=0, atol=1e-14)
+    assert (out[0, 60:] == 0).all()
+    with pytest.raises(ValueError, match="trees: expected geometry of 1 clouds of 90 points, got 2 clouds of 90"):
+        model(x[:1], pos[:1], mask[:1], trees=geo)

@@ -151,3 +151,39 @@ def test_errors_name_the_argument():
         BallSparseAttention(16, 2, 2, 16, group_size=3)
     with pytest.raises(ValueError, match="top_k: expected a positive int, got 0"):
         BallSparseAttention(16, 2, 2, 16, top_k=0)
+
+
+def test_window_runs_the_compressed_and_selected_branches_of_each_window_alone():
+    """``window=W``: the branches of a cloud of ``P > W`` tree slots are those of each run of ``W`` slots on its own
+    (the oracle: the global layer called on each window); ``P <= W`` is the global layer; the local branch is kept."""
+    torch.manual_seed(4)
+    glob = BallSparseAttention(16, 2, 2, 16, block_size=4, top_k=3, window=None).double()
+    win = BallSparseAttention(16, 2, 2, 16, block_size=4, top_k=3, window=64).double()
+    with torch.no_grad():
+        glob.pool_logits.normal_()
+    win.load_state_dict(glob.state_dict())
+    b, n = 2, 230
+    pos = torch.rand(b, n, 2, dtype=F64)
+    mask = torch.rand(b, n) > 0.1
+    tree = build_ball_tree(pos, mask, 16)
+    p = tree.perm.shape[1]
+    assert p == 256
+    h = tree.to_tree(torch.randn(b, n, 16, dtype=F64))
+    w = tree.values_to_tree(torch.rand(b, n, dtype=F64) + 0.1)
+    got = win.branches(h, tree.pos, tree.mask, w)
+    for start in range(0, p, 64):
+        sl = slice(start, start + 64)
+        want = glob.branches(h[:, sl], tree.pos[:, sl], tree.mask[:, sl], w[:, sl])
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g[:, :, sl], e, rtol=1e-12, atol=1e-12)
+    full = glob.branches(h, tree.pos, tree.mask, w)
+    torch.testing.assert_close(got[0], full[0], rtol=1e-12, atol=1e-12)  # local: the same balls
+    assert (got[1] - full[1]).abs().max() > 1e-3  # compressed: 64 slots instead of 256
+    big = BallSparseAttention(16, 2, 2, 16, block_size=4, top_k=3, window=256).double()
+    big.load_state_dict(glob.state_dict())
+    for g, e in zip(big.branches(h, tree.pos, tree.mask, w), full):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"window: expected None or a power of two >= ball_size=16 \(point-count balls\), got 8"):
+        BallSparseAttention(16, 2, 2, 16, block_size=4, window=8)
+    with pytest.raises(ValueError, match="window: expected a power of two, got 100"):
+        BallSparseAttention(16, 2, 2, 16, block_size=4, window=100)
