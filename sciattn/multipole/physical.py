@@ -86,7 +86,8 @@ def pool_to_grid(x: torch.Tensor, w: torch.Tensor, grid: Sequence[int]) -> tuple
     ``w (B, *n)`` on the key grid ``m`` (module docstring); a cell of zero weight has mean 0.
 
     ``n`` a multiple of ``m``: a reshape-sum (exact under symbolic sizes). Otherwise per axis an
-    ``index_add`` (``n > m``) or ``index_select`` (``n < m``, the weight shared out equally)."""
+    ``index_add`` (``n > m``), a repetition (``m`` a multiple of ``n``) or an ``index_select`` (``n < m``), the
+    weight shared out equally in the last two."""
     d = len(grid)
     num, den = x * w.unsqueeze(1), w.unsqueeze(1)
     if all(_divides(n, m) for n, m in zip(x.shape[2:], grid)):
@@ -106,6 +107,10 @@ def pool_to_grid(x: torch.Tensor, w: torch.Tensor, grid: Sequence[int]) -> tuple
                 num = num.new_zeros(shape).index_add_(ax, owner, num)
                 shape[1] = 1
                 den = den.new_zeros(shape).index_add_(ax, owner, den)
+            elif isinstance(n, int) and m % n == 0:  # each input cell is k = m / n key cells: repeated, weight / k
+                k = m // n
+                num = num.repeat_interleave(k, dim=ax) / k
+                den = den.repeat_interleave(k, dim=ax) / k
             else:
                 src = _axis_owner(m, n, x.device)  # input cell containing each key cell's centre
                 share = torch.bincount(src, minlength=n).to(den.dtype)[src]
