@@ -8,7 +8,28 @@ the same shape, measure at N = ``min_n``, 2·``min_n``, … ≤ ``max_n`` points
 * forward time (no autograd) and forward+backward time (median of ``reps`` runs after a
   warm-up run that also absorbs kernel compilation);
 * peak memory above the start of the case: ``torch.cuda.max_memory_allocated`` on CUDA, the
-  resident-set high-water mark (reset through ``/proc/self/clear_refs``) on CPU.
+  resident-set high-water mark (reset through ``/proc/self/clear_refs``) on CPU;
+* the **limit**: the least time the hardware needs for the case, ``max(bytes / copy bandwidth, FLOPs / matmul
+  rate)``, with both rates measured in the same process before each series (:func:`measure_limits`: the copy
+  bandwidth is the bytes read and written by ``dst.copy_(src)`` of a 128 MiB tensor (4× the last-level cache of
+  the development machine) into memory already mapped,
+  the matmul rate that of a square ``torch.mm`` in the run's dtype, 2048² on the CPU, 8192² on CUDA; best of 5),
+  and the measured time's share of it (``% of limit``). The rows also keep the rate of ``src.clone()`` (a fresh
+  output: on the CPU it includes the operating system's page faults, which no op returning a new tensor avoids).
+
+The bytes and FLOPs of one case (``t`` = B·H·N·D elements of one q, k, v or output tensor in the run's dtype,
+head dims D = E, N_q = N_k = N; weights ``(B, N)``; ``nnz`` = the CSR's entries, 49·N):
+
+* galerkin: forward reads q, k, v and the weights and writes z: ``4t`` elements (+ B·N); FLOPs
+  ``2·B·H·(N_k + N_q)·D·E`` (``M = Σ k vᵀ`` and ``z = q M``). Forward+backward adds reading dz, q, k, v (+ the
+  weights) and writing dq, dk, dv (``7t``) and the four products ``dM = qᵀdz``, ``dq = dz Mᵀ``, ``dk``, ``dv``:
+  ``11t`` elements, 3× the forward FLOPs. The LayerNorm and weight arithmetic is not counted.
+* weighted_softmax and dense_sdpa: FLOPs ``2·B·H·N_q·N_k·(D + E)`` forward (``q kᵀ`` and ``P v``) and 3× that
+  forward+backward (``dV = Pᵀ dO``, ``dP = dO Vᵀ``, ``dQ = dS K``, ``dK = dSᵀ Q``; the recomputed scores, the
+  exponentials and the distance bias not counted); bytes as galerkin's (plus 3-D positions for the former).
+* neighborhood: FLOPs ``2·B·H·nnz·(D + E)`` forward, 3× forward+backward; bytes as galerkin's plus the CSR index
+  (``8·(nnz + N + 1)`` bytes, read once per pass). The gathered key and value rows are not counted as memory
+  traffic (neighbours are near in memory and reread from the cache).
 
 A series (op, backend) stops when a case runs out of memory, exceeds ``max_mem_gb`` (default: 4 on the CPU,
 100 on CUDA), or when the time
@@ -24,14 +45,15 @@ fitted on its two largest, marked ``*``).
         --set max_n=1048576 --set series_budget=60 --set reps=10
     python -m benchmarks table kernels --where device=cuda row.op=galerkin
 
-Rows are appended to ``benchmarks/results/kernels.jsonl`` (one per op, backend and N); the docs' tables
-(one per op and device) are generated from them, and ``python -m benchmarks plot kernels --where device=cpu
+Rows are appended to ``benchmarks/results/kernels.jsonl`` (one per op, backend and N, with the limits and the rates
+they were computed from); the docs' tables (one per op and device) are generated from them, and ``python -m benchmarks plot kernels --where device=cpu
 row.op=galerkin`` draws forward+backward time against N per backend (log-log).
 
 To benchmark another op, add ``OPS["my_op"] = OpSpec(make=..., call=...)``: ``make(n, cfg, device,
 dtype)`` returns the inputs (tensors that need gradients have ``requires_grad``; ``cfg`` has ``batch``,
 ``heads`` and ``head_dim``), ``call(inputs, backend)`` runs the op's functional with that backend name,
-and ``props`` describes the inputs to the dispatcher.
+``props`` describes the inputs to the dispatcher, and ``work(inputs)`` returns the bytes and FLOPs of the forward
+and of forward+backward (:class:`Work`).
 """
 
 from __future__ import annotations
@@ -52,14 +74,71 @@ from .harness import Benchmark, format_value
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@dataclass(frozen=True)
+class Work:
+    """What one case must move and compute: bytes and FLOPs of the forward and of forward+backward."""
+
+    forward_bytes: float
+    forward_flops: float
+    forward_backward_bytes: float
+    forward_backward_flops: float
+
+    def limits(self, copy_gbs: float, matmul_gflops: float) -> tuple[float, float]:
+        """(forward, forward+backward) limits in seconds: ``max(bytes / bandwidth, FLOPs / rate)``."""
+        bw, rate = copy_gbs * 1e9, matmul_gflops * 1e9
+        return (max(self.forward_bytes / bw, self.forward_flops / rate),
+                max(self.forward_backward_bytes / bw, self.forward_backward_flops / rate))
+
+
 @dataclass
 class OpSpec:
-    """How to build inputs of size N for an op and call one of its backends."""
+    """How to build inputs of size N for an op, call one of its backends, and what a case must do."""
 
     make: Callable[..., dict]
     call: Callable[[dict, str], Any]
     props: Callable[[Any], dict]
     describe: str
+    work: Callable[[dict], Work]
+
+
+def _streams(x: dict, extra_bytes: float = 0.0) -> tuple[float, float]:
+    """(forward, forward+backward) bytes of the dense tensors: read q, k, v (+ the weights and ``extra_bytes``)
+    and write the output; then read dout, q, k, v (+ the same again) and write dq, dk, dv (see the docstring)."""
+    q, k, v = x["q"], x["k"], x["v"]
+    t_q, t_k, t_v = (t.numel() * t.element_size() for t in (q, k, v))
+    t_o = t_q // q.shape[-1] * v.shape[-1]
+    side = x["weights"].numel() * x["weights"].element_size() + extra_bytes
+    fwd = t_q + t_k + t_v + t_o + side
+    return fwd, fwd + t_o + t_q + t_k + t_v + t_q + t_k + t_v + side
+
+
+def _galerkin_work(x: dict) -> Work:
+    b, h, nq, d = x["q"].shape
+    nk, e = x["k"].shape[2], x["v"].shape[-1]
+    flops = 2.0 * b * h * (nk + nq) * d * e
+    fwd, fwd_bwd = _streams(x)
+    return Work(fwd, flops, fwd_bwd, 3 * flops)
+
+
+def _softmax_work(x: dict) -> Work:
+    """Global softmax attention (the weighted one, and dense SDPA on the same q, k, v)."""
+    b, h, nq, d = x["q"].shape
+    nk, e = x["k"].shape[2], x["v"].shape[-1]
+    flops = 2.0 * b * h * nq * nk * (d + e)
+    pos = x.get("pos")
+    fwd, fwd_bwd = _streams(x, 0.0 if pos is None else 2 * pos.numel() * pos.element_size())
+    return Work(fwd, flops, fwd_bwd, 3 * flops)
+
+
+def _neighborhood_work(x: dict) -> Work:
+    b, h, _, d = x["q"].shape
+    e = x["v"].shape[-1]
+    nnz = x["col_indices"].numel()
+    flops = 2.0 * b * h * nnz * (d + e)
+    index = x["col_indices"].numel() * x["col_indices"].element_size()
+    index += x["row_offsets"].numel() * x["row_offsets"].element_size()
+    fwd, fwd_bwd = _streams(x, index)
+    return Work(fwd, flops, fwd_bwd, 3 * flops)
 
 
 def _galerkin_make(n: int, cfg, device, dtype) -> dict:
@@ -143,6 +222,7 @@ OPS: dict[str, OpSpec] = {
         call=_galerkin_call,
         props=lambda cfg: dict(head_dim=cfg.head_dim, has_mask=False, has_weights=True),
         describe="Galerkin attention with the fused per-head LayerNorm of K and V and quadrature weights",
+        work=_galerkin_work,
     ),
     "weighted_softmax": OpSpec(
         make=_weighted_softmax_make,
@@ -150,6 +230,7 @@ OPS: dict[str, OpSpec] = {
         props=lambda cfg: dict(head_dim=cfg.head_dim, has_mask=False, has_weights=True),
         describe="global softmax attention with key quadrature weights and the distance bias -λ_h‖p_i − p_j‖ "
         "(3-D positions, differentiated)",
+        work=_softmax_work,
     ),
     "neighborhood": OpSpec(
         make=_neighborhood_make,
@@ -157,6 +238,7 @@ OPS: dict[str, OpSpec] = {
         props=lambda cfg: dict(head_dim=cfg.head_dim, has_mask=False, has_weights=True),
         describe="CSR neighbourhood attention with key quadrature weights, 49 neighbours per point "
         "(discs of radius 4 cells on a periodic grid)",
+        work=_neighborhood_work,
     ),
 }
 
@@ -247,12 +329,46 @@ def _timed(fn: Callable[[], object], device, reps: int) -> float:
     return statistics.median(times)
 
 
-def measure(spec: OpSpec, backend: str, n: int, cfg, device, dtype) -> dict:
-    """One case: forward and forward+backward time and peak memory."""
+def measure_limits(device, dtype, reps: int = 5) -> dict:
+    """The hardware's rates in this process: ``copy_gbs``, the bytes read and written per second by
+    ``dst.copy_(src)`` of a 128 MiB (1 GiB on CUDA) tensor into memory already mapped; ``clone_gbs``, the same
+    for ``src.clone()`` (a fresh output, page faults included on the CPU); ``matmul_gflops``, a square
+    ``torch.mm`` in ``dtype`` (2048² on the CPU, 8192² on CUDA). Best of ``reps`` after a warm-up."""
+    import torch
+
+    def best(fn) -> float:
+        fn()
+        return min(_timed(fn, device, 1) for _ in range(reps))
+
+    def copies() -> tuple[float, float]:
+        src = torch.randn((1 << 28 if device.type == "cuda" else 1 << 25), device=device)
+        dst = torch.empty_like(src)
+        nbytes = 2 * src.numel() * src.element_size()
+        return nbytes / best(lambda: dst.copy_(src)) / 1e9, nbytes / best(lambda: src.clone()) / 1e9
+
+    def matmul() -> float:
+        size = 8192 if device.type == "cuda" else 2048
+        a, b = (torch.randn(size, size, device=device).to(dtype) for _ in range(2))
+        c = torch.empty_like(a)
+        return 2.0 * size**3 / best(lambda: torch.mm(a, b, out=c)) / 1e9
+
+    copy_gbs, clone_gbs = copies()
+    matmul_gflops = matmul()
+    return {"copy_gbs": copy_gbs, "clone_gbs": clone_gbs, "matmul_gflops": matmul_gflops}
+
+
+def measure(spec: OpSpec, backend: str, n: int, cfg, device, dtype, rates: dict | None = None) -> dict:
+    """One case: forward and forward+backward time and peak memory; with ``rates`` (:func:`measure_limits`),
+    also the limits of the case and the rates they come from."""
     import torch
 
     call = _dense_call if backend == DENSE else spec.call
     x = spec.make(n, cfg, device, dtype)
+    limits = {}
+    if rates is not None:
+        work = (_softmax_work if backend == DENSE else spec.work)(x)
+        lim_f, lim_fb = work.limits(rates["copy_gbs"], rates["matmul_gflops"])
+        limits = {"limit_forward_s": lim_f, "limit_forward_backward_s": lim_fb, **rates}
     leaves = [t for t in x.values() if isinstance(t, torch.Tensor) and t.requires_grad]
 
     def forward():
@@ -279,7 +395,7 @@ def measure(spec: OpSpec, backend: str, n: int, cfg, device, dtype) -> dict:
     fwd = statistics.median([first_f] + [_timed(forward, device, 1) for _ in range(cfg.reps - 1)])
     fwd_bwd = statistics.median([first_fb] + [_timed(forward_backward, device, 1) for _ in range(cfg.reps - 1)])
     return {"N": n, "forward_s": fwd, "forward_backward_s": fwd_bwd, "warmup_s": warm,
-            "peak_forward_mb": peak_f.mb, "peak_forward_backward_mb": peak_fb.mb}
+            "peak_forward_mb": peak_f.mb, "peak_forward_backward_mb": peak_fb.mb, **limits}
 
 
 def fit_exponent(ns: list[int], values: list[float]) -> float | None:
@@ -304,19 +420,21 @@ def _row(op: str, backend: str | None, measured: dict | None = None, stopped: st
     return {"op": op, "backend": backend, "N": m.get("N"), "forward_s": m.get("forward_s"),
             "forward_backward_s": m.get("forward_backward_s"), "warmup_s": m.get("warmup_s"),
             "peak_forward_mb": m.get("peak_forward_mb"), "peak_forward_backward_mb": m.get("peak_forward_backward_mb"),
-            "stopped": stopped}
+            **{f: m.get(f) for f in LIMIT_FIELDS}, "stopped": stopped}
 
 
 def run_series(spec: OpSpec, op: str, backend: str, cfg, device, dtype) -> tuple[list[dict], str]:
-    """Measure one series over increasing N until a stop rule fires; returns (rows, why it stopped)."""
+    """Measure one series over increasing N until a stop rule fires; returns (rows, why it stopped). The
+    hardware's rates are measured first (:func:`measure_limits`), for the limits of every case of the series."""
     import torch
 
+    rates = measure_limits(device, dtype)
     rows, spent, n = [], 0.0, cfg.min_n
     max_n = min(cfg.max_n, cfg.dense_max_n) if backend == DENSE else cfg.max_n
     while n <= max_n:
         t0 = time.perf_counter()
         try:
-            row = measure(spec, backend, n, cfg, device, dtype)
+            row = measure(spec, backend, n, cfg, device, dtype, rates)
         except Exception as err:  # noqa: BLE001 - a failing case ends its series, the row says why
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -343,9 +461,11 @@ def run_series(spec: OpSpec, op: str, backend: str, cfg, device, dtype) -> tuple
 # ----------------------------------------------------------------------------------------------
 # The benchmark
 
+LIMIT_FIELDS = ("limit_forward_s", "limit_forward_backward_s", "copy_gbs", "clone_gbs", "matmul_gflops")
 SCHEMA = {
     "op": "str", "backend": "str?", "N": "int?", "forward_s": "float?", "forward_backward_s": "float?",
-    "warmup_s": "float?", "peak_forward_mb": "float?", "peak_forward_backward_mb": "float?", "stopped": "str?",
+    "warmup_s": "float?", "peak_forward_mb": "float?", "peak_forward_backward_mb": "float?",
+    **{f: "float?" for f in LIMIT_FIELDS}, "stopped": "str?",
 }
 PARAMS: dict[str, Any] = {
     "device": "cpu", "dtype": "float32", "ops": None, "backends": None, "batch": 1, "heads": 4, "head_dim": 32,
@@ -437,18 +557,28 @@ def _mb(v: float | None) -> str:
     return "—" if v is None else f"{v:.1f}"
 
 
+def _share(time_s: float | None, limit_s: float | None) -> str:
+    """The limit's share of the measured time, in percent."""
+    return "—" if not time_s or limit_s is None else f"{100 * limit_s / time_s:.0f}%"
+
+
 def table(records: list[dict]) -> str:
-    """One line per row: backend (and op, when the rows hold several), N, times in ms, peaks in MB, and why a
-    series stopped (its last row) or why a backend was not benchmarked (N empty)."""
+    """One line per row: backend (and op, when the rows hold several), N, forward and forward+backward times in
+    ms, each with its limit (ms) and the limit as a share of the time, peaks in MB, and why a series stopped (its
+    last row) or why a backend was not benchmarked (N empty). Rows recorded before the limits were measured
+    show a dash there."""
     rows = [r["row"] for r in records]
     several = len({r["op"] for r in rows}) > 1
-    head = (["op"] if several else []) + ["backend", "N", "forward (ms)", "fwd+bwd (ms)", "peak fwd (MB)",
-                                          "peak fwd+bwd (MB)", "stopped because / not benchmarked"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * (2 + several) + "---:|" * 4 + "---|"]
+    head = (["op"] if several else []) + [
+        "backend", "N", "forward (ms)", "limit (ms)", "% of limit", "fwd+bwd (ms)", "limit (ms)", "% of limit",
+        "peak fwd (MB)", "peak fwd+bwd (MB)", "stopped because / not benchmarked"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * (2 + several) + "---:|" * 8 + "---|"]
     for r in rows:
+        lim_f, lim_fb = r.get("limit_forward_s"), r.get("limit_forward_backward_s")
         cells = ([r["op"]] if several else []) + [
-            format_value(r["backend"]), "—" if r["N"] is None else _exp(r["N"]), _ms(r["forward_s"]),
-            _ms(r["forward_backward_s"]), _mb(r["peak_forward_mb"]), _mb(r["peak_forward_backward_mb"]),
+            format_value(r["backend"]), "—" if r["N"] is None else _exp(r["N"]), _ms(r["forward_s"]), _ms(lim_f),
+            _share(r["forward_s"], lim_f), _ms(r["forward_backward_s"]), _ms(lim_fb),
+            _share(r["forward_backward_s"], lim_fb), _mb(r["peak_forward_mb"]), _mb(r["peak_forward_backward_mb"]),
             format_value(r["stopped"]) if r["stopped"] else ""]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -489,6 +619,18 @@ def notes(records: list[dict]) -> str:
              f"{p['reps']} runs after a warm-up; memory is the peak above the start of the case "
              f"({'allocated CUDA memory' if cuda else 'resident set size, coarse'})."
              + "".join(f" {op}: {OPS[op].describe}." for op in ops)]
+    measured = [r for r in rows if r.get("copy_gbs") is not None]
+    if measured:
+        def span(field: str) -> str:
+            lo, hi = min(r[field] for r in measured), max(r[field] for r in measured)
+            return f"{lo:.1f}" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}–{hi:.1f}"
+
+        lines += ["", f"Limit: the least time the hardware needs for the case, max(bytes / copy bandwidth, FLOPs / "
+                  f"matmul rate), with the rates measured in the same process before each series: copy bandwidth "
+                  f"{span('copy_gbs')} GB/s (`dst.copy_(src)`, 128 MiB, bytes read + written), matmul rate "
+                  f"{span('matmul_gflops')} GFLOP/s (square `torch.mm`, {p['dtype']}); a fresh output "
+                  f"(`src.clone()`) ran at {span('clone_gbs')} GB/s. The bytes and FLOPs of each op are stated in "
+                  "the docstring of `benchmarks/kernels.py`; % of limit = limit / measured time."]
     fitted = {k: f for k, f in fits(rows, p["fit_min_n"]).items() if f["N_range"]}
     if fitted:
         lines += ["", f"Fitted log-log exponents over N ≥ {_exp(p['fit_min_n'])} up to the largest N measured "

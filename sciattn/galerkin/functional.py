@@ -19,6 +19,7 @@ from .._checks import (
 from .._dispatch import select_backend
 from ..domain import normalized_weights
 from ._ops import galerkin_triton
+from .chunked import galerkin_chunked
 from .reference import galerkin_reference
 
 __all__ = ["galerkin_attention", "KVNorm", "head_layer_norm"]
@@ -189,6 +190,20 @@ register_backend(
         name="reference",
         fn=_reference_backend,
         priority=0,
+        tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
+    )
+)
+
+
+# Plain PyTorch in cache-sized chunks with an explicit backward (chunked.py): the automatic choice on the CPU.
+register_backend(
+    Backend(
+        op="galerkin",
+        name="chunked",
+        fn=galerkin_chunked,
+        priority=5,
+        devices=("cpu",),  # plain torch ops; widen to CUDA once timed there (triton is the CUDA path)
+        dtypes=(torch.float32, torch.float64),
         tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
     )
 )

@@ -1,11 +1,13 @@
 """benchmarks/kernels.py: a small CPU run through the harness gives doubling sizes, backward costing more than
-forward and a stop reason on each series' last row; backends that cannot run here are rows without N; the
-fitted exponents are least-squares slopes; the committed rows (CPU and the H200 run) validate and render per
-op; bad parameters are refused by name."""
+forward, limits from rates measured in the run and a stop reason on each series' last row; backends that cannot
+run here are rows without N; the bytes/FLOPs models and the limits follow the stated formulas; the fitted
+exponents are least-squares slopes; the committed rows (CPU and the H200 run) validate and render per op; bad
+parameters are refused by name."""
 
 from __future__ import annotations
 
 import math
+import types
 
 import pytest
 import torch
@@ -27,10 +29,38 @@ def test_small_cpu_run_through_the_harness(tmp_path):
         for r in series:  # forward+backward runs a forward too
             assert r["forward_backward_s"] > r["forward_s"] > 0
             assert r["peak_forward_backward_mb"] is None or r["peak_forward_backward_mb"] >= 0
+            assert r["copy_gbs"] > 0 and r["clone_gbs"] > 0 and r["matmul_gflops"] > 0
+            x = kernels.OPS["galerkin"].make(r["N"], types.SimpleNamespace(batch=1, heads=4, head_dim=32),
+                                             torch.device("cpu"), torch.float32)
+            work = (kernels._softmax_work if backend == "dense_sdpa" else kernels._galerkin_work)(x)
+            assert (r["limit_forward_s"], r["limit_forward_backward_s"]) == work.limits(r["copy_gbs"],
+                                                                                          r["matmul_gflops"])
     not_run = [r for r in rows if r["N"] is None]
     assert any(r["backend"] == "triton" and "CUDA only" in r["stopped"] for r in not_run)
     table = harness.markdown_table(harness.get("kernels"), records)
     assert "| reference | 2^8 |" in table and f"{measured[0]['forward_s'] * 1e3:.2f}" in table
+    r = measured[0]
+    assert (f"| {r['forward_s'] * 1e3:.2f} | {r['limit_forward_s'] * 1e3:.2f} | "
+            f"{100 * r['limit_forward_s'] / r['forward_s']:.0f}% |") in table
+    assert "copy bandwidth" in table and "GFLOP/s" in table
+
+
+def test_work_models_and_limits_follow_the_docstring():
+    cfg = types.SimpleNamespace(batch=2, heads=3, head_dim=4)
+    n, t = 64, 2 * 3 * 64 * 4 * 4  # t: bytes of one (B, H, N, D) fp32 tensor
+    x = kernels.OPS["galerkin"].make(n, cfg, torch.device("cpu"), torch.float32)
+    w = kernels._galerkin_work(x)
+    assert w.forward_bytes == 4 * t + 2 * n * 4 and w.forward_backward_bytes == 11 * t + 2 * (2 * n * 4)
+    assert w.forward_flops == 2 * 2 * 3 * (n + n) * 4 * 4 and w.forward_backward_flops == 3 * w.forward_flops
+    s = kernels._softmax_work(kernels.OPS["weighted_softmax"].make(n, cfg, torch.device("cpu"), torch.float32))
+    assert s.forward_flops == 2 * 2 * 3 * n * n * (4 + 4) and s.forward_backward_flops == 3 * s.forward_flops
+    x = kernels.OPS["neighborhood"].make(n, cfg, torch.device("cpu"), torch.float32)
+    nb = kernels._neighborhood_work(x)
+    assert x["col_indices"].numel() == 49 * n and nb.forward_flops == 2 * 2 * 3 * 49 * n * 8
+    assert nb.forward_bytes == 4 * t + 2 * n * 4 + 8 * (49 * n + n + 1)
+    # a limit is the larger of the two times: 1e9 B at 10 GB/s = 0.1 s against 1e9 FLOP at 100 GFLOP/s = 0.01 s
+    lim = kernels.Work(1e9, 1e9, 2e9, 4e10)
+    assert lim.limits(10.0, 100.0) == pytest.approx((0.1, 0.4))
 
 
 def test_fitted_exponents_are_least_squares_slopes():
