@@ -40,7 +40,8 @@ empty and the reason in ``stopped``. The notes fit log-log exponents of time and
 sizes from ``fit_min_n`` up to the largest N measured (≥ 2 points; a series with fewer such sizes is
 fitted on its two largest, marked ``*``).
 
-    python -m benchmarks run kernels [--quick]                       # CPU, < 10 min on 2 cores
+    python -m benchmarks run kernels [--quick]                 # CPU, about 40 min on 2 cores (--quick: 1 min)
+    python -m benchmarks run kernels --set ops='["galerkin"]'    # one op (the docs select runs by their ops)
     python -m benchmarks run kernels --set device=cuda --set dtype=bfloat16 --set heads=8 --set head_dim=64 \\
         --set max_n=1048576 --set series_budget=60 --set reps=10
     python -m benchmarks table kernels --where device=cuda row.op=galerkin
@@ -469,7 +470,7 @@ SCHEMA = {
 }
 PARAMS: dict[str, Any] = {
     "device": "cpu", "dtype": "float32", "ops": None, "backends": None, "batch": 1, "heads": 4, "head_dim": 32,
-    "min_n": 2**12, "max_n": 2**18, "dense_max_n": 2**20, "fit_min_n": 2**14, "series_budget": 120.0,
+    "min_n": 2**12, "max_n": 2**20, "dense_max_n": 2**20, "fit_min_n": 2**14, "series_budget": 300.0,
     "max_mem_gb": None, "reps": 2,
 }
 QUICK = {"min_n": 2**9, "max_n": 2**11, "fit_min_n": 2**10, "series_budget": 10.0, "reps": 1}

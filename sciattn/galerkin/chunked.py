@@ -103,6 +103,13 @@ def _layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float, s: _Scratch
     return y, xhat, r
 
 
+def _padding(mask: Tensor | None, lo: int, hi: int) -> Tensor | None:
+    """The ``(B, 1, c, 1)`` keep-mask of rows ``lo:hi``, or None when they hold no padding (the usual chunk)."""
+    if mask is None or bool(mask[:, lo:hi].all()):
+        return None
+    return mask[:, None, lo:hi, None]
+
+
 def _features(x: Tensor, keep: Tensor | None, ln, s: _Scratch, tag: str):
     """A chunk of keys or values with its padding zeroed and its LayerNorm applied: ``(y, x̂, r)``
     (``x̂``, ``r`` None without a LayerNorm)."""
@@ -154,7 +161,7 @@ class _ChunkedGalerkin(torch.autograd.Function):
         step = _rows(b, h, max(d, e))
         for lo in range(0, nk, step):
             hi = min(nk, lo + step)
-            keep = None if mask is None else mask[:, None, lo:hi, None]
+            keep = _padding(mask, lo, hi)
             kn, _, _ = _features(k[:, :, lo:hi], keep, lnk, s, "k")
             vn, _, _ = _features(v[:, :, lo:hi], keep, lnv, s, "v")
             vw = torch.mul(vn, w[:, None, lo:hi, None], out=s("vw", b, h, hi - lo, e))
@@ -198,7 +205,7 @@ class _ChunkedGalerkin(torch.autograd.Function):
         for lo in range(0, nk, step):
             hi = min(nk, lo + step)
             c = hi - lo
-            keep = None if mask is None else mask[:, None, lo:hi, None]
+            keep = _padding(mask, lo, hi)
             wc = w[:, None, lo:hi, None]
             kn, xk, rk = _features(k[:, :, lo:hi], keep, lnk, s, "k")
             vn, xv, rv = _features(v[:, :, lo:hi], keep, lnv, s, "v")
