@@ -47,6 +47,7 @@ from .._checks import (
 )
 from .._dispatch import select_backend
 from ._ops import weighted_softmax_triton
+from .chunked import weighted_softmax_chunked
 from .reference import distance_bias, weighted_softmax_reference
 
 __all__ = ["weighted_softmax_attention"]
@@ -210,6 +211,19 @@ register_backend(
         fn=_sdpa,
         priority=10,
         tolerances={torch.float32: (1e-5, 1e-6), torch.float16: (2e-2, 2e-3), torch.bfloat16: (5e-2, 1e-2)},
+    )
+)
+# PyTorch's fused CPU attention by query chunks with an explicit chunked backward (chunked.py): the automatic
+# choice on the CPU, where sdpa stores (B, H, Nq, Nk) scores to differentiate a distance bias.
+register_backend(
+    Backend(
+        op="weighted_softmax",
+        name="chunked",
+        fn=weighted_softmax_chunked,
+        priority=11,
+        devices=("cpu",),
+        dtypes=(torch.float32, torch.float64),
+        tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
     )
 )
 register_backend(
