@@ -111,8 +111,8 @@ class _ChunkedWeightedSoftmax(torch.autograd.Function):
         scale = ctx.scale
         if torch.is_grad_enabled():  # create_graph=True: differentiate the reference's graph instead
             return _reference_vjp(need, dout, q, k, v, log_w, scale, q_pos, k_pos, distance_scale)
-        b, h, nq, dim = q.shape
-        nk, e = k.shape[2], v.shape[-1]
+        b, h, nq, _ = q.shape
+        nk = k.shape[2]
         dt, dev = q.dtype, q.device
         lw = log_w.to(dt)
         dout = dout.to(dt)
