@@ -29,7 +29,9 @@ head dims D = E, N_q = N_k = N; weights ``(B, N)``; ``nnz`` = the CSR's entries,
   exponentials and the distance bias not counted); bytes as galerkin's (plus 3-D positions for the former).
 * neighborhood: FLOPs ``2·B·H·nnz·(D + E)`` forward, 3× forward+backward; bytes as galerkin's plus the CSR index
   (``8·(nnz + N + 1)`` bytes, read once per pass). The gathered key and value rows are not counted as memory
-  traffic (neighbours are near in memory and reread from the cache).
+  traffic (neighbours are near in memory and reread from the cache); the rows also keep the measured bandwidth of
+  gathering key rows by the CSR's column indices (``gather_gbs``), the rate of an implementation that collects
+  each edge's key and value rows (``nnz·H·(D + E)`` elements).
 
 A series (op, backend) stops when a case runs out of memory, exceeds ``max_mem_gb`` (default: 4 on the CPU,
 100 on CUDA), or when the time
@@ -41,7 +43,6 @@ sizes from ``fit_min_n`` up to the largest N measured (≥ 2 points; a series wi
 fitted on its two largest, marked ``*``).
 
     python -m benchmarks run kernels [--quick]                 # CPU, about 40 min on 2 cores (--quick: 1 min)
-    python -m benchmarks run kernels --set ops='["galerkin"]'    # one op (the docs select runs by their ops)
     python -m benchmarks run kernels --set device=cuda --set dtype=bfloat16 --set heads=8 --set head_dim=64 \\
         --set max_n=1048576 --set series_budget=60 --set reps=10
     python -m benchmarks table kernels --where device=cuda row.op=galerkin
@@ -100,6 +101,7 @@ class OpSpec:
     props: Callable[[Any], dict]
     describe: str
     work: Callable[[dict], Work]
+    gather: Callable[[dict, Any], float] | None = None
 
 
 def _streams(x: dict, extra_bytes: float = 0.0) -> tuple[float, float]:
@@ -129,6 +131,20 @@ def _softmax_work(x: dict) -> Work:
     pos = x.get("pos")
     fwd, fwd_bwd = _streams(x, 0.0 if pos is None else 2 * pos.numel() * pos.element_size())
     return Work(fwd, flops, fwd_bwd, 3 * flops)
+
+
+def _neighborhood_gather(x: dict, device) -> float:
+    """The bandwidth (GB/s, bytes read + written) of gathering one head's key rows by the CSR's column indices
+    (``k[0, 0].index_select(0, col_indices)``, at most 2^22 of them; best of 3): the rate at which the op could
+    collect each edge's key or value row if it had to."""
+    cols = x["col_indices"][: 1 << 22]
+    rows = x["k"].detach()[0, 0]
+
+    def once() -> float:
+        return _timed(lambda: rows.index_select(0, cols), device, 1)
+
+    once()
+    return 2 * cols.numel() * rows.shape[-1] * rows.element_size() / min(once() for _ in range(3)) / 1e9
 
 
 def _neighborhood_work(x: dict) -> Work:
@@ -240,6 +256,7 @@ OPS: dict[str, OpSpec] = {
         describe="CSR neighbourhood attention with key quadrature weights, 49 neighbours per point "
         "(discs of radius 4 cells on a periodic grid)",
         work=_neighborhood_work,
+        gather=_neighborhood_gather,
     ),
 }
 
@@ -370,6 +387,8 @@ def measure(spec: OpSpec, backend: str, n: int, cfg, device, dtype, rates: dict 
         work = (_softmax_work if backend == DENSE else spec.work)(x)
         lim_f, lim_fb = work.limits(rates["copy_gbs"], rates["matmul_gflops"])
         limits = {"limit_forward_s": lim_f, "limit_forward_backward_s": lim_fb, **rates}
+        if spec.gather is not None and backend != DENSE:
+            limits["gather_gbs"] = spec.gather(x, device)
     leaves = [t for t in x.values() if isinstance(t, torch.Tensor) and t.requires_grad]
 
     def forward():
@@ -462,7 +481,7 @@ def run_series(spec: OpSpec, op: str, backend: str, cfg, device, dtype) -> tuple
 # ----------------------------------------------------------------------------------------------
 # The benchmark
 
-LIMIT_FIELDS = ("limit_forward_s", "limit_forward_backward_s", "copy_gbs", "clone_gbs", "matmul_gflops")
+LIMIT_FIELDS = ("limit_forward_s", "limit_forward_backward_s", "copy_gbs", "clone_gbs", "matmul_gflops", "gather_gbs")
 SCHEMA = {
     "op": "str", "backend": "str?", "N": "int?", "forward_s": "float?", "forward_backward_s": "float?",
     "warmup_s": "float?", "peak_forward_mb": "float?", "peak_forward_backward_mb": "float?",
@@ -632,6 +651,14 @@ def notes(records: list[dict]) -> str:
                   f"{span('matmul_gflops')} GFLOP/s (square `torch.mm`, {p['dtype']}); a fresh output "
                   f"(`src.clone()`) ran at {span('clone_gbs')} GB/s. The bytes and FLOPs of each op are stated in "
                   "the docstring of `benchmarks/kernels.py`; % of limit = limit / measured time."]
+        gathered = [r for r in measured if r.get("gather_gbs")]
+        if gathered:
+            r = max(gathered, key=lambda r: r["N"])
+            x = {"nnz": 49 * r["N"], "bytes": 49 * r["N"] * p["batch"] * p["heads"] * 2 * p["head_dim"] * 4}
+            lines[-1] += (f" Gathering one head's key rows by the CSR's column indices ran at {span('gather_gbs')} "
+                          f"GB/s (bytes read + written); collecting each edge's key and value rows once at that rate "
+                          f"would take {1e3 * 2 * x['bytes'] / (r['gather_gbs'] * 1e9):,.0f} ms at N = {_exp(r['N'])} "
+                          f"(nnz = {x['nnz']:,}), against a forward limit of {1e3 * r['limit_forward_s']:,.0f} ms.")
     fitted = {k: f for k, f in fits(rows, p["fit_min_n"]).items() if f["N_range"]}
     if fitted:
         lines += ["", f"Fitted log-log exponents over N ≥ {_exp(p['fit_min_n'])} up to the largest N measured "

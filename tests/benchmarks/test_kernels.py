@@ -45,6 +45,17 @@ def test_small_cpu_run_through_the_harness(tmp_path):
     assert "copy bandwidth" in table and "GFLOP/s" in table
 
 
+def test_neighborhood_rows_keep_the_measured_gather_bandwidth(tmp_path):
+    over = {"ops": ["neighborhood"], "backends": ["sparse"], "min_n": 256, "max_n": 512, "series_budget": 30.0}
+    records = harness.run_benchmark("kernels", quick=True, results=tmp_path, overrides=over, command="pytest")
+    measured = [r["row"] for r in records if r["row"]["N"] is not None]
+    assert [r["N"] for r in measured] == [256, 512] and all(r["gather_gbs"] > 0 for r in measured)
+    notes = kernels.notes(records)
+    r = measured[-1]
+    ms = 1e3 * 2 * (49 * 512 * 1 * 4 * 64 * 4) / (r["gather_gbs"] * 1e9)
+    assert f"would take {ms:,.0f} ms at N = 2^9 (nnz = 25,088)" in notes
+
+
 def test_work_models_and_limits_follow_the_docstring():
     cfg = types.SimpleNamespace(batch=2, heads=3, head_dim=4)
     n, t = 64, 2 * 3 * 64 * 4 * 4  # t: bytes of one (B, H, N, D) fp32 tensor
