@@ -20,7 +20,9 @@ the same shape, measure at N = ``min_n``, 2·``min_n``, … ≤ ``max_n`` points
 The bytes and FLOPs of one case (``t`` = B·H·N·D elements of one q, k, v or output tensor in the run's dtype,
 head dims D = E, N_q = N_k = N; weights ``(B, N)``; ``nnz`` = the CSR's entries, 49·N):
 
-* galerkin: forward reads q, k, v and the weights and writes z: ``4t`` elements (+ B·N); FLOPs
+* galerkin_plain (the functional as ``galerkin_attention(q, k, v)``) and galerkin (the benchmark's settings: weights
+  and the per-head LayerNorm of K and V): forward reads q, k, v and the weights and writes z: ``4t`` elements
+  (+ B·N, galerkin only); FLOPs
   ``2·B·H·(N_k + N_q)·D·E`` (``M = Σ k vᵀ`` and ``z = q M``). Forward+backward adds reading dz, q, k, v (+ the
   weights) and writing dq, dk, dv (``7t``) and the four products ``dM = qᵀdz``, ``dq = dz Mᵀ``, ``dk``, ``dv``:
   ``11t`` elements, 3× the forward FLOPs. The LayerNorm and weight arithmetic is not counted.
@@ -102,6 +104,8 @@ class OpSpec:
     describe: str
     work: Callable[[dict], Work]
     gather: Callable[[dict, Any], float] | None = None
+    op: str | None = None  # the registry's op name, when it differs from the key in OPS
+    dense: bool = True  # also time dense SDPA on the same q, k, v
 
 
 def _streams(x: dict, extra_bytes: float = 0.0) -> tuple[float, float]:
@@ -121,6 +125,14 @@ def _galerkin_work(x: dict) -> Work:
     flops = 2.0 * b * h * (nk + nq) * d * e
     fwd, fwd_bwd = _streams(x)
     return Work(fwd, flops, fwd_bwd, 3 * flops)
+
+
+def _galerkin_plain_work(x: dict) -> Work:
+    """As :func:`_galerkin_work` without the weights (uniform weights are not read)."""
+    w = x["weights"].numel() * x["weights"].element_size()
+    full = _galerkin_work(x)
+    return Work(full.forward_bytes - w, full.forward_flops, full.forward_backward_bytes - 2 * w,
+                full.forward_backward_flops)
 
 
 def _softmax_work(x: dict) -> Work:
@@ -173,6 +185,12 @@ def _galerkin_make(n: int, cfg, device, dtype) -> dict:
         "k_weight": r(h, d, scale=0.1, shift=1.0), "k_bias": r(h, d, scale=0.1),
         "v_weight": r(h, d, scale=0.1, shift=1.0), "v_bias": r(h, d, scale=0.1),
     }
+
+
+def _galerkin_plain_call(x: dict, backend: str):
+    from sciattn.galerkin.functional import galerkin_attention
+
+    return galerkin_attention(x["q"], x["k"], x["v"], backend=backend)
 
 
 def _galerkin_call(x: dict, backend: str):
@@ -234,6 +252,15 @@ def _neighborhood_call(x: dict, backend: str):
 
 
 OPS: dict[str, OpSpec] = {
+    "galerkin_plain": OpSpec(
+        make=_galerkin_make,
+        call=_galerkin_plain_call,
+        props=lambda cfg: dict(head_dim=cfg.head_dim, has_mask=False, has_weights=False),
+        describe="the Galerkin functional as `galerkin_attention(q, k, v)`: uniform weights, no LayerNorm, no mask",
+        work=_galerkin_plain_work,
+        op="galerkin",
+        dense=False,
+    ),
     "galerkin": OpSpec(
         make=_galerkin_make,
         call=_galerkin_call,
@@ -535,11 +562,12 @@ def run(params: dict) -> list[dict]:
     if device.type == "cpu":
         _fix_mmap_threshold()
     registered = sorted({r["op"] for r in sciattn.available_backends(print_table=False)})
+    covered = {spec.op or key for key, spec in OPS.items()}
     rows = [_row(op, None, stopped="no shape factory in benchmarks/kernels.py OPS") for op in registered
-            if op not in OPS and params["ops"] is None]
-    for op in params["ops"] or [op for op in registered if op in OPS]:
+            if op not in covered and params["ops"] is None]
+    for op in params["ops"] or [key for key, spec in OPS.items() if (spec.op or key) in registered]:
         spec, series, skipped = OPS[op], [], []
-        for b in backends_for(op):
+        for b in backends_for(spec.op or op):
             if b.interpreter_devices is not None and device.type != "cuda":
                 skipped.append(_row(op, b.name, stopped="Triton kernels are benchmarked on CUDA only "
                                                         "(the CPU interpreter is not a speed path)"))
@@ -549,7 +577,8 @@ def run(params: dict) -> list[dict]:
                 skipped.append(_row(op, b.name, stopped="; ".join(why)))
                 continue
             series.append(b.name)
-        series.append(DENSE)
+        if spec.dense:
+            series.append(DENSE)
         for name in series:
             if params["backends"] and name not in params["backends"]:
                 continue

@@ -99,6 +99,9 @@ def galerkin_attention(
         k, v = head_layer_norm(k, kw, kb, eps), head_layer_norm(v, vw, vb, eps)  # if kv_norm
         z = q @ (k.transpose(-1, -2) @ v) / k.shape[-2]
 
+    Backends: ``triton`` (fused kernels, the default on CUDA), ``chunked`` (plain PyTorch in cache-sized
+    chunks with an explicit backward, :mod:`sciattn.galerkin.chunked`; the default on the CPU for fp32/fp64)
+    and ``reference`` (the float64 oracle, :mod:`sciattn.galerkin.reference`).
     Backends (``sciattn.available_backends()``) receive ``fn(q, k, v, w, mask, kv_norm)`` with the
     normalised weights ``w`` ``(B, Nk)`` (zero on padding; fp32 for fp16/bf16 inputs) and must ignore
     whatever padded rows of ``k`` and ``v`` hold.

@@ -15,13 +15,15 @@ Equivalent PyTorch::
     bias = torch.log(w)[:, None, None, :] - lam[None, :, None, None] * torch.cdist(pq, pk)[:, None]
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
 
-Backends (see :func:`sciattn.available_backends`): ``sdpa`` (PyTorch's fused attention with the
-bias as a float mask; default), ``flex`` (``flex_attention`` with the bias as a score mod and the
+Backends (see :func:`sciattn.available_backends`): ``chunked`` (:mod:`.chunked`: PyTorch's fused
+CPU attention by chunks of queries, each chunk's distance bias built in a reused buffer, and an explicit
+chunked backward, so no ``(B, H, Nq, Nk)`` tensor is stored; the default on the CPU for fp32/fp64),
+``sdpa`` (PyTorch's fused attention with the bias as a float mask; the default elsewhere), ``flex`` (``flex_attention`` with the bias as a score mod and the
 padding as a block mask), ``triton`` (:mod:`._triton`: a fused online-softmax kernel that computes
 the log-weight and distance biases in registers, so neither the scores nor a distance matrix is
 ever stored, and differentiates all of them) and ``reference`` (chunked plain PyTorch, the oracle).
 
-Default order: ``sdpa`` > ``flex`` > ``triton`` > ``reference``. Timed on an H200
+Default order: ``chunked`` (CPU, fp32/fp64) > ``sdpa`` > ``flex`` > ``triton`` > ``reference``. Timed on an H200
 (``benchmarks/results/gpu_targets.jsonl``, ``gpu_tuning.jsonl``), the ``triton`` kernel with weights only
 is slower than PyTorch's flash SDPA without bias (forward 1.06×, forward+backward 1.66× its time
 at N = 2^16 with the tuned tiles), so ``sdpa`` stays first. Its advantage is memory: with a
