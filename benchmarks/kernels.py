@@ -36,9 +36,9 @@ head dims D = E, N_q = N_k = N; weights ``(B, N)``; ``nnz`` = the CSR's entries,
   each edge's key and value rows (``nnz·H·(D + E)`` elements).
 
 A series (op, backend) stops when a case runs out of memory, exceeds ``max_mem_gb`` (default: 4 on the CPU,
-100 on CUDA), or when the time
+100 on CUDA), when the next size's predicted memory would exceed it, or when the time
 spent on it (each case's warm-up call, which absorbs compilation, not counted) plus the predicted cost
-of the next size would exceed ``series_budget`` seconds; the last row of a series says why it stopped
+of the next size would exceed ``series_budget`` seconds (:func:`stop_reason`); the last row of a series says why it stopped
 (``stopped``). A backend that cannot run here, and an op without a shape factory, is a row with ``N``
 empty and the reason in ``stopped``. The notes fit log-log exponents of time and memory over the
 sizes from ``fit_min_n`` up to the largest N measured (≥ 2 points; a series with fewer such sizes is
@@ -491,18 +491,36 @@ def run_series(spec: OpSpec, op: str, backend: str, cfg, device, dtype) -> tuple
         spent += elapsed
         rows.append(_row(op, backend, row))
         print(json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in rows[-1].items()}), flush=True)
-        peak = max(row["peak_forward_backward_mb"] or 0.0, row["peak_forward_mb"] or 0.0)
-        if peak > cfg.max_mem_gb * 1024:
-            return rows, f"memory {peak:.0f} MB > {cfg.max_mem_gb} GB at N={n}"
-        # Predict the next size's cost from the growth so far (at least linear).
-        growth = 2.0
-        if len(rows) >= 2:
-            ratio = rows[-1]["forward_backward_s"] / max(rows[-2]["forward_backward_s"], 1e-9)
-            growth = min(max(ratio, 2.0), 8.0)
-        if spent + elapsed * growth > cfg.series_budget:
-            return rows, f"time budget {cfg.series_budget:.0f} s (spent {spent:.0f} s) after N={n}"
+        why = stop_reason(rows, spent, elapsed, cfg, n)
+        if why:
+            return rows, why
         n *= 2
     return rows, f"reached N={max_n}"
+
+
+def _peak(row: dict) -> float:
+    return max(row["peak_forward_backward_mb"] or 0.0, row["peak_forward_mb"] or 0.0)
+
+
+def stop_reason(rows: list[dict], spent: float, elapsed: float, cfg, n: int) -> str | None:
+    """Why a series stops after its case at N = ``n`` (None: it goes on): its memory above ``max_mem_gb``, or the
+    next size's predicted memory or time over ``max_mem_gb`` or ``series_budget``. The next size is predicted
+    from the growth of the last two sizes, at least linear and at most 8×; predicting the memory keeps a
+    quadratic series from taking more than the machine has (a case that runs out of memory may be killed by
+    the operating system before it can report)."""
+    peak = _peak(rows[-1])
+    if peak > cfg.max_mem_gb * 1024:
+        return f"memory {peak:.0f} MB > {cfg.max_mem_gb} GB at N={n}"
+    time_growth, mem_growth = 2.0, 2.0
+    if len(rows) >= 2:
+        ratio = rows[-1]["forward_backward_s"] / max(rows[-2]["forward_backward_s"], 1e-9)
+        time_growth = min(max(ratio, 2.0), 8.0)
+        mem_growth = min(max(peak / max(_peak(rows[-2]), 1e-9), 2.0), 8.0)
+    if peak * mem_growth > cfg.max_mem_gb * 1024:
+        return f"predicted memory {peak * mem_growth:.0f} MB > {cfg.max_mem_gb} GB at N={2 * n} (after N={n})"
+    if spent + elapsed * time_growth > cfg.series_budget:
+        return f"time budget {cfg.series_budget:.0f} s (spent {spent:.0f} s) after N={n}"
+    return None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -56,6 +56,22 @@ def test_neighborhood_rows_keep_the_measured_gather_bandwidth(tmp_path):
     assert f"would take {ms:,.0f} ms at N = 2^9 (nnz = 25,088)" in notes
 
 
+def test_series_stop_before_a_size_predicted_over_the_memory_or_time_budget():
+    cfg = types.SimpleNamespace(max_mem_gb=4.0, series_budget=100.0)
+
+    def row(n, s, mb):
+        return kernels._row("weighted_softmax", "sdpa", {"N": n, "forward_s": s / 4, "forward_backward_s": s,
+                                                         "peak_forward_mb": mb / 2, "peak_forward_backward_mb": mb})
+
+    quadratic = [row(4096, 1.0, 300.0), row(8192, 4.0, 1200.0)]  # next: 4 × 1200 MB = 4.8 GB > 4 GB
+    assert kernels.stop_reason(quadratic, 5.0, 4.0, cfg, 8192) == \
+        "predicted memory 4800 MB > 4.0 GB at N=16384 (after N=8192)"
+    linear = [row(4096, 1.0, 300.0), row(8192, 2.0, 600.0)]
+    assert kernels.stop_reason(linear, 3.0, 2.0, cfg, 8192) is None
+    assert kernels.stop_reason(linear, 97.0, 2.0, cfg, 8192) == "time budget 100 s (spent 97 s) after N=8192"
+    assert kernels.stop_reason([row(4096, 1.0, 5000.0)], 1.0, 1.0, cfg, 4096) == "memory 5000 MB > 4.0 GB at N=4096"
+
+
 def test_work_models_and_limits_follow_the_docstring():
     cfg = types.SimpleNamespace(batch=2, heads=3, head_dim=4)
     n, t = 64, 2 * 3 * 64 * 4 * 4  # t: bytes of one (B, H, N, D) fp32 tensor
