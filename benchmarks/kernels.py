@@ -10,12 +10,13 @@ the same shape, measure at N = ``min_n``, 2·``min_n``, … ≤ ``max_n`` points
 * peak memory above the start of the case: ``torch.cuda.max_memory_allocated`` on CUDA, the
   resident-set high-water mark (reset through ``/proc/self/clear_refs``) on CPU;
 * the **limit**: the least time the hardware needs for the case, ``max(bytes / copy bandwidth, FLOPs / matmul
-  rate)``, with both rates measured in the same process before each series (:func:`measure_limits`: the copy
-  bandwidth is the bytes read and written by ``dst.copy_(src)`` of a 128 MiB tensor (4× the last-level cache of
-  the development machine) into memory already mapped,
-  the matmul rate that of a square ``torch.mm`` in the run's dtype, 2048² on the CPU, 8192² on CUDA; best of 5),
-  and the measured time's share of it (``% of limit``). The rows also keep the rate of ``src.clone()`` (a fresh
-  output: on the CPU it includes the operating system's page faults, which no op returning a new tensor avoids).
+  rate)``, and the measured time's share of it (``% of limit``). Both rates are measured in the same process
+  before each series (:func:`measure_limits`): the copy bandwidth is the bytes read and written by
+  ``dst.copy_(src)`` of a 128 MiB tensor (4× the last-level cache of the development machine) into memory already
+  mapped, the matmul rate that of a square ``torch.mm`` in the run's dtype (2048² on the CPU, 8192² on CUDA), best
+  of 5 each; every row of the run uses the highest of each (:func:`best_rates`: on a shared machine a lower one is
+  load, not the hardware). The rows also keep the rate of ``src.clone()`` (a fresh output: on the CPU it includes
+  the operating system's page faults, which no op returning a new tensor avoids).
 
 The bytes and FLOPs of one case (``t`` = B·H·N·D elements of one q, k, v or output tensor in the run's dtype,
 head dims D = E, N_q = N_k = N; weights ``(B, N)``; ``nnz`` = the CSR's entries, 49·N):
@@ -35,7 +36,7 @@ head dims D = E, N_q = N_k = N; weights ``(B, N)``; ``nnz`` = the CSR's entries,
   gathering key rows by the CSR's column indices (``gather_gbs``), the rate of an implementation that collects
   each edge's key and value rows (``nnz·H·(D + E)`` elements).
 
-A series (op, backend) stops when a case runs out of memory, exceeds ``max_mem_gb`` (default: 4 on the CPU,
+A series (op, backend) stops when a case runs out of memory, exceeds ``max_mem_gb`` (default: 8 on the CPU,
 100 on CUDA), when the next size's predicted memory would exceed it, or when the time
 spent on it (each case's warm-up call, which absorbs compilation, not counted) plus the predicted cost
 of the next size would exceed ``series_budget`` seconds (:func:`stop_reason`); the last row of a series says why it stopped
@@ -404,7 +405,7 @@ def measure_limits(device, dtype, reps: int = 5) -> dict:
 
 def measure(spec: OpSpec, backend: str, n: int, cfg, device, dtype, rates: dict | None = None) -> dict:
     """One case: forward and forward+backward time and peak memory; with ``rates`` (:func:`measure_limits`),
-    also the limits of the case and the rates they come from."""
+    also the limits of the case, the rates they come from and its :class:`Work` (``work``)."""
     import torch
 
     call = _dense_call if backend == DENSE else spec.call
@@ -413,7 +414,7 @@ def measure(spec: OpSpec, backend: str, n: int, cfg, device, dtype, rates: dict 
     if rates is not None:
         work = (_softmax_work if backend == DENSE else spec.work)(x)
         lim_f, lim_fb = work.limits(rates["copy_gbs"], rates["matmul_gflops"])
-        limits = {"limit_forward_s": lim_f, "limit_forward_backward_s": lim_fb, **rates}
+        limits = {"limit_forward_s": lim_f, "limit_forward_backward_s": lim_fb, **rates, "work": work}
         if spec.gather is not None and backend != DENSE:
             limits["gather_gbs"] = spec.gather(x, device)
     leaves = [t for t in x.values() if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -470,9 +471,11 @@ def _row(op: str, backend: str | None, measured: dict | None = None, stopped: st
             **{f: m.get(f) for f in LIMIT_FIELDS}, "stopped": stopped}
 
 
-def run_series(spec: OpSpec, op: str, backend: str, cfg, device, dtype) -> tuple[list[dict], str]:
+def run_series(spec: OpSpec, op: str, backend: str, cfg, device, dtype, works: list | None = None
+               ) -> tuple[list[dict], str]:
     """Measure one series over increasing N until a stop rule fires; returns (rows, why it stopped). The
-    hardware's rates are measured first (:func:`measure_limits`), for the limits of every case of the series."""
+    hardware's rates are measured first (:func:`measure_limits`), for the limits of every case of the series;
+    each case's :class:`Work` is appended to ``works`` (one per row)."""
     import torch
 
     rates = measure_limits(device, dtype)
@@ -490,6 +493,8 @@ def run_series(spec: OpSpec, op: str, backend: str, cfg, device, dtype) -> tuple
         elapsed = time.perf_counter() - t0 - row["warmup_s"]  # compilation on first use is not charged
         spent += elapsed
         rows.append(_row(op, backend, row))
+        if works is not None:
+            works.append(row.get("work"))
         print(json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in rows[-1].items()}), flush=True)
         why = stop_reason(rows, spent, elapsed, cfg, n)
         if why:
@@ -575,7 +580,7 @@ def run(params: dict) -> list[dict]:
 
     cfg = types.SimpleNamespace(**params)
     if cfg.max_mem_gb is None:
-        cfg.max_mem_gb = 100.0 if params["device"] == "cuda" else 4.0
+        cfg.max_mem_gb = 100.0 if params["device"] == "cuda" else 8.0
     device, dtype = torch.device(params["device"]), getattr(torch, params["dtype"])
     if device.type == "cpu":
         _fix_mmap_threshold()
@@ -583,6 +588,7 @@ def run(params: dict) -> list[dict]:
     covered = {spec.op or key for key, spec in OPS.items()}
     rows = [_row(op, None, stopped="no shape factory in benchmarks/kernels.py OPS") for op in registered
             if op not in covered and params["ops"] is None]
+    rated: list[tuple[dict, Work]] = []
     for op in params["ops"] or [key for key, spec in OPS.items() if (spec.op or key) in registered]:
         spec, series, skipped = OPS[op], [], []
         for b in backends_for(spec.op or op):
@@ -601,14 +607,29 @@ def run(params: dict) -> list[dict]:
             if params["backends"] and name not in params["backends"]:
                 continue
             print(f"# {op}/{name}", flush=True)
-            got, why = run_series(spec, op, name, cfg, device, dtype)
+            works: list = []
+            got, why = run_series(spec, op, name, cfg, device, dtype, works)
+            rated += [(r, w) for r, w in zip(got, works) if w is not None]
             if got:
                 got[-1]["stopped"] = why
             else:
                 got = [_row(op, name, stopped=why)]
             rows += got
         rows += [r for r in skipped if not params["backends"] or r["backend"] in params["backends"]]
+    best_rates(rated)
     return rows
+
+
+def best_rates(rated: list[tuple[dict, Work]]) -> None:
+    """Give every measured row the highest copy bandwidth, clone rate and matmul rate measured in the run (each
+    series measured them before it started; on a shared machine a lower one is load, not the hardware) and its
+    limits from them."""
+    if not rated:
+        return
+    best = {f: max(r[f] for r, _ in rated) for f in ("copy_gbs", "clone_gbs", "matmul_gflops")}
+    for r, work in rated:
+        r.update(best)
+        r["limit_forward_s"], r["limit_forward_backward_s"] = work.limits(best["copy_gbs"], best["matmul_gflops"])
 
 
 def _exp(N: int) -> str:
@@ -689,11 +710,12 @@ def notes(records: list[dict]) -> str:
     measured = [r for r in rows if r.get("copy_gbs") is not None]
     if measured:
         def span(field: str) -> str:
-            lo, hi = min(r[field] for r in measured), max(r[field] for r in measured)
+            values = [r[field] for r in measured if r.get(field) is not None]
+            lo, hi = min(values), max(values)
             return f"{lo:.1f}" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}–{hi:.1f}"
 
         lines += ["", f"Limit: the least time the hardware needs for the case, max(bytes / copy bandwidth, FLOPs / "
-                  f"matmul rate), with the rates measured in the same process before each series: copy bandwidth "
+                  f"matmul rate), with the highest rates measured in the same process (before each series): copy bandwidth "
                   f"{span('copy_gbs')} GB/s (`dst.copy_(src)`, 128 MiB, bytes read + written), matmul rate "
                   f"{span('matmul_gflops')} GFLOP/s (square `torch.mm`, {p['dtype']}); a fresh output "
                   f"(`src.clone()`) ran at {span('clone_gbs')} GB/s. The bytes and FLOPs of each op are stated in "

@@ -46,14 +46,27 @@ def test_small_cpu_run_through_the_harness(tmp_path):
 
 
 def test_neighborhood_rows_keep_the_measured_gather_bandwidth(tmp_path):
-    over = {"ops": ["neighborhood"], "backends": ["sparse"], "min_n": 256, "max_n": 512, "series_budget": 30.0}
+    over = {"ops": ["neighborhood"], "backends": ["sparse", "dense_sdpa"], "min_n": 256, "max_n": 512,
+            "series_budget": 30.0}
     records = harness.run_benchmark("kernels", quick=True, results=tmp_path, overrides=over, command="pytest")
-    measured = [r["row"] for r in records if r["row"]["N"] is not None]
+    measured = [r["row"] for r in records if r["row"]["N"] is not None and r["row"]["backend"] == "sparse"]
     assert [r["N"] for r in measured] == [256, 512] and all(r["gather_gbs"] > 0 for r in measured)
+    assert all(r["row"]["gather_gbs"] is None for r in records if r["row"]["backend"] == "dense_sdpa")
     notes = kernels.notes(records)
     r = measured[-1]
     ms = 1e3 * 2 * (49 * 512 * 1 * 4 * 64 * 4) / (r["gather_gbs"] * 1e9)
     assert f"would take {ms:,.0f} ms at N = 2^9 (nnz = 25,088)" in notes
+
+
+def test_every_row_of_a_run_uses_its_highest_measured_rates():
+    work = kernels.Work(1e9, 1e10, 3e9, 3e10)
+    slow = {"copy_gbs": 5.0, "clone_gbs": 1.0, "matmul_gflops": 50.0}
+    fast = {"copy_gbs": 20.0, "clone_gbs": 3.0, "matmul_gflops": 100.0}
+    rows = [dict(slow), dict(fast)]
+    kernels.best_rates([(rows[0], work), (rows[1], work)])
+    for r in rows:
+        assert {k: r[k] for k in fast} == fast
+        assert (r["limit_forward_s"], r["limit_forward_backward_s"]) == pytest.approx((0.1, 0.3))  # FLOPs-bound
 
 
 def test_series_stop_before_a_size_predicted_over_the_memory_or_time_budget():
