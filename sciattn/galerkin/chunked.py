@@ -29,8 +29,6 @@ then the LayerNorm backward ``dx = r (g − mean(g) − x̂ mean(g x̂))`` with 
 its keys and values are replaced by zeros before anything reads them). Second derivatives
 (``create_graph=True``) are taken through the reference's autograd graph.
 
-Large outputs are allocated with :func:`sciattn._hugepages.empty_large` (huge pages where Linux allows it).
-
 Shapes: q ``(B, H, Nq, D)``; k ``(B, H, Nk, D)``; v ``(B, H, Nk, E)``; w ``(B, Nk)`` normalised weights (zero on
 padding); mask ``(B, Nk)`` bool or None; LayerNorm weights ``(H, Dn)`` / ``(H, En)``; returns ``(B, H, Nq, E)``.
 Any strides (e.g. heads split from a token-major projection) are read as they are.
@@ -40,8 +38,6 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-
-from .._hugepages import empty_large
 
 __all__ = ["galerkin_chunked", "CHUNK_ELEMENTS"]
 
@@ -166,7 +162,7 @@ class _ChunkedGalerkin(torch.autograd.Function):
             vn, _, _ = _features(v[:, :, lo:hi], keep, lnv, s, "v")
             vw = torch.mul(vn, w[:, None, lo:hi, None], out=s("vw", b, h, hi - lo, e))
             _bmm(m, kn.transpose(-1, -2), vw, accumulate=True)
-        z = empty_large((b, h, q.shape[2], e), dtype=q.dtype, device=q.device)
+        z = torch.empty(b, h, q.shape[2], e, dtype=q.dtype, device=q.device)
         _bmm(z, q, m, accumulate=False)
         ctx.save_for_backward(q, k, v, w, mask, m, k_weight, k_bias, v_weight, v_bias)
         ctx.eps = eps
@@ -186,7 +182,7 @@ class _ChunkedGalerkin(torch.autograd.Function):
         dz = dz.to(q.dtype)
         # Pass 1, the queries: dM = Σ_i q_iᵀ dz_i and dq_i = dz_i Mᵀ.
         dm = torch.zeros_like(m)
-        dq = empty_large(q.shape, dtype=q.dtype, device=q.device) if need[0] else None
+        dq = torch.empty_like(q) if need[0] else None
         mt = m.transpose(-1, -2)
         step = _rows(b, h, max(d, e))
         for lo in range(0, nq, step):
@@ -196,8 +192,8 @@ class _ChunkedGalerkin(torch.autograd.Function):
             if dq is not None:
                 _bmm(dq[:, :, lo:hi], dzc, mt, accumulate=False)
         # Pass 2, the keys and values (LayerNorms recomputed).
-        dk = empty_large(k.shape, dtype=q.dtype, device=q.device) if need[1] else None
-        dv = empty_large(v.shape, dtype=q.dtype, device=q.device) if need[2] else None
+        dk = torch.empty_like(k) if need[1] else None
+        dv = torch.empty_like(v) if need[2] else None
         dw = torch.zeros(b, nk, dtype=q.dtype, device=q.device) if need[3] else None
         dpk = [torch.zeros_like(p) for p in lnk[:2]] if has_norm and (need[5] or need[6]) else None
         dpv = [torch.zeros_like(p) for p in lnv[:2]] if has_norm and (need[7] or need[8]) else None
@@ -211,25 +207,23 @@ class _ChunkedGalerkin(torch.autograd.Function):
             vn, xv, rv = _features(v[:, :, lo:hi], keep, lnv, s, "v")
             if dk is not None or dpk is not None:
                 vw = torch.mul(vn, wc, out=s("vw", b, h, c, e))
-                dkn = s("dkn", b, h, c, d)
+                dkn = s("dkn", b, h, c, d) if has_norm else dk[:, :, lo:hi]
                 _bmm(dkn, vw, dmt, accumulate=False)
                 if has_norm:
                     dkc = dk[:, :, lo:hi] if dk is not None else s("dkc", b, h, c, d)
                     _layer_norm_backward(dkn, xk, rk, lnk[0], dkc, dpk, s, "k")
-                else:
-                    dk[:, :, lo:hi].copy_(dkn)
             if dv is not None or dw is not None or dpv is not None:
                 t = s("t", b, h, c, e)
                 _bmm(t, kn, dm, accumulate=False)
                 if dw is not None:
                     tv = torch.mul(t, vn, out=s("tv", b, h, c, e))
                     dw[:, lo:hi] = tv.sum(dim=(1, 3))
-                dvn = torch.mul(t, wc, out=s("dvn", b, h, c, e))
                 if has_norm:
+                    dvn = torch.mul(t, wc, out=s("dvn", b, h, c, e))
                     dvc = dv[:, :, lo:hi] if dv is not None else s("dvc", b, h, c, e)
                     _layer_norm_backward(dvn, xv, rv, lnv[0], dvc, dpv, s, "v")
-                else:
-                    dv[:, :, lo:hi].copy_(dvn)
+                elif dv is not None:
+                    torch.mul(t, wc, out=dv[:, :, lo:hi])
         grads = [dq, dk, dv, dw, None]
         for dp, p_w, p_b in ((dpk, k_weight, k_bias), (dpv, v_weight, v_bias)):
             grads += [None, None] if dp is None else [dp[0].to(p_w.dtype), dp[1].to(p_b.dtype)]

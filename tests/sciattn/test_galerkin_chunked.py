@@ -1,14 +1,12 @@
 """The ``chunked`` Galerkin backend (the CPU default) against the float64 ``reference`` backend, over several chunks
 (a short last one), with non-uniform weights, N_q != N_k, NaN-poisoned padding, the LayerNorm on part of the
-features, strided (token-major) heads, any subset of inputs needing gradients, first and second derivatives;
-and the huge-page hint of its outputs (sciattn._hugepages)."""
+features, strided (token-major) heads, any subset of inputs needing gradients, first and second derivatives."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from sciattn import _hugepages
 from sciattn._dispatch import select_backend
 from sciattn.galerkin import chunked
 from sciattn.galerkin.functional import KVNorm, galerkin_attention
@@ -144,19 +142,3 @@ def test_cpu_default_is_chunked_for_fp32_and_fp64_only():
 
     assert chosen(torch.float32) == "chunked" and chosen(torch.float64) == "chunked"
     assert chosen(torch.bfloat16) == "reference"
-
-
-def test_huge_page_hint_stays_inside_the_tensor(monkeypatch):
-    calls = []
-    monkeypatch.setattr(_hugepages, "_madvise", lambda addr, length, advice: calls.append((addr, length, advice)) or 0)
-    t = _hugepages.empty_large((3, 1 << 21), dtype=torch.float32, device=torch.device("cpu"))  # 24 MiB
-    assert t.shape == (3, 1 << 21) and t.dtype == torch.float32
-    (addr, length, advice), = calls
-    start, end = t.data_ptr(), t.data_ptr() + t.numel() * 4
-    assert advice == 14 and addr % _hugepages.HUGE_PAGE == 0 and length % _hugepages.HUGE_PAGE == 0
-    assert start <= addr and addr + length <= end and length >= end - start - 2 * _hugepages.HUGE_PAGE
-    calls.clear()
-    _hugepages.empty_large((1000,), dtype=torch.float32, device=torch.device("cpu"))  # small: no hint
-    assert calls == []
-    monkeypatch.setattr(_hugepages, "_madvise", False)  # unavailable: a plain empty tensor
-    assert _hugepages.empty_large((4, 1 << 21), dtype=torch.float32, device=torch.device("cpu")).shape == (4, 1 << 21)
