@@ -19,6 +19,7 @@ from .._checks import (
 from .._dispatch import select_backend
 from ..domain import normalized_weights
 from ._ops import galerkin_triton
+from .chunked import galerkin_chunked
 from .reference import galerkin_reference
 
 __all__ = ["galerkin_attention", "KVNorm", "head_layer_norm"]
@@ -98,6 +99,9 @@ def galerkin_attention(
         k, v = head_layer_norm(k, kw, kb, eps), head_layer_norm(v, vw, vb, eps)  # if kv_norm
         z = q @ (k.transpose(-1, -2) @ v) / k.shape[-2]
 
+    Backends: ``triton`` (fused kernels, the default on CUDA), ``chunked`` (plain PyTorch in cache-sized
+    chunks with an explicit backward, :mod:`sciattn.galerkin.chunked`; the default on the CPU for fp32/fp64)
+    and ``reference`` (the float64 oracle, :mod:`sciattn.galerkin.reference`).
     Backends (``sciattn.available_backends()``) receive ``fn(q, k, v, w, mask, kv_norm)`` with the
     normalised weights ``w`` ``(B, Nk)`` (zero on padding; fp32 for fp16/bf16 inputs) and must ignore
     whatever padded rows of ``k`` and ``v`` hold.
@@ -189,6 +193,20 @@ register_backend(
         name="reference",
         fn=_reference_backend,
         priority=0,
+        tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
+    )
+)
+
+
+# Plain PyTorch in cache-sized chunks with an explicit backward (chunked.py): the automatic choice on the CPU.
+register_backend(
+    Backend(
+        op="galerkin",
+        name="chunked",
+        fn=galerkin_chunked,
+        priority=5,
+        devices=("cpu",),  # plain torch ops; widen to CUDA once timed there (triton is the CUDA path)
+        dtypes=(torch.float32, torch.float64),
         tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
     )
 )

@@ -15,13 +15,15 @@ Equivalent PyTorch::
     bias = torch.log(w)[:, None, None, :] - lam[None, :, None, None] * torch.cdist(pq, pk)[:, None]
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
 
-Backends (see :func:`sciattn.available_backends`): ``sdpa`` (PyTorch's fused attention with the
-bias as a float mask; default), ``flex`` (``flex_attention`` with the bias as a score mod and the
+Backends (see :func:`sciattn.available_backends`): ``chunked`` (:mod:`.chunked`: PyTorch's fused
+CPU attention by chunks of queries, each chunk's distance bias built in a reused buffer, and an explicit
+chunked backward, so no ``(B, H, Nq, Nk)`` tensor is stored; the default on the CPU for fp32/fp64),
+``sdpa`` (PyTorch's fused attention with the bias as a float mask; the default elsewhere), ``flex`` (``flex_attention`` with the bias as a score mod and the
 padding as a block mask), ``triton`` (:mod:`._triton`: a fused online-softmax kernel that computes
 the log-weight and distance biases in registers, so neither the scores nor a distance matrix is
 ever stored, and differentiates all of them) and ``reference`` (chunked plain PyTorch, the oracle).
 
-Default order: ``sdpa`` > ``flex`` > ``triton`` > ``reference``. Timed on an H200
+Default order: ``chunked`` (CPU, fp32/fp64) > ``sdpa`` > ``flex`` > ``triton`` > ``reference``. Timed on an H200
 (``benchmarks/results/gpu_targets.jsonl``, ``gpu_tuning.jsonl``), the ``triton`` kernel with weights only
 is slower than PyTorch's flash SDPA without bias (forward 1.06×, forward+backward 1.66× its time
 at N = 2^16 with the tuned tiles), so ``sdpa`` stays first. Its advantage is memory: with a
@@ -47,6 +49,7 @@ from .._checks import (
 )
 from .._dispatch import select_backend
 from ._ops import weighted_softmax_triton
+from .chunked import weighted_softmax_chunked
 from .reference import distance_bias, weighted_softmax_reference
 
 __all__ = ["weighted_softmax_attention"]
@@ -210,6 +213,19 @@ register_backend(
         fn=_sdpa,
         priority=10,
         tolerances={torch.float32: (1e-5, 1e-6), torch.float16: (2e-2, 2e-3), torch.bfloat16: (5e-2, 1e-2)},
+    )
+)
+# PyTorch's fused CPU attention by query chunks with an explicit chunked backward (chunked.py): the automatic
+# choice on the CPU, where sdpa stores (B, H, Nq, Nk) scores to differentiate a distance bias.
+register_backend(
+    Backend(
+        op="weighted_softmax",
+        name="chunked",
+        fn=weighted_softmax_chunked,
+        priority=11,
+        devices=("cpu",),
+        dtypes=(torch.float32, torch.float64),
+        tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
     )
 )
 register_backend(

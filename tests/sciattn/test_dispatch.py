@@ -24,7 +24,8 @@ def _props(**kw):
 
 
 def test_automatic_choice_skips_backends_that_do_not_fit(fake_gpu_backend):
-    assert select_backend("galerkin", None, **_props()).name == "reference"
+    assert select_backend("galerkin", None, **_props()).name == "chunked"  # fake_cuda (priority 10) cannot run
+    assert select_backend("galerkin", None, **_props(dtype=torch.float16)).name == "reference"  # nor can chunked
 
 
 def test_forced_backend_that_does_not_fit_lists_every_reason(fake_gpu_backend):

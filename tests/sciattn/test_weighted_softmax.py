@@ -19,7 +19,7 @@ from sciattn._dispatch import backends_for, select_backend
 from sciattn.weighted_softmax import weighted_softmax_attention
 
 F64 = torch.float64
-CPU_GRAD_BACKENDS = ["reference", "sdpa"]  # flex has no CPU backward
+CPU_GRAD_BACKENDS = ["reference", "sdpa", "chunked"]  # flex has no CPU backward
 CPU_BACKENDS = CPU_GRAD_BACKENDS + ["flex"]
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
@@ -228,11 +228,12 @@ def test_forced_backend_that_cannot_run_lists_why_each_was_refused(monkeypatch):
         weighted_softmax_attention(_q.double(), _k.double(), _v.double(), backend="triton")
 
 
-def test_default_backend_on_cpu_is_sdpa_with_and_without_gradients(monkeypatch):
+def test_default_backend_on_cpu_is_chunked_then_sdpa_with_and_without_gradients(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreted kernels are never an automatic choice
     props = dict(device=torch.device("cpu"), dtype=torch.float32, head_dim=64, has_mask=True, has_weights=True)
-    assert select_backend("weighted_softmax", None, **props).name == "sdpa"
-    assert select_backend("weighted_softmax", None, requires_grad=True, **props).name == "sdpa"
+    assert select_backend("weighted_softmax", None, **props).name == "chunked"
+    assert select_backend("weighted_softmax", None, requires_grad=True, **props).name == "chunked"
+    assert select_backend("weighted_softmax", None, **{**props, "dtype": torch.bfloat16}).name == "sdpa"
     assert select_backend("weighted_softmax", None, **{**props, "device": torch.device("cuda")}).name == "sdpa"
     if not has_triton():
         pytest.skip("triton is not installed: the forced kernel choice needs it")
