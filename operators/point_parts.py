@@ -125,6 +125,11 @@ def check_supports(model: nn.Module, capability: str = "supports_domain_parallel
     """A ``ValueError`` naming ``key`` (the argument or config key that asked for it), the operator and the
     operators that have ``capability``, when ``model`` does not."""
     if getattr(model, capability, False):
+        refusal = getattr(model, "domain_parallel_refusal", None)
+        why = refusal() if capability == "supports_domain_parallel" and callable(refusal) else None
+        if why:
+            raise ValueError(f"{key}: operator {_name(model)!r} ({type(model).__name__}) does not run domain-parallel "
+                             f"as configured: {why}")
         return
     what = {"supports_domain_parallel": "run domain-parallel (one mesh split over the ranks of a process group)",
             "supports_chunked_points": "evaluate in chunks of points"}[capability]

@@ -98,11 +98,17 @@ def test_config_errors_name_the_key(tmp_path):
         load_config({"model": {"name": "transolver"}, "data": {"train": "darcy"}, "train": {"domain_parallel": 0}})
     with pytest.raises(ConfigError, match=r"train.domain_parallel: expected a divisor of the number of ranks \(1"):
         init_domain_mesh(DistContext(), 2)
-    erwin = create_operator("erwin", in_channels=1, out_channels=1, spatial_dims=2)
+    erwin = create_operator("erwin", in_channels=1, out_channels=1, spatial_dims=2, ball_mode="physical")
     ctx = DistContext(rank=0, world_size=2)
     with pytest.raises(ConfigError, match=r"train.domain_parallel: operator 'erwin' \(Erwin\) does not run "
-                                          r"domain-parallel .* set train.domain_parallel = 1"):
+                                          r"domain-parallel as configured: ball_mode='physical'.* set "
+                                          r"train.domain_parallel = 1"):
         _check_domain_parallel(2, ctx, erwin, points=True)
+    oformer = create_operator("oformer", in_channels=1, out_channels=1, spatial_dims=2)
+    with pytest.raises(ConfigError, match=r"train.domain_parallel: operator 'oformer' \(OFormer\) does not run "
+                                          r"domain-parallel .*operators that do: \[.bsa_transformer., .erwin.,.* set "
+                                          r"train.domain_parallel = 1"):
+        _check_domain_parallel(2, ctx, oformer, points=True)
     transolver = create_operator("transolver", in_channels=1, out_channels=1)
     with pytest.raises(ConfigError, match=r"train.domain_parallel: splits the points of point-set samples; the data "
                                           r"are grids"):
