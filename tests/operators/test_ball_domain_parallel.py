@@ -98,8 +98,12 @@ def _ranks(names, rank: int, world: int, port: int, results: dict, checks: bool)
             with domain_parallel(model, dist.group.WORLD):
                 got = _run(model, part)
                 geo = model.build_trees(part["pos"], part["mask"], part["weights"])
-            moved = [lv.rot_exchange.send_rows[1 - rank] for lv in geo.levels if lv.rot_exchange is not None]
-            out[name] = {**got, "index": index, "mask": part["mask"], "moved": moved}
+                moved = [lv.rot_exchange.send_rows[1 - rank] for lv in geo.levels if lv.rot_exchange is not None]
+                for lv in geo.levels:  # a negative control: the rotated blocks on this rank's slots alone
+                    lv.rot_exchange = None
+                with torch.no_grad():
+                    alone = model(part["x"], part["pos"], mask=part["mask"], weights=part["weights"], trees=geo)
+            out[name] = {**got, "index": index, "mask": part["mask"], "moved": moved, "alone": alone}
         if not checks:
             results[rank] = out
             return
@@ -135,7 +139,7 @@ def rel(a, b) -> float:
 def _compare(results: dict, names) -> None:
     """Within 1e-10 relative: outputs and input gradients of the parts put back at their points, parameter
     gradients summed over the ranks, against one process on the whole padded batch."""
-    errors = {}
+    errors, controls = {}, {}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the ranks (two threads on two loaded cores run 10x slower)
     try:
@@ -160,7 +164,11 @@ def _compare(results: dict, names) -> None:
         # the rotated blocks couple the parts: tokens cross to the other rank at every level, both ways
         n_levels = len(_build(name).c_hidden) if name.startswith("erwin") else 1
         assert all(len(p["moved"]) == n_levels and min(p["moved"]) > 0 for p in parts), (name, [p["moved"] for p in parts])
+        controls[name] = rel(*(torch.where(real[..., None], t, 0) for t in (
+            _scatter_parts(parts, "alone", ref["out"]), ref["out"])))
+        assert controls[name] > 1e-3, name  # the exchange matters
     print("max relative error, 2 gloo ranks against one process:", errors)
+    print("output error with the rotated blocks on each rank's slots alone (no exchange):", controls)
     for name, e in errors.items():
         assert max(e.values()) <= 1e-10, (name, e)
 
