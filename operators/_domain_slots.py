@@ -36,7 +36,7 @@ def gather_points(pos: torch.Tensor, mask: torch.Tensor, group) -> tuple[torch.T
     the layout (integer cells and sort orders, piecewise constant in the positions), not values."""
     world = dist.get_world_size(group)
     b, n, d = pos.shape
-    sizes = torch.tensor([b, n, d], dtype=torch.long)
+    sizes = torch.tensor([b, n, d], dtype=torch.long, device=pos.device)  # on the device: NCCL needs it there
     everyone = [torch.zeros_like(sizes) for _ in range(world)]
     dist.all_gather(everyone, sizes, group=group)
     if any(int(s[0]) != b or int(s[2]) != d for s in everyone):

@@ -16,10 +16,13 @@ Domain parallelism (the protocol of :mod:`.point_parts`). With a process group i
 :func:`~.point_parts.set_domain_group`) each rank holds the part of every cloud that :meth:`split_points` gives
 it — whole units of the layout — and its forward runs on that rank's slots of the whole mesh's layout
 (:mod:`._domain_geometry`): the positions are all-gathered to build the layout, the rotated blocks exchange
-their tokens (:class:`~._domain_slots.Exchange`), and nothing else is communicated. Each rank backpropagates
-the same loss (the trainer all-reduces its sums over the points); the cotangents of the exchanges return to
-the rank that made each token, so each rank's parameter gradient is its own points' share and the ranks'
-gradients sum to the gradient of one process (DDP averages over the data ranks, as for the token operators).
+their tokens (:class:`~._domain_slots.Exchange`), and nothing else is communicated. The gradient: the exchanges
+are permutations of rows across the ranks, whose backward returns every cotangent to the rank and slot that
+made the token, and everything else is local, so a rank's parameter gradient is its own points' share of every
+path, and the shares of a loss add up over the ranks to the gradient of one process. The trainer's loss is the
+whole clouds' on every rank (its sums over the points all-reduced); each rank backpropagates it, the backward of
+that all-reduce adds the ``D`` equal cotangents, so the domain ranks' gradients sum to ``D ∇L`` and DDP's
+average over the ``W = P·D`` ranks gives the single-process gradient (:mod:`sciattn.train.distributed`).
 A mode that cannot split exactly is refused by :meth:`domain_parallel_refusal`, naming the option.
 """
 
@@ -166,6 +169,11 @@ class BallTreeOperator(nn.Module):
             mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
         geo = self.build_trees(pos, mask, weights) if trees is None else trees
         tree = geo.tree
+        from ._domain_geometry import LocalTree
+
+        if not isinstance(tree, LocalTree):
+            raise ValueError(f"trees: expected this rank's geometry (model.build_trees with the domain-parallel group "
+                             f"set), got the geometry of one process ({type(tree).__name__})")
         if tree.perm.shape[0] != x.shape[0] or tree.n_points != x.shape[1]:
             raise ValueError(f"trees: expected this rank's geometry of {x.shape[0]} clouds of {x.shape[1]} points, got "
                              f"{tree.perm.shape[0]} clouds of {tree.n_points}")
