@@ -40,7 +40,8 @@ from sciattn.balltree.module import check_point_inputs, dense_points_from_pyg, p
 from sciattn.balltree.physical import PHYSICAL_EXPORT_REASON
 from sciattn.partial_sums import raise_together
 
-from .point_parts import PointPlan
+from ._domain_geometry import LocalTree, domain_geometry, split_batch
+from .point_parts import PointPlan, check_supports
 
 if TYPE_CHECKING:
     from .erwin import ErwinGeometry
@@ -100,12 +101,11 @@ class BallTreeOperator(nn.Module):
     def split_points(self, batch: dict, part: int, parts: int) -> dict:
         """Part ``part`` of ``parts`` of a padded point batch for domain parallelism: per cloud, the points of whole
         units of its layout (:func:`~._domain_geometry.split_batch`), padded and masked."""
-        from .point_parts import check_supports, contiguous_split
-
         check_supports(self)
-        contiguous_split(int(batch["x"].shape[1]) * parts, part, parts)  # checks part and parts
-        from ._domain_geometry import split_batch
-
+        if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+            raise ValueError(f"parts: expected a positive int, got {parts!r}")
+        if isinstance(part, bool) or not isinstance(part, int) or not 0 <= part < parts:
+            raise ValueError(f"part: expected an int in [0, {parts}), got {part!r}")
         return split_batch(self, batch, part, parts)
 
     def build_trees(
@@ -115,8 +115,6 @@ class BallTreeOperator(nn.Module):
         ``per_cloud_modes`` a batch of several clouds or a padded one gives a :class:`PerCloudGeometry`. With a
         domain-parallel group, this rank's part of the whole mesh's geometry (collective: every rank calls it)."""
         if self.point_plan.group is not None:
-            from ._domain_geometry import domain_geometry
-
             if mask is None:
                 mask = torch.ones(pos.shape[:2], dtype=torch.bool, device=pos.device)
             return domain_geometry(self, pos, mask, weights, self.point_plan.group)
@@ -169,8 +167,6 @@ class BallTreeOperator(nn.Module):
             mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
         geo = self.build_trees(pos, mask, weights) if trees is None else trees
         tree = geo.tree
-        from ._domain_geometry import LocalTree
-
         if not isinstance(tree, LocalTree):
             raise ValueError(f"trees: expected this rank's geometry (model.build_trees with the domain-parallel group "
                              f"set), got the geometry of one process ({type(tree).__name__})")
@@ -184,8 +180,6 @@ class BallTreeOperator(nn.Module):
         return tree.from_tree(self.head(self.norm(F.pad(h, (0, 0, 0, 1)))))
 
     def _refuse_domain(self) -> None:
-        from .point_parts import check_supports
-
         check_supports(self, key="model")
 
     def _forward_per_cloud(self, x: torch.Tensor, pos: torch.Tensor, geo: PerCloudGeometry) -> torch.Tensor:
