@@ -38,6 +38,8 @@ class LevelGeometry:
     tokens: BallTree | None = None  # multiscale mode: the map from the level's tokens (compact cells) to its slots
     pool_index: torch.Tensor | None = None  # multiscale mode: (B, P) pool cell of every slot (n_pool: none)
     n_pool: int = 0
+    pool_base: torch.Tensor | None = None  # domain parallelism: (B,) the global id of the rank's first pool cell
+    rot_exchange: object | None = None  # domain parallelism: the Exchange to and from the rotated layout's ranks
 
 
 @dataclass

@@ -11,6 +11,19 @@ whose cost grows with the most crowded cell of the batch) a batch of several clo
 one cloud at a time on its real points only (:class:`PerCloudGeometry`), so a cloud's output and gradients
 are those it has alone, whatever the rest of the batch; the other modes lay out every cloud on its own
 (ball trees, multiscale cells) and run batched.
+
+Domain parallelism (the protocol of :mod:`.point_parts`). With a process group in ``point_plan`` (set by
+:func:`~.point_parts.set_domain_group`) each rank holds the part of every cloud that :meth:`split_points` gives
+it — whole units of the layout — and its forward runs on that rank's slots of the whole mesh's layout
+(:mod:`._domain_geometry`): the positions are all-gathered to build the layout, the rotated blocks exchange
+their tokens (:class:`~._domain_slots.Exchange`), and nothing else is communicated. The gradient: the exchanges
+are permutations of rows across the ranks, whose backward returns every cotangent to the rank and slot that
+made the token, and everything else is local, so a rank's parameter gradient is its own points' share of every
+path, and the shares of a loss add up over the ranks to the gradient of one process. The trainer's loss is the
+whole clouds' on every rank (its sums over the points all-reduced); each rank backpropagates it, the backward of
+that all-reduce adds the ``D`` equal cotangents, so the domain ranks' gradients sum to ``D ∇L`` and DDP's
+average over the ``W = P·D`` ranks gives the single-process gradient (:mod:`sciattn.train.distributed`).
+A mode that cannot split exactly is refused by :meth:`domain_parallel_refusal`, naming the option.
 """
 
 from __future__ import annotations
@@ -19,11 +32,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from sciattn._checks import check_finite, check_input_dtype
 from sciattn.balltree.module import check_point_inputs, dense_points_from_pyg, pyg_from_dense
 from sciattn.balltree.physical import PHYSICAL_EXPORT_REASON
+from sciattn.partial_sums import raise_together
+
+from ._domain_geometry import LocalTree, domain_geometry, split_batch
+from .point_parts import PointPlan, check_supports
 
 if TYPE_CHECKING:
     from .erwin import ErwinGeometry
@@ -52,6 +70,8 @@ class BallTreeOperator(nn.Module):
     """Point-set input, ball trees, embedding and head shared by Erwin and the BSA transformer."""
 
     input_kind = "points"
+    supports_domain_parallel = True  # in the modes domain_parallel_refusal() accepts
+    point_plan = PointPlan()
     _version = 2  # 2: 3-D rotated trees turn about all three axes (state dicts of version 1: first two only)
     per_cloud_modes: tuple[str, ...] = ("physical",)  # modes run one cloud at a time (see the module docstring)
 
@@ -74,11 +94,30 @@ class BallTreeOperator(nn.Module):
         legacy_rotation(self, local_metadata)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
 
+    def domain_parallel_refusal(self) -> str | None:
+        """Why this model cannot run domain-parallel (a sentence naming the option), or None."""
+        return None
+
+    def split_points(self, batch: dict, part: int, parts: int) -> dict:
+        """Part ``part`` of ``parts`` of a padded point batch for domain parallelism: per cloud, the points of whole
+        units of its layout (:func:`~._domain_geometry.split_batch`), padded and masked."""
+        check_supports(self)
+        if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+            raise ValueError(f"parts: expected a positive int, got {parts!r}")
+        if isinstance(part, bool) or not isinstance(part, int) or not 0 <= part < parts:
+            raise ValueError(f"part: expected an int in [0, {parts}), got {part!r}")
+        return split_batch(self, batch, part, parts)
+
     def build_trees(
         self, pos: torch.Tensor, mask: torch.Tensor | None = None, weights: torch.Tensor | None = None
     ) -> ErwinGeometry | PerCloudGeometry:
         """The geometry of ``pos`` ``(B, N, d)``; pass it as ``trees=`` to reuse static geometry. In the modes of
-        ``per_cloud_modes`` a batch of several clouds or a padded one gives a :class:`PerCloudGeometry`."""
+        ``per_cloud_modes`` a batch of several clouds or a padded one gives a :class:`PerCloudGeometry`. With a
+        domain-parallel group, this rank's part of the whole mesh's geometry (collective: every rank calls it)."""
+        if self.point_plan.group is not None:
+            if mask is None:
+                mask = torch.ones(pos.shape[:2], dtype=torch.bool, device=pos.device)
+            return domain_geometry(self, pos, mask, weights, self.point_plan.group)
         if self.ball_mode not in self.per_cloud_modes or (pos.shape[0] == 1 and mask is None):
             return self._build_geometry(pos, mask, weights)
         rows = []
@@ -98,9 +137,9 @@ class BallTreeOperator(nn.Module):
         weights: torch.Tensor | None = None,
         trees: ErwinGeometry | PerCloudGeometry | None = None,
     ) -> torch.Tensor:
-        check_point_inputs(x, pos, mask, weights, self.in_channels, self.spatial_dims)
-        check_input_dtype("x", x, self, "operator")
-        check_finite("x", x, None if mask is None else mask[..., None])
+        if self.point_plan.group is not None:
+            return self._forward_domain(x, pos, mask, weights, trees)
+        self._check_inputs(x, pos, mask, weights)
         geo = self.build_trees(pos, mask, weights) if trees is None else trees
         if isinstance(geo, PerCloudGeometry):
             return self._forward_per_cloud(x, pos, geo)
@@ -114,6 +153,34 @@ class BallTreeOperator(nn.Module):
         h = tree.to_tree(self.embed(torch.cat([x, pos.to(x.dtype)], dim=-1)))
         h = self._trunk(h, geo)
         return tree.from_tree(self.head(self.norm(h)))
+
+    def _check_inputs(self, x, pos, mask, weights) -> None:
+        check_point_inputs(x, pos, mask, weights, self.in_channels, self.spatial_dims)
+        check_input_dtype("x", x, self, "operator")
+        check_finite("x", x, None if mask is None else mask[..., None])
+
+    def _forward_domain(self, x, pos, mask, weights, trees) -> torch.Tensor:
+        """This rank's part of the clouds (module docstring); the checks agree over the group."""
+        group = self.point_plan.group
+        raise_together(group, [lambda: self._check_inputs(x, pos, mask, weights), self._refuse_domain])
+        if mask is None:
+            mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+        geo = self.build_trees(pos, mask, weights) if trees is None else trees
+        tree = geo.tree
+        if not isinstance(tree, LocalTree):
+            raise ValueError(f"trees: expected this rank's geometry (model.build_trees with the domain-parallel group "
+                             f"set), got the geometry of one process ({type(tree).__name__})")
+        if tree.perm.shape[0] != x.shape[0] or tree.n_points != x.shape[1]:
+            raise ValueError(f"trees: expected this rank's geometry of {x.shape[0]} clouds of {x.shape[1]} points, got "
+                             f"{tree.perm.shape[0]} clouds of {tree.n_points}")
+        zero = torch.zeros((), dtype=x.dtype, device=x.device)
+        x, pos = torch.where(mask[..., None], x, zero), torch.where(mask[..., None], pos, zero.to(pos.dtype))
+        h = self._trunk(tree.to_tree(self.embed(torch.cat([x, pos.to(x.dtype)], dim=-1))), geo)
+        # a padding point reads the zero row appended, as it reads a padding slot in one process
+        return tree.from_tree(self.head(self.norm(F.pad(h, (0, 0, 0, 1)))))
+
+    def _refuse_domain(self) -> None:
+        check_supports(self, key="model")
 
     def _forward_per_cloud(self, x: torch.Tensor, pos: torch.Tensor, geo: PerCloudGeometry) -> torch.Tensor:
         """Every cloud alone on its real points (``geo.rows``); padding rows of the output are zero."""

@@ -147,6 +147,16 @@ class BSATransformer(BallTreeOperator):
         self.norm = nn.RMSNorm(width)
         self.head = nn.Linear(width, out_channels)
 
+    def domain_parallel_refusal(self) -> str | None:
+        """Domain parallelism splits the clouds at the windows of the compressed and selected branches."""
+        if self.ball_mode != "points":
+            return ("ball_mode='physical'; its compressed and selected branches span every block of the cloud; it "
+                    "runs domain-parallel with ball_mode='points' (the default) and a window")
+        if self.blocks[0].attn.window is None:
+            return ("window=None; the compressed and selected branches then span the whole cloud; it runs "
+                    "domain-parallel with a window (default 4096), the tree slots those branches see, split at")
+        return None
+
     def _build_geometry(
         self, pos: torch.Tensor, mask: torch.Tensor | None = None, weights: torch.Tensor | None = None
     ) -> ErwinGeometry:

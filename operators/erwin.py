@@ -133,6 +133,10 @@ class PointBlock(nn.Module):
         return torch.where(mask[..., None], h, torch.zeros((), dtype=h.dtype, device=h.device))
 
     def forward(self, h: torch.Tensor, geo: LevelGeometry) -> torch.Tensor:
+        if self.rotated and geo.rot_exchange is not None:  # domain parallel: the rotated layout's ranks and back
+            hr = self._run(geo.rot_exchange.forward(h), geo.rot_pos, geo.rot_mask, geo.rot_weights,
+                           geo.sizes if geo.rot_sizes is None else geo.rot_sizes, geo.rot_centres, geo.rot_far)
+            return geo.rot_exchange.back(hr)
         if not (self.rotated and geo.rot_index is not None):
             return self._run(h, geo.pos, geo.mask, geo.weights, geo.sizes, geo.centres, geo.far)
         c, p, pr = h.shape[-1], h.shape[1], geo.rot_index.shape[1]
@@ -377,6 +381,15 @@ class Erwin(BallTreeOperator):
         self.decoder = nn.ModuleList(stage(i, self.dec_depths[i]) for i in range(n_lv - 1))
         self.norm = nn.RMSNorm(self.c_hidden[0])
         self.head = nn.Linear(self.c_hidden[0], out_channels)
+
+    def domain_parallel_refusal(self) -> str | None:
+        """Domain parallelism splits the clouds at the ball cells of the coarsest level (multiscale mode only)."""
+        if self.ball_mode != "multiscale":
+            return (f"ball_mode={self.ball_mode!r}; it runs domain-parallel with ball_mode='multiscale' (the default), "
+                    f"whose cells split a cloud into parts that couple only through the rotated blocks"
+                    + (" (the physical mode pads every cell of a cloud to its most crowded one, a whole-cloud choice)"
+                       if self.ball_mode == "physical" else " (the points mode's median tree is not supported)"))
+        return None
 
     def _build_geometry(
         self, pos: torch.Tensor, mask: torch.Tensor | None = None, weights: torch.Tensor | None = None

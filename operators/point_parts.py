@@ -23,15 +23,18 @@ float64):
   (:class:`sciattn.partial_sums.RankSums`, differentiable), so every rank applies ``g`` with the ``S`` of the whole
   mesh. The quadrature weights are normalised by their sum over every rank's points. Chunks and ranks combine.
 
-The protocol an operator follows to run domain-parallel (what the trainer reads; a ball-tree operator can
-implement it later):
+The protocol an operator follows to run domain-parallel (what the trainer reads; the ball-tree operators Erwin
+and BSA implement it too, :mod:`._domain_geometry`):
 
 * the class attribute ``supports_domain_parallel = True`` (``supports_chunked_points`` for chunked evaluation);
 * ``split_points(batch, part, parts)``: the points of a padded batch (``x``, ``y``, ``pos``, ``weights``,
   ``mask`` ``(B, N, ·)``) that part ``part`` of ``parts`` holds — here contiguous runs of about ``N / parts``
   points (:func:`contiguous_split`; any split is right for these operators, whose outputs do not depend on the
-  point order); a ball-tree operator would split at ball boundaries of its tree;
-* ``forward`` reads ``self.point_plan`` (:class:`PointPlan`) and sums every coupling over its group.
+  point order); a ball-tree operator splits at whole units of its layout (cells, windows), so that its
+  attention needs no communication;
+* ``forward`` reads ``self.point_plan`` (:class:`PointPlan`) and sums every coupling over its group;
+* optionally ``domain_parallel_refusal()``: a sentence naming the option for a configuration that cannot split
+  exactly (None where it can); :func:`check_supports` raises it.
 
 An operator without the capability is refused with an error naming it (:func:`check_supports`).
 """
@@ -125,6 +128,11 @@ def check_supports(model: nn.Module, capability: str = "supports_domain_parallel
     """A ``ValueError`` naming ``key`` (the argument or config key that asked for it), the operator and the
     operators that have ``capability``, when ``model`` does not."""
     if getattr(model, capability, False):
+        refusal = getattr(model, "domain_parallel_refusal", None)
+        why = refusal() if capability == "supports_domain_parallel" and callable(refusal) else None
+        if why:
+            raise ValueError(f"{key}: operator {_name(model)!r} ({type(model).__name__}) does not run domain-parallel "
+                             f"as configured: {why}")
         return
     what = {"supports_domain_parallel": "run domain-parallel (one mesh split over the ranks of a process group)",
             "supports_chunked_points": "evaluate in chunks of points"}[capability]

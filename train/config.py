@@ -98,7 +98,7 @@ class TrainConfig:
     Biases (project ``wandb_project``) when installed.
     ``domain_parallel``: under ``torchrun``, the number of ranks that split the points of each sample
     (one mesh across processes; point-set data and an operator that supports it: Transolver,
-    LinearNO, GNOT, ONO); the ``W`` ranks form a ``(W / domain_parallel) × domain_parallel`` mesh of
+    LinearNO, GNOT, ONO, Erwin (multiscale mode) and BSA (point counts with a window)); the ``W`` ranks form a ``(W / domain_parallel) × domain_parallel`` mesh of
     data × domain parallelism (``1``: data parallel only).
     Time series (data whose samples hold ``t_in`` input frames and later frames as targets):
     the model predicts ``frames_per_step`` frames per application; ``rollout_steps = k`` trains on

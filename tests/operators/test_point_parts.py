@@ -186,12 +186,13 @@ def test_two_gloo_ranks_equal_one_process_outputs_and_gradients():
 
 # ----------------------------------------------------------------------------- the protocol
 def test_operators_without_the_capability_are_refused_by_name():
-    assert supporting_operators() == ["gnot", "linear_no", "ono", "transolver"]
+    assert supporting_operators() == ["bsa_transformer", "erwin", "gnot", "linear_no", "ono", "transolver"]
+    oformer = create_operator("oformer", in_channels=1, out_channels=1, spatial_dims=2)
+    with pytest.raises(ValueError, match=r"train.domain_parallel: operator 'oformer' \(OFormer\) does not run "
+                                         r"domain-parallel .*operators that do: \['bsa_transformer', 'erwin', 'gnot', "
+                                         r"'linear_no', 'ono', 'transolver'\]"):
+        check_supports(oformer, key="train.domain_parallel")
     erwin = create_operator("erwin", in_channels=1, out_channels=1, spatial_dims=2)
-    with pytest.raises(ValueError, match=r"train.domain_parallel: operator 'erwin' \(Erwin\) does not run "
-                                         r"domain-parallel .*operators that do: \['gnot', 'linear_no', 'ono', "
-                                         r"'transolver'\]"):
-        check_supports(erwin, key="train.domain_parallel")
     with pytest.raises(ValueError, match=r"chunk_points: operator 'erwin' \(Erwin\) does not evaluate in chunks"):
         with chunked_points(erwin, 100):
             pass

@@ -60,8 +60,12 @@ def make_point_trainer(run_dir, operator: str = "transolver", **overrides) -> Tr
     train, test = point_problem()
     torch.manual_seed(0)
     sizes = {"transolver": {"slice_num": 4}, "gnot": {}, "linear_no": {"key_ratio": 4}, "ono": {"psi_dim": 4}}
-    model = create_operator(operator, in_channels=1, out_channels=1, spatial_dims=2, width=8, n_layers=2, n_heads=2,
-                            **sizes[operator])
+    if operator == "erwin":  # the default multiscale mode, small widths
+        model = create_operator("erwin", in_channels=1, out_channels=1, spatial_dims=2, c_hidden=(8, 16), n_heads=2,
+                                mlp_ratio=2, near_points=16)
+    else:
+        model = create_operator(operator, in_channels=1, out_channels=1, spatial_dims=2, width=8, n_layers=2,
+                                n_heads=2, **sizes[operator])
     xn, yn = fit_data_normalizers(train, 1)
     kw = dict(model=model, train_data=train, test_data={"test": test}, x_normalizer=xn, y_normalizer=yn,
               spatial_dims=2, epochs=2, batch_size=4, lr=5e-3, seed=7, progress=False, log=lambda m: None,
