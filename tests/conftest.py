@@ -10,7 +10,9 @@ import torch
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# ../shared/data beside the repository; SCIATTN_TEST_SHARED_DATA points elsewhere (e.g. from a git worktree)
+SHARED_DATA = Path(os.environ.get("SCIATTN_TEST_SHARED_DATA")
+                   or Path(__file__).resolve().parents[1].parent / "shared" / "data")
 
 
 @pytest.fixture(autouse=True)
