@@ -325,6 +325,7 @@ def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, 
     t = cfg.train
     if resume:
         check_resume_config(cfg, out)
+        _keep_stored_variant(cfg, out)
     if t.threads:
         torch.set_num_threads(t.threads)
     torch.manual_seed(t.seed)
@@ -404,6 +405,17 @@ def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, 
     metrics["wall_seconds"] = time.perf_counter() - started
     atomic_write_bytes((json.dumps(metrics, indent=2) + "\n").encode(), out / "metrics.json")
     return metrics
+
+
+def _keep_stored_variant(cfg: RunConfig, out: Path) -> None:
+    """A run stored before its operator had ``variant`` (ONO, GNOT, FactFormer, OFormer) was trained with the
+    ``"sciattn_v1"`` layout; resuming it keeps that layout instead of building the new default."""
+    from .checkpoint import migrate_variant
+
+    state = load_checkpoint(out / "checkpoint.pt")
+    _, stored = migrate_variant(state["operator"], json.loads(state["operator_config"]))
+    if "variant" in stored and "variant" not in cfg.model:
+        cfg.model["variant"] = stored["variant"]
 
 
 def _check_domain_parallel(d: int, ctx, model, points: bool) -> None:
