@@ -131,7 +131,8 @@ def write_api_pages(out: Path) -> dict[int, str]:
             if elsewhere:  # a table with their summaries, linking to where they are documented
                 lines += ["Also exported here, each documented on the page of the module that first lists it:", "",
                           ".. autosummary::", "   :nosignatures:", ""]
-                lines += [f"   ~{q}" for q in elsewhere] + [""]
+                # relative to the page's module where it is a prefix (autosummary refuses the current module's name)
+                lines += [f"   ~{q[len(modname) + 1:] if q.startswith(modname + '.') else q}" for q in elsewhere] + [""]
             _write(out / f"{modname}.rst", "\n".join(lines))
     _write(out / "toc.rst.inc", "\n".join(toc))
     return documented
