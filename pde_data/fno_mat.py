@@ -190,7 +190,7 @@ def _v73_order(p: Path, name: str, obj: object, mat_layout: str | None, *, readi
         return mat_layout == "matlab"
     _check_matlab_layout(p, name, obj)
     shape = tuple(int(n) for n in getattr(obj, "shape", ()))
-    if reading and len(shape) >= 2 and shape == shape[::-1]:
+    if reading and sum(n > 1 for n in shape) >= 2 and shape == shape[::-1]:
         raise ValueError(
             f"mat_layout: {str(p)!r} variable {name!r} has the HDF5 shape {shape}, which reads the same with its axes "
             f"reversed (MATLAB's column-major order) or not (C order), so the file cannot tell whether axis 0 or "
@@ -512,6 +512,7 @@ def load_fno_navier_stokes(
     split: str = "train",
     t_in: int = 10,
     t_out: int | None = None,
+    time_stride: int = 1,
     n_train: int = 1000,
     n_test: int = 200,
     resolution: int | None = None,
@@ -528,6 +529,9 @@ def load_fno_navier_stokes(
     ``y`` (n_split, t_out, r, r) = ``u[..., t_in:t_in + t_out]``, float32. ``t_out=None`` takes
     all remaining steps, T - t_in, which is FNO's choice for the three files (40, 20, 10).
 
+    ``time_stride`` s takes the frames ``u[..., 0], u[..., s], ...`` (``t_in``/``t_out`` count taken frames);
+    ``meta["dt"]`` is the spacing of the file's ``t`` (when it holds one) times ``s``.
+
     Split convention (FNO ``fourier_2d_time.py``/``fourier_3d.py``): train = the first ``n_train``
     samples (1000), test = the LAST ``n_test`` samples (200); ``n_train + n_test <= N`` is
     required. ``resolution`` r must divide X (= Y): ``arr[:, ::X // r, ::X // r]``. None keeps X.
@@ -535,10 +539,12 @@ def load_fno_navier_stokes(
     """
     p = check_file("path", path)
     check_positive_int("t_in", t_in)
+    check_positive_int("time_stride", time_stride)
     if t_out is not None:
         check_positive_int("t_out", t_out)
     variables = mat_variables(p, mat_layout)
-    n_file, nx, ny, n_t = _shape_of(p, variables, "u", "(N, X, Y, T)")
+    n_file, nx, ny, n_t_file = _shape_of(p, variables, "u", "(N, X, Y, T)")
+    n_t = len(range(0, n_t_file, time_stride))  # frames taken: u[..., 0], u[..., s], ...
     if nx != ny:
         raise ValueError(
             f"path: {str(p)!r} key 'u': expected a square grid (N, X, X, T), got {variables['u']}"
@@ -546,14 +552,22 @@ def load_fno_navier_stokes(
     t_out_eff = n_t - t_in if t_out is None else t_out
     if t_out_eff < 1 or t_in + t_out_eff > n_t:
         raise ValueError(
-            f"t_in, t_out: expected t_in + t_out <= T = {n_t} (time steps in {str(p)!r}) with t_out >= 1, "
-            f"got t_in={t_in}, t_out={t_out}"
+            f"t_in, t_out: expected t_in + t_out <= T = {n_t} (time steps in {str(p)!r}"
+            f"{f' taken every {time_stride}' if time_stride > 1 else ''}) with t_out >= 1, got t_in={t_in}, "
+            f"t_out={t_out}"
         )
     samples = _split_slice(split, n_train, n_test, n_file, p)
     r, stride = _stride(resolution, nx, _periodic_resolutions(nx), False, "a periodic grid")
     every = slice(None, None, stride)
-    u = read_mat_array(p, "u", samples=samples, index=(every, every, slice(0, t_in + t_out_eff)),
+    u = read_mat_array(p, "u", samples=samples,
+                       index=(every, every, slice(0, (t_in + t_out_eff - 1) * time_stride + 1, time_stride)),
                        mat_layout=mat_layout)
+    dt = None
+    if variables.get("t") is not None:  # the file's times t (1, T): dt between the taken frames
+        from ._hdf5 import uniform_step
+
+        step = uniform_step(read_mat_array(p, "t", mat_layout=mat_layout))
+        dt = None if step is None else step * time_stride
     u = _to_tensor(p, "u", u).permute(0, 3, 1, 2)  # (n, T', r, r)
     meta = _meta(
         p,
@@ -564,6 +578,7 @@ def load_fno_navier_stokes(
         variables={"x": "u", "y": "u"},
         t_in=t_in,
         t_out=t_out_eff,
+        time_stride=time_stride,
         time_steps={"x": (0, t_in), "y": (t_in, t_in + t_out_eff)},
         samples=(samples.start, samples.stop),
         n_samples_in_file=n_file,
@@ -571,4 +586,6 @@ def load_fno_navier_stokes(
         bounds=[[0.0, 1.0], [0.0, 1.0]], periodic=True,
         nodes={"endpoint": False, "rule": "x_i = i / r on the periodic torus [0, 1)^2"},
     )
+    if dt is not None:
+        meta["dt"] = dt
     return GridPairDataset(u[:, :t_in].contiguous(), u[:, t_in:].contiguous(), meta)

@@ -130,3 +130,28 @@ def test_a_layout_the_file_cannot_tell_is_refused_and_mat_layout_sets_it(tmp_pat
     # a MATLAB-written file whose shape tells the order reads as before
     ok = write_v73(tmp_path / "ok.mat", {"coeff": coeff[:4], "sol": coeff[:4]})
     np.testing.assert_array_equal(load(ok).x[:, 0].numpy(), coeff[:4].astype(np.float32))
+
+
+def test_every_time_dependent_reader_gives_dt_for_its_stride(tmp_path):
+    """FNO's Navier-Stokes .mat (dt from its t variable), PDEBench (its t-coordinate) and The Well (its time
+    grid): ``dt`` is the time between the frames taken, so a time stride multiplies it."""
+    from test_pdebench import write_single
+    from test_the_well import write_well
+
+    from sciattn.pde_data.fno_mat import load_fno_navier_stokes
+    from sciattn.pde_data.pdebench import PDEBenchWindowDataset
+    from sciattn.pde_data.the_well import TheWellDataset
+
+    u = np.random.default_rng(0).standard_normal((6, 4, 4, 7))
+    p = write_v73(tmp_path / "ns.mat", {"a": u[..., 0], "u": u, "t": 0.5 * np.arange(1, 8.0)})
+    ds = load_fno_navier_stokes(p, t_in=2, t_out=2, time_stride=2, n_train=4, n_test=2)
+    np.testing.assert_array_equal(ds.x.numpy(), u[:4][..., [0, 2]].transpose(0, 3, 1, 2).astype(np.float32))
+    np.testing.assert_array_equal(ds.y.numpy(), u[:4][..., [4, 6]].transpose(0, 3, 1, 2).astype(np.float32))
+    assert ds.meta["dt"] == pytest.approx(1.0) and ds.meta["time_stride"] == 2
+    with pytest.raises(ValueError, match=r"t_in, t_out: expected t_in \+ t_out <= T = 4 .* taken every 2"):
+        load_fno_navier_stokes(p, t_in=3, t_out=2, time_stride=2, n_train=4, n_test=2)
+    single = PDEBenchWindowDataset(write_single(tmp_path / "adv.hdf5"), t_in=1, t_out=1, time_stride=2)
+    assert single.meta["dt"] == pytest.approx(0.8)  # t-coordinate linspace(0, 2, 6), every second frame
+    well = TheWellDataset(write_well(tmp_path / "well.hdf5"), n_steps_input=1, n_steps_output=1, time_stride=2)
+    t = np.asarray(well.meta["coordinates"]["time"], dtype=np.float64).reshape(-1)
+    assert well.meta["dt"] == pytest.approx(2 * (t[1] - t[0]))
