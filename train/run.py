@@ -129,7 +129,7 @@ def _run_dir_error(out: Path, *, resume: bool, force: bool | None) -> str | None
     found = [name for name in RUN_MARKERS if (out / name).exists()]
     if force is False and found:
         return (f"--out: {str(out)!r} already holds a run ({', '.join(found)}); pass --resume to continue it or "
-                f"--force to replace it")
+                f"--force to replace it (Python: train_run(..., resume=True) or force=True)")
     return None
 
 
