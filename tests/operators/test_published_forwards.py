@@ -419,3 +419,30 @@ def test_a_checkpoint_stored_without_variant_loads_as_the_earlier_layout(name, t
         torch.testing.assert_close(loaded(x), model.eval()(x), rtol=0, atol=0)
     with pytest.raises(ValueError, match="variant"):
         create_operator(name, in_channels=1, out_channels=1, variant="ours")
+
+
+# tests/operators/data/legacy_variant_checkpoints.pt: small ONO, GNOT (two experts), FactFormer and OFormer models built
+# by the operators' code at commit e9567a7 (before the published defaults), weights perturbed away from their init,
+# each config holding every constructor key as create_operator stored it (no "variant"), with their outputs on x.
+LEGACY = Path(__file__).resolve().parent / "data" / "legacy_variant_checkpoints.pt"
+
+
+@pytest.mark.parametrize("name", ["ono", "gnot", "factformer", "oformer"])
+def test_a_checkpoint_of_the_earlier_code_computes_what_it_was_trained_to(name, tmp_path):
+    from sciattn.pde_data.normalizers import IdentityNormalizer
+    from sciattn.train.checkpoint import load_model, save_checkpoint
+
+    legacy = torch.load(LEGACY, weights_only=True)
+    config, state = legacy[name]["config"], legacy[name]["state"]
+    assert "variant" not in config
+    model = create_operator(name, **config, variant="sciattn_v1")
+    model.load_state_dict(state)
+    model.config = config  # stored the old way
+    path = save_checkpoint(tmp_path / "checkpoint.pt", model=model, x_normalizer=IdentityNormalizer(),
+                           y_normalizer=IdentityNormalizer())
+    loaded, *_ = load_model(path)
+    assert loaded.variant == "sciattn_v1"
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(legacy["x"]), legacy[name]["y"], rtol=1e-5, atol=1e-6)
+    with pytest.raises(RuntimeError):  # the new default cannot even hold these weights
+        create_operator(name, **config).load_state_dict(state)
