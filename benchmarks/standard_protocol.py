@@ -43,6 +43,7 @@ Usage (registered in the harness as ``standard_protocol`` and ``standard_protoco
 
     python -m benchmarks run standard_protocol --quick
     python -m benchmarks run standard_protocol --set budget='"medium"' --set operators='["transolver", "fno"]'
+    python -m benchmarks run standard_protocol --set operators='["ono", "ono@sciattn_v1"]'   # a named variant
     python -m benchmarks run standard_protocol --set budget='"full"' --set dataset='"geofno:airfoil"' \
         --set data_dir='"/path/to/geofno"'
     python -m benchmarks run standard_protocol_scaling [--quick]
@@ -85,10 +86,19 @@ WIDTH_KEYS: dict[str, tuple[str, int]] = {
 }
 
 
+def split_operator(op: str) -> tuple[str, dict[str, Any]]:
+    """``"ono@sciattn_v1"`` -> ``("ono", {"variant": "sciattn_v1"})``: an operator of the protocol may name a
+    ``variant`` of a registered operator after ``@`` (its rows keep the full name)."""
+    name, _, variant = op.partition("@")
+    return name, ({"variant": variant} if variant else {})
+
+
 def model_at(operator: str, width: int) -> dict[str, Any]:
-    """The ``[model]`` keys of ``operator`` at ``width``: the width key, and the widths tied to it at their
-    default ratios (Galerkin Transformer's regressor width = d_model / 2, OFormer's latent width = width and
-    head width = width / 2, FactFormer's head width = width / 4, Erwin's two levels width and 2 width)."""
+    """The ``[model]`` keys of ``operator`` (``name`` or ``name@variant``) at ``width``: the width key, and the
+    widths tied to it at their default ratios (Galerkin Transformer's regressor width = d_model / 2, OFormer's
+    latent width = width (its heads the stream's width, as published; ``sciattn_v1``: width / 2), FactFormer's head
+    width = width / 4, Erwin's two levels width and 2 width)."""
+    operator, variant = split_operator(operator)
     key, _ = WIDTH_KEYS[operator]
     if operator == "erwin":
         return {key: [width, 2 * width]}
@@ -96,10 +106,12 @@ def model_at(operator: str, width: int) -> dict[str, Any]:
     if operator == "galerkin_transformer":
         extra = {"regressor_width": max(4, width // 2)}
     elif operator == "oformer":
-        extra = {"latent_width": width, "dim_head": max(4, width // 2)}
+        extra = {"latent_width": width}
+        if variant.get("variant") == "sciattn_v1":
+            extra["dim_head"] = max(4, width // 2)
     elif operator == "factformer":
         extra = {"dim_head": max(4, width // 4)}
-    return {key: width, **extra}
+    return {key: width, **extra, **variant}
 
 
 #: operators whose cost grows quadratically in N at their defaults (none of the registered grid operators)
@@ -272,9 +284,9 @@ def build_model(operator: str, base_cfg, train, c_out: int, width: int):
     from sciattn.train.run import _model_params
 
     raw = base_cfg.to_dict()
-    raw["model"] = {"name": operator, **model_at(operator, width)}
+    raw["model"] = {"name": split_operator(operator)[0], **model_at(operator, width)}
     cfg = load_config(raw)
-    return create_operator(operator, **_model_params(cfg, train, c_out))
+    return create_operator(cfg.model_name, **_model_params(cfg, train, c_out))
 
 
 def count_for(operator: str, base_cfg, train, c_out: int, width: int) -> int:
@@ -287,9 +299,9 @@ def count_for(operator: str, base_cfg, train, c_out: int, width: int) -> int:
 def match_width(operator: str, base_cfg, train, c_out: int, target: int) -> tuple[int, int]:
     """``(width, parameters)`` closest to ``target``: parameters grow monotonically with the width, so a
     doubling search then a bisection over the width's step."""
-    if operator not in WIDTH_KEYS:
+    if split_operator(operator)[0] not in WIDTH_KEYS:
         raise ValueError(f"operator: expected one with a known width key {sorted(WIDTH_KEYS)}, got {operator!r}")
-    _, step = WIDTH_KEYS[operator]
+    _, step = WIDTH_KEYS[split_operator(operator)[0]]
     lo, hi = step, step
     cache: dict[int, int] = {}
 
@@ -368,9 +380,10 @@ def run(params: dict[str, Any]) -> list[dict]:
             rows += [{**common, **empty, "operator": op, "seed": int(s), "error": f"width: {type(e).__name__}: {e}"}
                      for s in p["seeds"]]
             continue
-        key, _ = WIDTH_KEYS[op]
+        key, _ = WIDTH_KEYS[split_operator(op)[0]]
         for seed in p["seeds"]:
-            spec = {"config": run_config(p, op, model_at(op, width), seed), "run_dir": str(out / f"{op}_seed{seed}")}
+            spec = {"config": run_config(p, split_operator(op)[0], model_at(op, width), seed),
+                    "run_dir": str(out / f"{op.replace('@', '_')}_seed{seed}")}
             row = {**common, **empty, "operator": op, "seed": int(seed), "width_key": key, "width": int(width)}
             env = {**os.environ, "OMP_NUM_THREADS": "1"}
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))

@@ -2,8 +2,10 @@
 build, so a name added to an ``__all__`` is documented without touching the docs).
 
 One page per module in :data:`GROUPS`: that module's ``__all__`` in an autosummary table, then each
-name's autodoc entry on the same page (one page per module keeps the build fast and reads as a unit). A class or function re-exported by several modules is
-documented once, where it is first listed; the later pages list it in a table of summaries linking there.
+name's autodoc entry on the same page (one page per module keeps the build fast and reads as a unit), the public
+layers first, then the functionals, then the rest. A class or function re-exported by several modules is
+documented once, on its family's page if a family lists it (else where it is first listed); the other pages list
+it in a table of summaries linking there.
 """
 
 from __future__ import annotations
@@ -73,31 +75,52 @@ def is_module(obj) -> bool:
     return inspect.ismodule(obj)
 
 
+#: groups whose pages own (document) a name they share with an earlier group: a family's layer and functional are
+#: documented on the family's page, where its other names are, and the top-level ``sciattn`` page links there
+OWNER_FIRST = ("Attention families",)
+
+
+def _rank(obj) -> int:
+    """Order of a module page's entries: the public layers first, then the functionals, then the rest
+    (NamedTuples of internals, constants)."""
+    if inspect.isclass(obj) and _is_module_class(obj):
+        return 0
+    if inspect.isroutine(obj):
+        return 1
+    return 2
+
+
 def write_api_pages(out: Path) -> dict[int, str]:
     """Write ``out/<module>.rst`` for every module of :data:`GROUPS` and ``out/toc.rst.inc`` (the
     grouped toctrees that ``api/index.rst`` includes). Files are rewritten only when they change, so
     an incremental build stays incremental. Returns ``{id(object): qualified name}`` of every class
-    and function documented (where its entry is)."""
+    and function documented (where its entry is): a name shared by several modules is documented once, on the
+    page of a family module (:data:`OWNER_FIRST`) if one lists it, else on the first page that lists it."""
     out.mkdir(parents=True, exist_ok=True)
     documented: dict[int, str] = {}  # id(object) -> qualified name where it is documented
-    toc, modules = [], []
-    for caption, names in GROUPS:
-        mods = _expand(names)
+    groups = [(caption, _expand(names)) for caption, names in GROUPS]
+    for _caption, mods in sorted(groups, key=lambda g: g[0] not in OWNER_FIRST):  # ownership pass
+        for modname in mods:
+            mod = importlib.import_module(modname)
+            for n in _public(modname):
+                obj = getattr(mod, n)
+                if (inspect.isclass(obj) or inspect.isroutine(obj)) and id(obj) not in documented:
+                    documented[id(obj)] = f"{modname}.{n}"
+    toc = []
+    for caption, mods in groups:
         toc += [".. toctree::", f"   :caption: {caption}", "   :maxdepth: 1", ""]
         toc += [f"   _auto/{m}" for m in mods] + [""]
         for modname in mods:
-            modules.append(modname)
             mod = importlib.import_module(modname)
             own, elsewhere = [], []
             for n in _public(modname):
                 obj = getattr(mod, n)
                 key = id(obj) if (inspect.isclass(obj) or inspect.isroutine(obj)) else None
-                if key is not None and key in documented:
+                if key is not None and documented[key] != f"{modname}.{n}":
                     elsewhere.append(documented[key])
                     continue
-                if key is not None:
-                    documented[key] = f"{modname}.{n}"
                 own.append(n)
+            own.sort(key=lambda n: _rank(getattr(mod, n)))  # stable: the __all__ order within a rank
             lines = [_underline(modname), f".. automodule:: {modname}", "   :no-members:", "",
                      f".. currentmodule:: {modname}", ""]
             if own:
@@ -108,7 +131,8 @@ def write_api_pages(out: Path) -> dict[int, str]:
             if elsewhere:  # a table with their summaries, linking to where they are documented
                 lines += ["Also exported here, each documented on the page of the module that first lists it:", "",
                           ".. autosummary::", "   :nosignatures:", ""]
-                lines += [f"   ~{q}" for q in elsewhere] + [""]
+                # relative to the page's module where it is a prefix (autosummary refuses the current module's name)
+                lines += [f"   ~{q[len(modname) + 1:] if q.startswith(modname + '.') else q}" for q in elsewhere] + [""]
             _write(out / f"{modname}.rst", "\n".join(lines))
     _write(out / "toc.rst.inc", "\n".join(toc))
     return documented

@@ -5,7 +5,8 @@ autodoc/autosummary over each package's ``__all__`` and a sphinx-gallery of runn
 
 ``SCIATTN_GALLERY_QUICK=1`` makes the gallery scripts read fewer samples and epochs;
 ``SCIATTN_GALLERY_RUN=0`` builds the site without executing them (sphinx-gallery's
-``plot_gallery=False``). Nothing here reaches the network: there is no intersphinx mapping, and maths renders from a local
+``plot_gallery=False``). Every build starts from a clean ``docs/gallery``; a build that runs the gallery fails when
+a script takes more than ``SCIATTN_GALLERY_SECONDS`` (120) seconds, measured by sphinx-gallery. Nothing here reaches the network: there is no intersphinx mapping, and maths renders from a local
 MathJax copy when sphinx-mathjax-offline is installed.
 """
 
@@ -83,6 +84,17 @@ intersphinx_disabled_reftypes = ["*"]
 nitpicky = False
 
 _run_gallery = os.environ.get("SCIATTN_GALLERY_RUN", "1") != "0"
+
+# Every build starts from a clean gallery folder: output left by an interrupted or quick-mode build (its .rst,
+# images, pickled code objects) is never mixed into this one. docs/gallery is generated (and git-ignored).
+import shutil  # noqa: E402
+
+shutil.rmtree(HERE / "gallery", ignore_errors=True)
+
+#: seconds one gallery script may run at its full budget (measured by the build on the build machine; a loaded
+#: 2-core machine is the target). A script over it fails the build, naming it and its time.
+GALLERY_SECONDS_LIMIT = float(os.environ.get("SCIATTN_GALLERY_SECONDS", "120"))
+GALLERY_TIMES: dict[str, float] = {}
 sphinx_gallery_conf = {
     "examples_dirs": str(HERE.parent / "examples" / "gallery"),
     "gallery_dirs": str(HERE / "gallery"),
@@ -179,7 +191,48 @@ def _resolve_alias(app, env, node, contnode):
     return None
 
 
+def _record_gallery_times() -> None:
+    """Wrap sphinx-gallery's timing report so the build keeps each script's execution time."""
+    from sphinx_gallery import gen_gallery
+
+    original = gen_gallery.write_computation_times
+    if getattr(original, "_sciattn", False):
+        return
+
+    def record(gallery_conf, target_dir, costs):
+        for cost in costs:
+            GALLERY_TIMES[Path(cost.src_file).name] = float(cost.execution_time)
+        return original(gallery_conf, target_dir, costs)
+
+    record._sciattn = True  # type: ignore[attr-defined]
+    gen_gallery.write_computation_times = record
+
+
+def _check_gallery_times(app, exception):
+    if exception is not None or not _run_gallery:
+        return
+    slow = {name: t for name, t in GALLERY_TIMES.items() if t > GALLERY_SECONDS_LIMIT}
+    if slow:
+        from sphinx.errors import ExtensionError
+
+        detail = ", ".join(f"{name} {t:.0f} s" for name, t in sorted(slow.items()))
+        raise ExtensionError(f"gallery: expected every script to run in under {GALLERY_SECONDS_LIMIT:.0f} s on this "
+                             f"machine, got {detail} (trim its budget, or SCIATTN_GALLERY_SECONDS for a slower machine)")
+
+
+def _skip_tuple_fields(app, what, name, obj, skip, options):
+    """A NamedTuple's fields carry Python's generated "Alias for field number N": noise on an API page (the
+    class docstring describes its fields)."""
+    doc = getattr(obj, "__doc__", None)
+    if isinstance(doc, str) and doc.startswith("Alias for field number"):
+        return True
+    return None
+
+
 def setup(app):
+    app.connect("autodoc-skip-member", _skip_tuple_fields)
+    _record_gallery_times()
+    app.connect("build-finished", _check_gallery_times)
     app.connect("missing-reference", _resolve_alias)
     app.connect("autodoc-process-docstring", _join_wrapped_names, priority=100)
     app.connect("autodoc-process-docstring", _process_docstring)

@@ -10,13 +10,15 @@ and 1-D quadrature weights ``w^a`` (``Σ_j w^a_j = 1``; cell widths ``1/n_a`` on
     u <- LN(u);  V = W_v u  (H heads of width d, no bias);  u' = W_in u  (no bias)
     per axis a:
       φ_a(x_a) = MLP(LN( ∫ W_a u'(x) dx_{≠a} ))           projection onto axis a: the mean over the other axes
-                                                          (Σ_l w_l, Pattern A); MLP: C -> C -> C_l, GELU
+                                                          (Σ_l w_l, Pattern A); MLP: Lin(C -> 2C), GeAct
+                                                          (GELU(first half) ⊙ second half), Lin(C -> C_l)
       κ_a(x, y) = s · RoPE(q_a(x), x) · RoPE(k_a(y), y)   q_a = W_q φ_a, k_a = W_k φ_a  (d·km channels per head,
                                                           no bias, xavier_uniform gain 0.02); no softmax
     Ṽ(x) = ∫…∫ κ_1(x_1, y_1) … κ_D(x_D, y_D) V(y) dy_1 … dy_D     contracted along axis 1, then 2, then 3:
          ≈ Σ_{j_D} w^D κ_D … Σ_{j_1} w^1 κ_1 V
     out = Lin(GELU(Lin( GroupNorm_H(Ṽ) )))               GroupNorm: per head over all points and its d
-                                                          features, non-affine, eps 1e-8, weighted (w = Π w^a)
+                                                          features, non-affine, eps 1e-8, unbiased variance
+                                                          (count - 1), as published; Linears without bias
 
 The published kernel is a bare sum over each axis (Pattern C, no ``1/n``; its source comments that a
 non-uniform grid would need quadrature weights): its scale grows like ``n_1 · … · n_D`` and only the domain-wise
@@ -31,8 +33,8 @@ initialisation (q, k xavier with gain 0.02) it is far below eps, and the publish
 0.164 / 0.135 / 0.110 at 32² / 64² / 128² for the published kernel against 0.102 / 0.044 / 0.015 for ours; with q, k redrawn wider (std 0.05) both converge (0.113 / 0.049 /
 0.016 and 0.104 / 0.045 / 0.015).
 
-Network: ``u = Lin(a)``; per layer ``u <- u + Lin_l(RFF(x))`` (random Fourier features of the coordinates,
-re-added every layer as published) and ``u <- FABlock(u) + u``; then a pointwise head
+Network: ``u = Lin(a)``; per layer ``u <- u + Lin_l(RFF_l(x))`` (random Fourier features of the coordinates,
+each layer its own, re-added every layer as published) and ``u <- FABlock(u) + u``; then a pointwise head
 ``Lin(GELU(Lin(u)))``. The published Darcy head (a strided convolution branch upsampled to the fixed training
 size, then GroupNorm and 1×1 convolutions) cannot run at another resolution, so it is replaced by the
 pointwise head. RoPE as published: ``θ_k = x / min_freq · 10000^{-2k/m}`` on pairs ``(c, c + m/2)``,
@@ -51,12 +53,14 @@ import math
 import torch
 from torch import nn
 
-from sciattn._checks import check_positive_int
+from sciattn._checks import check_choice, check_positive_int
 
 from ._token_inputs import check_grid_input
 from .registry import register_operator
 
-__all__ = ["FactFormer"]
+__all__ = ["FactFormer", "VARIANTS"]
+
+VARIANTS = ("published", "sciattn_v1")
 
 _AXES = "xyz"
 
@@ -74,17 +78,28 @@ def _rope_1d(t: torch.Tensor, p: torch.Tensor, scale: float) -> torch.Tensor:
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, t[..., 2 * half:]], dim=-1)
 
 
+class _GeAct(nn.Module):
+    """The published gated activation: ``GELU(first half) ⊙ second half`` of the last axis."""
+
+    def forward(self, x):
+        c = x.shape[-1] // 2
+        return nn.functional.gelu(x[..., :c]) * x[..., c:]
+
+
 class _AxisKernel(nn.Module):
     """Projection of ``u'`` onto one axis and the low-rank kernel ``κ_a`` ``(B, H, n_a, n_a)``."""
 
-    def __init__(self, width, latent, n_heads, dim_head, kernel_multiplier, rope_scale):
+    def __init__(self, width, latent, n_heads, dim_head, kernel_multiplier, rope_scale, published=True):
         super().__init__()
         self.n_heads, self.rank = n_heads, dim_head * kernel_multiplier
         self.rope_scale = rope_scale
         self.scale = 1.0 / math.sqrt(self.rank) if kernel_multiplier > 4 else 1.0
         self.proj = nn.Linear(width, width, bias=False)
         self.ln = nn.LayerNorm(width)
-        self.mlp = nn.Sequential(nn.Linear(width, width), nn.GELU(), nn.Linear(width, latent))
+        if published:  # the reducer MLP([C, C, C_l], GeAct(GELU)) of PoolingReducer
+            self.mlp = nn.Sequential(nn.Linear(width, 2 * width), _GeAct(), nn.Linear(width, latent))
+        else:
+            self.mlp = nn.Sequential(nn.Linear(width, width), nn.GELU(), nn.Linear(width, latent))
         self.q = nn.Linear(latent, n_heads * self.rank, bias=False)
         self.k = nn.Linear(latent, n_heads * self.rank, bias=False)
         for lin in (self.q, self.k):
@@ -104,16 +119,19 @@ class _AxisKernel(nn.Module):
 
 
 class _FABlock(nn.Module):
-    def __init__(self, width, latent, n_heads, dim_head, kernel_multiplier, rope_scale, spatial_dims):
+    def __init__(self, width, latent, n_heads, dim_head, kernel_multiplier, rope_scale, spatial_dims, published=True):
         super().__init__()
         self.n_heads, self.dim_head = n_heads, dim_head
         self.norm_eps = 1e-8  # GroupNorm's eps (the published value), on the quadrature-normalised Ṽ
+        self.unbiased = published  # the published GroupNorm divides by (count - 1)
         self.ln = nn.LayerNorm(width)
         self.to_v = nn.Linear(width, n_heads * dim_head, bias=False)
         self.to_in = nn.Linear(width, width, bias=False)
-        self.kernels = nn.ModuleList(_AxisKernel(width, latent, n_heads, dim_head, kernel_multiplier, rope_scale)
-                                     for _ in range(spatial_dims))
-        self.out = nn.Sequential(nn.Linear(n_heads * dim_head, width), nn.GELU(), nn.Linear(width, width))
+        self.kernels = nn.ModuleList(
+            _AxisKernel(width, latent, n_heads, dim_head, kernel_multiplier, rope_scale, published)
+            for _ in range(spatial_dims))
+        self.out = nn.Sequential(nn.Linear(n_heads * dim_head, width, bias=not published), nn.GELU(),
+                                 nn.Linear(width, width, bias=not published))
 
     def forward(self, u, coords, weights):
         """``u`` ``(B, *n, C)``; ``coords``, ``weights``: per-axis 1-D nodes and weights (each summing to one)."""
@@ -130,6 +148,9 @@ class _FABlock(nn.Module):
         dims = tuple(range(1, d + 1)) + (d + 2,)
         mu = v.mean(dim=dims, keepdim=True)
         var = (v - mu).square().mean(dim=dims, keepdim=True)
+        if self.unbiased:
+            count = math.prod(v.shape[k] for k in dims)
+            var = var * (count / max(count - 1, 1))
         v = (v - mu) / torch.sqrt(var + self.norm_eps)
         return self.out(v.flatten(-2))
 
@@ -151,6 +172,12 @@ class FactFormer(nn.Module):
         rope_scale: ``1 / min_freq`` of the axial RoPE (published 64).
         rff_features: random Fourier features of the coordinates (even).
         rff_sigma: standard deviation of their frequencies (cycles per unit length).
+        variant: ``"published"`` (default), the authors' layer: a ``GeAct`` (gated GELU) reducer MLP, the unbiased
+            GroupNorm variance, output Linears without biases, and each layer its own random Fourier features
+            ``[sin, cos]`` (``rff_features`` default ``width``, as the Darcy script's ``dim // 2`` frequencies);
+            ``"sciattn_v1"``: a GELU reducer MLP, the biased variance, biased output Linears and one set of
+            ``[cos, sin]`` features shared by all layers (default 32), the layout sciattn shipped before issue 38
+            (a checkpoint whose config has no ``variant`` key loads as it).
     """
 
     input_kind = "grid"
@@ -168,11 +195,16 @@ class FactFormer(nn.Module):
         latent_width: int | None = None,
         kernel_multiplier: int = 2,
         rope_scale: float = 64.0,
-        rff_features: int = 32,
+        rff_features: int | None = None,
         rff_sigma: float = 1.0,
+        variant: str = "published",
     ) -> None:
         super().__init__()
+        check_choice("variant", variant, VARIANTS)
+        self.variant = variant
+        published = variant == "published"
         latent_width = latent_width or width
+        rff_features = rff_features or (width + width % 2 if published else 32)
         for name, value in [("in_channels", in_channels), ("out_channels", out_channels), ("width", width),
                             ("n_layers", n_layers), ("n_heads", n_heads), ("dim_head", dim_head),
                             ("latent_width", latent_width), ("kernel_multiplier", kernel_multiplier),
@@ -187,10 +219,13 @@ class FactFormer(nn.Module):
         self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
         self.lift = nn.Linear(in_channels, width)
         g = torch.Generator().manual_seed(0)
-        self.register_buffer("rff_freqs", torch.randn(spatial_dims, rff_features // 2, generator=g) * rff_sigma)
+        n_sets = n_layers if published else 1  # published: each layer draws its own frequencies
+        freqs = torch.randn(n_sets, spatial_dims, rff_features // 2, generator=g) * rff_sigma
+        self.register_buffer("rff_freqs", freqs if published else freqs[0])
         self.pos_lifts = nn.ModuleList(nn.Linear(rff_features, width) for _ in range(n_layers))
         self.blocks = nn.ModuleList(
-            _FABlock(width, latent_width, n_heads, dim_head, kernel_multiplier, float(rope_scale), spatial_dims)
+            _FABlock(width, latent_width, n_heads, dim_head, kernel_multiplier, float(rope_scale), spatial_dims,
+                     published)
             for _ in range(n_layers)
         )
         self.head = nn.Sequential(nn.Linear(width, width), nn.GELU(), nn.Linear(width, out_channels))
@@ -205,9 +240,13 @@ class FactFormer(nn.Module):
             coords.append(torch.arange(n, dtype=x.dtype, device=x.device) / n)
             weights.append(torch.ones(n, dtype=x.dtype, device=x.device) / n)
         u = self.lift(x.movedim(1, -1))
-        phase = 2 * math.pi * nodes @ self.rff_freqs.to(x.dtype)
-        rff = torch.cat([torch.cos(phase), torch.sin(phase)], dim=-1).reshape(*grid.shape, -1)
-        for pos_lift, block in zip(self.pos_lifts, self.blocks):
+        freqs = self.rff_freqs.to(x.dtype)
+        for layer, (pos_lift, block) in enumerate(zip(self.pos_lifts, self.blocks)):
+            if self.variant == "published" or layer == 0:
+                phase = 2 * math.pi * nodes @ (freqs[layer] if self.variant == "published" else freqs)
+                pair = [torch.sin(phase), torch.cos(phase)] if self.variant == "published" else [
+                    torch.cos(phase), torch.sin(phase)]
+                rff = torch.cat(pair, dim=-1).reshape(*grid.shape, -1)
             u = u + pos_lift(rff)
             u = block(u, coords, weights) + u
         return self.head(u).movedim(-1, 1)

@@ -10,7 +10,8 @@ Architecture, for an input ``a`` sampled at points ``x_j`` with quadrature weigh
     h = MLP_q(x)                       query embedding from the coordinates
     z = MLP_z([x, a])                  input-function embedding, fixed through the blocks
     per block (n_layers):
-      g = softmax_E(Gate(x))                              geometric gating over E experts (only if E > 1)
+      g = softmax_E(Gate_l(x))                            geometric gating over E experts (only if E > 1), one
+                                                          gate network per block as published (``variant``)
       h <- h + HNA(LN1(h), LN2(z))                        cross-attention to the input function
       h <- h + LN3(Σ_e g_e FFN1_e(h))                     the FFN input is not normalised (as published)
       h <- h + NA(LN4(h))                                 self-attention
@@ -52,13 +53,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from sciattn._checks import check_positive_int
+from sciattn._checks import check_choice, check_positive_int
 
 from .point_parts import Stage
 from .registry import register_operator
 from .transolver import TokenOperator
 
-__all__ = ["GNOT"]
+__all__ = ["GNOT", "VARIANTS"]
+
+VARIANTS = ("published", "sciattn_v1")
 
 
 class _ResMLP(nn.Module):
@@ -126,25 +129,38 @@ class _MoEFFN(nn.Module):
         return torch.stack([e(h) for e in self.experts], dim=-1).mul(gate[:, :, None, :]).sum(dim=-1)
 
 
-class _Block(nn.Module):
-    """Two stages on the state ``(h, z[, gate])``: the cross-attention to ``z`` with the first FFN, then the
-    self-attention with the second (each a sum over the points, then pointwise)."""
+def _gate_net(spatial_dims: int, hidden: int, n_experts: int) -> nn.Sequential:
+    """GNOT's ``GateNet``: ``Lin(d -> hidden) - GELU - Lin(hidden -> hidden) - GELU - Lin(hidden -> E)``."""
+    return nn.Sequential(nn.Linear(spatial_dims, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(),
+                         nn.Linear(hidden, n_experts))
 
-    def __init__(self, width, n_heads, inner, n_experts):
+
+class _Block(nn.Module):
+    """Two stages on the state ``(h, z[, third])``: the cross-attention to ``z`` with the first FFN, then the
+    self-attention with the second (each a sum over the points, then pointwise). ``third`` is the points'
+    coordinates when the block has its own gate (``gate_hidden``, the published layout: ``g = softmax_E(Gate(x))``
+    per block), or the gate shared by all blocks (``"sciattn_v1"``)."""
+
+    def __init__(self, width, n_heads, inner, n_experts, spatial_dims=2, gate_hidden=None):
         super().__init__()
         self.ln1, self.ln2, self.ln3, self.ln4, self.ln5 = (nn.LayerNorm(width) for _ in range(5))
         self.cross = _NormalizedLinearAttention(width, n_heads)
         self.self_attn = _NormalizedLinearAttention(width, n_heads)
         self.ffn1, self.ffn2 = _MoEFFN(width, inner, n_experts), _MoEFFN(width, inner, n_experts)
+        self.gate = _gate_net(spatial_dims, gate_hidden, n_experts) if gate_hidden and n_experts > 1 else None
+
+    def _gate(self, rest):
+        if self.gate is not None:
+            return self.gate(rest[1]).softmax(dim=-1)  # rest[1]: the coordinates
+        return rest[1] if len(rest) > 1 else None
 
     def _cross_partial(self, state, w):
         return self.cross.partial(self.ln2(state[1]), w), None
 
     def _cross_apply(self, state, w, sums, cache):
         h, *rest = state
-        gate = rest[1] if len(rest) > 1 else None
         h = h + self.cross.apply(self.ln1(h), sums)
-        return (h + self.ln3(self.ffn1(h, gate)), *rest)
+        return (h + self.ln3(self.ffn1(h, self._gate(rest))), *rest)
 
     def _self_partial(self, state, w):
         u = self.ln4(state[0])
@@ -152,9 +168,8 @@ class _Block(nn.Module):
 
     def _self_apply(self, state, w, sums, u):
         h, *rest = state
-        gate = rest[1] if len(rest) > 1 else None
         h = h + self.self_attn.apply(self.ln4(h) if u is None else u, sums)
-        return (h + self.ln5(self.ffn2(h, gate)), *rest)
+        return (h + self.ln5(self.ffn2(h, self._gate(rest))), *rest)
 
     def stages(self):
         return [Stage(self._cross_partial, self._cross_apply), Stage(self._self_partial, self._self_apply)]
@@ -174,6 +189,11 @@ class GNOT(TokenOperator):
         n_inner: FFN hidden width as a multiple of ``width``.
         mlp_layers: residual hidden layers of the input, query and output MLPs.
         n_experts: experts of the gated FFNs; 1 builds no gate.
+        variant: ``"published"`` (default): every block has its own gate network
+            ``Lin(d -> n_inner·C) - GELU - Lin - GELU - Lin(-> E)`` on the coordinates, as in the authors' code;
+            ``"sciattn_v1"``: one gate (hidden width ``4·C``) shared by all blocks, the layout sciattn shipped
+            before issue 38 (a checkpoint whose config has no ``variant`` key loads as it). With one expert
+            (the default) there is no gate and the two are the same network.
     """
 
     display_name = "GNOT"
@@ -191,8 +211,11 @@ class GNOT(TokenOperator):
         n_inner: int = 4,
         mlp_layers: int = 3,
         n_experts: int = 1,
+        variant: str = "published",
     ) -> None:
         super().__init__()
+        check_choice("variant", variant, VARIANTS)
+        self.variant = variant
         for name, value in [("in_channels", in_channels), ("out_channels", out_channels), ("width", width),
                             ("n_layers", n_layers), ("n_heads", n_heads), ("n_inner", n_inner),
                             ("n_experts", n_experts)]:
@@ -207,17 +230,22 @@ class GNOT(TokenOperator):
         self.query_mlp = _ResMLP(spatial_dims, width, width, mlp_layers)
         self.input_mlp = _ResMLP(spatial_dims + in_channels, width, width, mlp_layers)
         self.gate = None
-        if n_experts > 1:
-            self.gate = nn.Sequential(nn.Linear(spatial_dims, 4 * width), nn.GELU(), nn.Linear(4 * width, 4 * width),
-                                      nn.GELU(), nn.Linear(4 * width, n_experts))
-        self.blocks = nn.ModuleList(_Block(width, n_heads, n_inner * width, n_experts) for _ in range(n_layers))
+        per_block = variant == "published"
+        if n_experts > 1 and not per_block:
+            self.gate = _gate_net(spatial_dims, 4 * width, n_experts)
+        self.blocks = nn.ModuleList(
+            _Block(width, n_heads, n_inner * width, n_experts, spatial_dims,
+                   gate_hidden=n_inner * width if per_block else None) for _ in range(n_layers))
         self.output_mlp = _ResMLP(width, width, out_channels, mlp_layers)
 
     def lift_state(self, a, pos):
-        """``(h, z)``, with the expert gate ``softmax_E(Gate(x))`` ``(B, N, E)`` third when ``n_experts > 1``."""
+        """``(h, z)``; with ``n_experts > 1`` a third entry: the coordinates ``(B, N, d)`` (each block gates from
+        them), or with ``"sciattn_v1"`` the shared gate ``softmax_E(Gate(x))`` ``(B, N, E)``."""
         h = self.query_mlp(pos)
         z = self.input_mlp(torch.cat([pos, a], dim=-1))
-        return (h, z) if self.gate is None else (h, z, self.gate(pos).softmax(dim=-1))
+        if self.gate is not None:
+            return h, z, self.gate(pos).softmax(dim=-1)
+        return (h, z, pos) if any(b.gate is not None for b in self.blocks) else (h, z)
 
     def stages(self):
         return [stage for block in self.blocks for stage in block.stages()]

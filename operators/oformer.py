@@ -5,14 +5,14 @@ We follow the authors' code (BaratiLab/OFormer, ``uniform_grids/nn_module``: ``S
 
 Architecture, for an input ``a`` at points ``x_j`` with quadrature weights ``w_j`` (``Σ_j w_j = 1``)::
 
-    encoder  h = Lin([a, x])
-             per layer l:  h <- LN1(h);  h <- h + GA_l(h, x);  h <- LN2(h);  h <- h + FFN(h)
+    encoder  h = Lin([a, x])                                         (no bias)
+             per layer l:  h <- LN1(h);  h <- h + GA_l(h, x);  h <- LN2(h);  h <- h + GeGLU-FFN(h)
                            (as published, the skip carries the normalised stream)
-             z = Lin(h)                                              (C_e -> C_z)
-    decoder  e = Lin(GELU(Lin(RFF(x_q))))                            query embedding, coordinates only
+             z = Lin(h)                                              (C_e -> C_z, no bias)
+    decoder  e = Lin(GELU(Lin([sin, cos](2π x_q B))))                query embedding, coordinates only (no bias)
              e <- e + CA(e, z; x_q, x)
-             e <- e + GeGLU-FFN(e)
-             u(x_q) = MLP([e, x_q])
+             e <- e + GeGLU-FFN(e)                                   GeGLU: Lin(GELU(g) ⊙ a), [g, a] = Lin(e)
+             u(x_q) = Lin(GELU(Lin(GELU(Lin([e, x_q])))))             C_z + d -> C_z -> C_z/2 -> C_out
 
 Galerkin-type attention, per head of width ``d`` (``q, k, v`` Linear without bias, heads mixed by a Linear)::
 
@@ -59,12 +59,14 @@ import math
 import torch
 from torch import nn
 
-from sciattn._checks import check_dim, check_finite, check_positive_int, check_rank
+from sciattn._checks import check_choice, check_dim, check_finite, check_positive_int, check_rank
 
 from ._token_inputs import grid_tokens, point_tokens, to_grid, zero_padding
 from .registry import register_operator
 
-__all__ = ["OFormer"]
+__all__ = ["OFormer", "VARIANTS"]
+
+VARIANTS = ("published", "sciattn_v1")
 
 
 def rotary(t: torch.Tensor, pos: torch.Tensor, scale: float) -> torch.Tensor:
@@ -96,14 +98,16 @@ def _point_norm(t: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
 class _GalerkinAttention(nn.Module):
     """``q_i Σ_j w_j IN(k_j)ᵀ IN(v_j)`` per head, with RoPE on ``q`` and ``k``; ``w`` ``(B, N_k)`` sums to one."""
 
-    def __init__(self, q_width: int, kv_width: int, n_heads: int, dim_head: int, rope_scale: float):
+    def __init__(self, q_width: int, kv_width: int, n_heads: int, dim_head: int, rope_scale: float,
+                 project_out: bool = True):
         super().__init__()
         self.n_heads, self.dim_head, self.rope_scale = n_heads, dim_head, rope_scale
         inner = n_heads * dim_head
         self.q = nn.Linear(q_width, inner, bias=False)
         self.k = nn.Linear(kv_width, inner, bias=False)
         self.v = nn.Linear(kv_width, inner, bias=False)
-        self.out = nn.Linear(inner, q_width)
+        # published: no output Linear when one head already has the stream's width
+        self.out = nn.Linear(inner, q_width) if project_out else nn.Identity()
         with torch.no_grad():
             for h in range(n_heads):
                 blk = self.q.weight[h * dim_head:(h + 1) * dim_head]
@@ -123,12 +127,20 @@ class _GalerkinAttention(nn.Module):
         return self.out(torch.einsum("bihc,bhce->bihe", q, kv).reshape(b, nq, -1))
 
 
+def _project_out(published: bool, n_heads: int, dim_head: int, width: int) -> bool:
+    return not (published and n_heads == 1 and dim_head == width)
+
+
 class _EncoderLayer(nn.Module):
-    def __init__(self, width, n_heads, dim_head, dim_ff, rope_scale):
+    def __init__(self, width, n_heads, dim_head, dim_ff, rope_scale, published=True):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
-        self.attn = _GalerkinAttention(width, width, n_heads, dim_head, rope_scale)
-        self.ffn = nn.Sequential(nn.Linear(width, dim_ff), nn.GELU(), nn.Linear(dim_ff, width))
+        self.attn = _GalerkinAttention(width, width, n_heads, dim_head, rope_scale,
+                                       _project_out(published, n_heads, dim_head, width))
+        if published:  # the published FeedForward: GeGLU
+            self.ffn = _GeGLU(width, dim_ff, gelu_first=True)
+        else:
+            self.ffn = nn.Sequential(nn.Linear(width, dim_ff), nn.GELU(), nn.Linear(dim_ff, width))
 
     def forward(self, h, pos, w):
         h = self.ln1(h)
@@ -138,14 +150,18 @@ class _EncoderLayer(nn.Module):
 
 
 class _GeGLU(nn.Module):
-    """``Lin(F -> C)(a ⊙ GELU(g))`` with ``[a, g] = Lin(C -> 2F)(e)``."""
+    """``Lin(F -> C)(GELU(g) ⊙ a)`` with ``[g, a] = Lin(C -> 2F)(e)`` (``gelu_first``: the published ``GeGELU``,
+    GELU on the first half), or ``[a, g]`` (GELU on the second half, ``"sciattn_v1"``)."""
 
-    def __init__(self, width, hidden):
+    def __init__(self, width, hidden, gelu_first: bool = False):
         super().__init__()
+        self.gelu_first = gelu_first
         self.inp, self.out = nn.Linear(width, 2 * hidden), nn.Linear(hidden, width)
 
     def forward(self, e):
         a, g = self.inp(e).chunk(2, dim=-1)
+        if self.gelu_first:
+            a, g = g, a
         return self.out(a * nn.functional.gelu(g))
 
 
@@ -168,6 +184,14 @@ class OFormer(nn.Module):
         decoder_rope_scale: coordinate scale of the decoder's RoPE.
         rff_features: random Fourier features of the query embedding (even).
         rff_sigma: standard deviation of their frequencies (cycles per unit length).
+        variant: ``"published"`` (default), the authors' Darcy model (``SpatialEncoder2D`` +
+            ``PointWiseDecoder2DSimple``): GeGLU FFNs in the encoder and decoder (hidden ``dim_ff``, default the
+            stream's width), no bias in the lift, the latent projection, the query embedding and the first two
+            head layers, a 3-layer head ``C_z + d -> C_z -> C_z/2 -> C_out``, ``[sin, cos]`` query features
+            (``rff_features`` default ``latent_width``) and heads of the stream's width (``dim_head`` default
+            ``width`` in the encoder, ``latent_width`` in the decoder); ``"sciattn_v1"``: a GELU encoder FFN, biased
+            Linears, a 2-layer head, 32 ``[cos, sin]`` features and ``dim_head`` 32, the layout sciattn shipped
+            before issue 38 (a checkpoint whose config has no ``variant`` key loads as it).
     """
 
     input_kind = "grid"
@@ -181,15 +205,23 @@ class OFormer(nn.Module):
         width: int = 64,
         n_layers: int = 4,
         n_heads: int = 4,
-        dim_head: int = 32,
+        dim_head: int | None = None,
         dim_ff: int | None = None,
         latent_width: int = 64,
         rope_scales: list[float] | None = None,
         decoder_rope_scale: float = 16.0,
-        rff_features: int = 32,
+        rff_features: int | None = None,
         rff_sigma: float = 0.5,
+        variant: str = "published",
     ) -> None:
         super().__init__()
+        check_choice("variant", variant, VARIANTS)
+        self.variant = variant
+        published = variant == "published"
+        enc_head = dim_head or (width if published else 32)
+        dec_head = dim_head or (latent_width if published else 32)
+        rff_features = rff_features or (latent_width + latent_width % 2 if published else 32)
+        dim_head = enc_head
         for name, value in [("in_channels", in_channels), ("out_channels", out_channels), ("width", width),
                             ("n_layers", n_layers), ("n_heads", n_heads), ("dim_head", dim_head),
                             ("latent_width", latent_width), ("rff_features", rff_features)]:
@@ -204,18 +236,27 @@ class OFormer(nn.Module):
                 isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) for s in rope_scales):
             raise ValueError(f"rope_scales: expected {n_layers} finite numbers (one per layer) or None, got {rope_scales!r}")
         self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
-        ff = dim_ff or 2 * width
-        self.lift = nn.Linear(in_channels + spatial_dims, width)
-        self.layers = nn.ModuleList(_EncoderLayer(width, n_heads, dim_head, ff, float(s)) for s in rope_scales)
-        self.to_latent = nn.Linear(width, latent_width)
+        ff = dim_ff or (width if published else 2 * width)
+        bias = not published
+        self.lift = nn.Linear(in_channels + spatial_dims, width, bias=bias)
+        self.layers = nn.ModuleList(_EncoderLayer(width, n_heads, enc_head, ff, float(s), published)
+                                    for s in rope_scales)
+        self.to_latent = nn.Linear(width, latent_width, bias=bias)
         g = torch.Generator().manual_seed(0)
         self.register_buffer("rff_freqs", torch.randn(spatial_dims, rff_features // 2, generator=g) * rff_sigma)
-        self.query_embed = nn.Sequential(nn.Linear(rff_features, latent_width), nn.GELU(),
-                                         nn.Linear(latent_width, latent_width))
-        self.cross = _GalerkinAttention(latent_width, latent_width, n_heads, dim_head, float(decoder_rope_scale))
-        self.decoder_ffn = _GeGLU(latent_width, dim_ff or 2 * latent_width)
-        self.head = nn.Sequential(nn.Linear(latent_width + spatial_dims, latent_width), nn.GELU(),
-                                  nn.Linear(latent_width, out_channels))
+        self.query_embed = nn.Sequential(nn.Linear(rff_features, latent_width, bias=bias), nn.GELU(),
+                                         nn.Linear(latent_width, latent_width, bias=bias))
+        self.cross = _GalerkinAttention(latent_width, latent_width, n_heads, dec_head, float(decoder_rope_scale),
+                                        _project_out(published, n_heads, dec_head, latent_width))
+        self.decoder_ffn = _GeGLU(latent_width, dim_ff or (latent_width if published else 2 * latent_width),
+                                  gelu_first=published)
+        if published:  # PointWiseDecoder2DSimple.to_out
+            self.head = nn.Sequential(nn.Linear(latent_width + spatial_dims, latent_width, bias=False), nn.GELU(),
+                                      nn.Linear(latent_width, max(1, latent_width // 2), bias=False), nn.GELU(),
+                                      nn.Linear(max(1, latent_width // 2), out_channels))
+        else:
+            self.head = nn.Sequential(nn.Linear(latent_width + spatial_dims, latent_width), nn.GELU(),
+                                      nn.Linear(latent_width, out_channels))
 
     def encode(self, a: torch.Tensor, pos: torch.Tensor, w: torch.Tensor, query_pos=None) -> torch.Tensor:
         """Tokens ``(B, N, C_in)``, positions ``(B, N, d)``, weights ``(B, N)`` summing to one, queries ``(B, M, d)``
@@ -226,7 +267,9 @@ class OFormer(nn.Module):
             h = layer(h, pos, w)
         z = self.to_latent(h)
         phase = 2 * math.pi * qpos @ self.rff_freqs.to(qpos.dtype)
-        e = self.query_embed(torch.cat([torch.cos(phase), torch.sin(phase)], dim=-1))
+        pair = [torch.sin(phase), torch.cos(phase)] if self.variant == "published" else [torch.cos(phase),
+                                                                                            torch.sin(phase)]
+        e = self.query_embed(torch.cat(pair, dim=-1))
         e = e + self.cross(e, qpos, z, pos, w)
         e = e + self.decoder_ffn(e)
         return self.head(torch.cat([e, qpos], dim=-1))

@@ -38,8 +38,11 @@ Differences from the published code (xzppp/ONO ``ONOmodel2.py``; the Neural-Solv
   tokens and it convolves along the token order, so it is not a quadrature of any integral and depends on the
   point order and on ``N``.
 
-Model: ``[x_ψ, f] = MLP([x, a])`` (``Lin(d + C_in -> rC) - GELU - Lin(rC -> 2C)``, split in two), the blocks, and the
-output of the last ``MLP2``. Init ``trunc_normal(0.02)``, zero biases, ``μ = 0``.
+Model (``variant="published"``, the default, as ``ONOmodel2.py``): ``[x_ψ, f] = Lin([x, a])`` (``d + C_in -> 2C``,
+split in two) and ``ψ = Lin(x_ψ)`` (``C -> k``), the blocks, and the output of the last ``MLP2``; init
+``trunc_normal(0.02)``, zero biases, ``μ = 0``. ``variant="sciattn_v1"`` (what sciattn shipped before; 155k against
+130k parameters at width 64) makes the lift ``Lin(d + C_in -> rC) - GELU - Lin(rC -> 2C)`` and the projection
+``Lin(C -> C) - GELU - Lin(C -> k)``; its measured effect is on ``docs/operators/ono.md``.
 
 Shapes: as :class:`sciattn.operators.transolver.Transolver` (grids ``(B, C_in, *spatial)``; point sets ``x``
 ``(B, N, C_in)``, ``pos`` ``(B, N, d)``, ``weights`` and ``mask`` ``(B, N)``).
@@ -51,13 +54,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from sciattn._checks import check_choice
 from sciattn.partial_sums import exp_sums
 
 from .point_parts import Stage
 from .registry import register_operator
 from .transolver import TokenOperator, check_nonnegative_float, init_published
 
-__all__ = ["ONO", "LinearAttention", "cholesky_factor", "orthonormalize"]
+__all__ = ["ONO", "LinearAttention", "cholesky_factor", "orthonormalize", "VARIANTS"]
 
 
 def cholesky_factor(cov: torch.Tensor, jitter: float) -> torch.Tensor:
@@ -108,18 +112,21 @@ def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(n_in, hidden), nn.GELU(), nn.Linear(hidden, n_out))
 
 
+VARIANTS = ("published", "sciattn_v1")
+
+
 class _ONOBlock(nn.Module):
     """Two stages on the state ``(x, f)``: the linear attention of the ``x`` stream (sums ``k~ᵀ v``), then the
     spectral update of ``f`` (sums ``Σ = Σ_i w_i ψ_i ψ_iᵀ`` and ``Σ_i w_i ψ_i f_iᵀ``; with ``L Lᵀ = Σ + jitter``,
     ``ψ^ = ψ L^{-T}`` and ``Σ_i w_i ψ^_i f_iᵀ = L^{-1} Σ_i w_i ψ_i f_iᵀ``, so one pass over the points gives both)."""
 
-    def __init__(self, width, n_heads, mlp_ratio, psi_dim, cov_jitter, out_channels):
+    def __init__(self, width, n_heads, mlp_ratio, psi_dim, cov_jitter, out_channels, linear_proj=True):
         super().__init__()
         self.cov_jitter = cov_jitter
         self.ln1, self.ln2, self.ln3 = nn.LayerNorm(width), nn.LayerNorm(width), nn.LayerNorm(width)
         self.attn = LinearAttention(width, n_heads)
         self.mlp = _mlp(width, width * mlp_ratio, width)
-        self.proj = _mlp(width, width, psi_dim)
+        self.proj = nn.Linear(width, psi_dim) if linear_proj else _mlp(width, width, psi_dim)
         self.mu = nn.Parameter(torch.zeros(psi_dim))
         self.mlp2 = nn.Linear(width, out_channels) if out_channels else _mlp(width, width * mlp_ratio, width)
 
@@ -172,6 +179,9 @@ class ONO(TokenOperator):
         psi_dim: number ``k`` of learned orthonormal features ``ψ``.
         mlp_ratio: hidden width of the MLPs (and of the lift) as a multiple of ``width``.
         cov_jitter: relative Cholesky jitter: ``cov_jitter · tr(Σ)/k`` is added to the diagonal of ``Σ``.
+        variant: ``"published"`` (default): the lift ``[x_ψ, f] = Lin([x, a])`` and the projection ``ψ = Lin(x_ψ)``
+            are single Linears, as in the authors' code; ``"sciattn_v1"``: both are 2-layer GELU MLPs (the layout
+            sciattn shipped before issue 38; a checkpoint whose config has no ``variant`` key loads as it).
     """
 
     display_name = "ONO"
@@ -188,15 +198,21 @@ class ONO(TokenOperator):
         psi_dim: int = 16,
         mlp_ratio: int = 1,
         cov_jitter: float = 1e-4,
+        variant: str = "published",
     ) -> None:
         super().__init__()
+        check_choice("variant", variant, VARIANTS)
+        self.variant = variant
+        published = variant == "published"
         self._set_sizes(spatial_dims, in_channels=in_channels, out_channels=out_channels, width=width,
                         n_layers=n_layers, n_heads=n_heads, psi_dim=psi_dim, mlp_ratio=mlp_ratio)
         cov_jitter = check_nonnegative_float("cov_jitter", cov_jitter)
         self.width = width
-        self.lift = _mlp(spatial_dims + in_channels, width * mlp_ratio, 2 * width)
+        self.lift = (nn.Linear(spatial_dims + in_channels, 2 * width) if published
+                     else _mlp(spatial_dims + in_channels, width * mlp_ratio, 2 * width))
         self.blocks = nn.ModuleList(
-            _ONOBlock(width, n_heads, mlp_ratio, psi_dim, cov_jitter, out_channels if i == n_layers - 1 else None)
+            _ONOBlock(width, n_heads, mlp_ratio, psi_dim, cov_jitter, out_channels if i == n_layers - 1 else None,
+                      linear_proj=published)
             for i in range(n_layers)
         )
         init_published(self)

@@ -96,3 +96,20 @@ def cached_pairs(
             fh.create_dataset(f"{input_key}_{r}", data=a)
             fh.create_dataset(f"u_{r}", data=u)
     return data
+
+
+def uniform_step(values) -> float | None:
+    """The spacing of uniformly spaced times (at least two, increasing), else ``None``: a reader's ``dt``."""
+    import numpy as np
+
+    try:
+        t = np.asarray(values, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        return None
+    if t.size < 2:
+        return None
+    steps = np.diff(t)
+    h = float(steps[0])
+    if not h > 0 or not np.allclose(steps, h, rtol=1e-6, atol=0.0):
+        return None
+    return h

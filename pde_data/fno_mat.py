@@ -35,6 +35,10 @@ Datasets (all :class:`~sciattn.pde_data.grid_dataset.GridPairDataset`, channels 
     ``meta`` records the source path, name, split, resolution, stride, variables, the sample
     indices taken and the split convention.
 
+Layout. ``mat_layout`` (every loader): a v7.3 file's axis order, ``"matlab"`` (reversed) or ``"c"``; by default
+read from the file (``MATLAB_class`` on every variable MATLAB writes), and a stored shape that reads the same
+either way (``N`` equal to a spatial size or to ``T``) is refused with an error naming the axes and this option.
+
 Errors name the argument or the path: ``FileNotFoundError`` for a missing file, ``ValueError`` for
 a file that is not a MAT-file, is truncated or corrupt, lacks a key (the keys present are listed)
 or holds an array of the wrong rank, and for an argument outside what the file provides.
@@ -71,6 +75,7 @@ __all__ = [
     "load_fno_burgers",
     "load_fno_darcy",
     "load_fno_navier_stokes",
+    "MAT_LAYOUTS",
     "mat_variables",
     "mat_version",
     "read_mat_array",
@@ -169,7 +174,33 @@ def _check_matlab_layout(p: Path, name: str, obj: object) -> None:
         )
 
 
-def mat_variables(path: str | os.PathLike) -> dict[str, tuple[int, ...] | None]:
+MAT_LAYOUTS = ("matlab", "c")
+
+
+def _v73_order(p: Path, name: str, obj: object, mat_layout: str | None, *, reading: bool) -> bool:
+    """Whether the v7.3 dataset ``obj`` is stored with its axes reversed (MATLAB's column-major order).
+
+    ``mat_layout="matlab"`` / ``"c"`` says so; ``None`` reads it from the file: a variable written by MATLAB
+    carries ``MATLAB_class`` (without it the file is refused, :func:`_check_matlab_layout`), and is stored
+    reversed. When reading (``reading``), a stored shape that reads the same in both orders (a palindrome such as
+    ``(9, 9, 9)``: ``N = s`` for Darcy, ``N = T`` for Navier-Stokes) cannot tell the sample axis from the last
+    one, and is refused unless ``mat_layout`` sets the order."""
+    if mat_layout is not None:
+        check_choice("mat_layout", mat_layout, MAT_LAYOUTS)
+        return mat_layout == "matlab"
+    _check_matlab_layout(p, name, obj)
+    shape = tuple(int(n) for n in getattr(obj, "shape", ()))
+    if reading and sum(n > 1 for n in shape) >= 2 and shape == shape[::-1]:
+        raise ValueError(
+            f"mat_layout: {str(p)!r} variable {name!r} has the HDF5 shape {shape}, which reads the same with its axes "
+            f"reversed (MATLAB's column-major order) or not (C order), so the file cannot tell whether axis 0 or "
+            f"axis {len(shape) - 1} holds the samples; pass mat_layout='matlab' (saved by MATLAB's save -v7.3 or "
+            f"hdf5storage: axes reversed) or mat_layout='c' (written in C order, e.g. by h5py)"
+        )
+    return True
+
+
+def mat_variables(path: str | os.PathLike, mat_layout: str | None = None) -> dict[str, tuple[int, ...] | None]:
     """Variables of a MAT-file: name -> shape in the C-order (MATLAB) layout, without reading data.
 
     v5: ``scipy.io.whosmat``. v7.3: the top-level HDF5 objects except MATLAB's internal ``#refs#``
@@ -191,8 +222,11 @@ def mat_variables(path: str | os.PathLike) -> dict[str, tuple[int, ...] | None]:
                 if name.startswith("#"):
                     continue
                 obj = f.get(name)
-                _check_matlab_layout(p, name, obj)
-                out[name] = tuple(int(s) for s in reversed(obj.shape)) if _v73_is_array(obj) else None
+                if not _v73_is_array(obj):
+                    out[name] = None
+                    continue
+                rev = _v73_order(p, name, obj, mat_layout, reading=False)
+                out[name] = tuple(int(s) for s in (reversed(obj.shape) if rev else obj.shape))
         except ValueError:
             raise
         except Exception as e:
@@ -241,6 +275,7 @@ def read_mat_array(
     *,
     samples: slice = slice(None),
     index: tuple[slice, ...] = (),
+    mat_layout: str | None = None,
 ) -> np.ndarray:
     """Variable ``key`` of a MAT-file as a float32 C-contiguous array in the C-order layout ``(N, ...)``.
 
@@ -248,7 +283,10 @@ def read_mat_array(
     along the next ones; slices need a positive step. The result is
     ``full[samples, *index]``, identical for v5 and v7.3 files. For v7.3 only that hyperslab is read
     (the dataset, stored axis-reversed, is sliced in reversed order, then transposed); for v5 scipy
-    loads the one variable and the selection is cast.
+    loads the one variable and the selection is cast. ``mat_layout`` (v7.3 only): ``"matlab"`` (axes stored
+    reversed, as MATLAB writes them), ``"c"`` (C order, as h5py writes), or ``None``: read from the file
+    (``MATLAB_class`` present: reversed), refusing a stored shape that reads the same both ways
+    (:func:`_v73_order`).
 
     Raises ``ValueError`` naming the path and the key when the key is missing (listing the keys
     present) or does not hold a numeric array, ``ValueError`` naming the path when the file is not
@@ -263,19 +301,21 @@ def read_mat_array(
             if key.startswith("#") or key not in f:
                 raise _missing_key(p, key, [k for k in f.keys() if not k.startswith("#")])
             obj = f[key]
-            _check_matlab_layout(p, key, obj)
+            if mat_layout is None:
+                _check_matlab_layout(p, key, obj)
             if not _v73_is_array(obj) or obj.dtype.kind not in "biuf":
                 raise ValueError(
                     f"key: {str(p)!r} variable {key!r} is not a numeric array "
                     f"(MATLAB class {_matlab_class(obj)!r}, HDF5 {type(obj).__name__})"
                 )
-            shape = tuple(int(s) for s in reversed(obj.shape))
+            rev = _v73_order(p, key, obj, mat_layout, reading=True)
+            shape = tuple(int(s) for s in (reversed(obj.shape) if rev else obj.shape))
             sel = _selection(p, key, shape, samples, index)
             try:
-                data = obj[tuple(reversed(sel))]
+                data = obj[tuple(reversed(sel)) if rev else sel]
             except Exception as e:  # damaged chunks/raw data surface here as OSError
                 raise _corrupt(p, "v7.3", e) from e
-        return np.ascontiguousarray(data.transpose(), dtype=np.float32)
+        return np.ascontiguousarray(data.transpose() if rev else data, dtype=np.float32)
 
     try:
         loaded = scipy.io.loadmat(p, variable_names=[key], appendmat=False)
@@ -362,6 +402,7 @@ def load_fno_darcy(
     resolution: int | None = None,
     n_samples: int | None = None,
     split: str = "train",
+    mat_layout: str | None = None,
 ) -> GridPairDataset:
     """FNO Darcy flow: coefficient ``coeff`` -> solution ``sol``.
 
@@ -385,7 +426,7 @@ def load_fno_darcy(
     check_choice("split", split, SPLITS)
     if n_samples is not None:
         check_positive_int("n_samples", n_samples)
-    variables = mat_variables(p)
+    variables = mat_variables(p, mat_layout)
     shape = _shape_of(p, variables, "coeff", "(N, s, s)")
     if _shape_of(p, variables, "sol", "(N, s, s)") != shape or shape[1] != shape[2]:
         raise ValueError(
@@ -398,8 +439,8 @@ def load_fno_darcy(
         raise ValueError(f"n_samples: expected at most {n_file} (samples in {str(p)!r}), got {n}")
     r, stride = _stride(resolution, s, _node_resolutions(s), True, "a node grid")
     sel = {"samples": slice(0, n), "index": (slice(None, None, stride),) * 2}
-    x = _to_tensor(p, "coeff", read_mat_array(p, "coeff", **sel))
-    y = _to_tensor(p, "sol", read_mat_array(p, "sol", **sel))
+    x = _to_tensor(p, "coeff", read_mat_array(p, "coeff", **sel, mat_layout=mat_layout))
+    y = _to_tensor(p, "sol", read_mat_array(p, "sol", **sel, mat_layout=mat_layout))
     meta = _meta(
         p,
         split=split,
@@ -410,6 +451,8 @@ def load_fno_darcy(
         samples=(0, n),
         n_samples_in_file=n_file,
         split_convention=DARCY_SPLIT_CONVENTION,
+        bounds=[[0.0, 1.0], [0.0, 1.0]], periodic=False,
+        nodes={"endpoint": True, "rule": "x_i = i / (r - 1) on [0, 1]: both Dirichlet walls are nodes"},
     )
     return GridPairDataset(x[:, None], y[:, None], meta)
 
@@ -421,6 +464,7 @@ def load_fno_burgers(
     resolution: int | None = None,
     n_train: int = 1000,
     n_test: int = 100,
+    mat_layout: str | None = None,
 ) -> GridPairDataset:
     """FNO Burgers (``burgers_data_R10.mat``): initial condition ``a`` -> solution ``u`` at t = 1.
 
@@ -435,7 +479,7 @@ def load_fno_burgers(
     Returns ``x`` (n_split, 1, r) = a and ``y`` (n_split, 1, r) = u, float32, unnormalised.
     """
     p = check_file("path", path)
-    variables = mat_variables(p)
+    variables = mat_variables(p, mat_layout)
     shape = _shape_of(p, variables, "a", "(N, n)")
     if _shape_of(p, variables, "u", "(N, n)") != shape:
         raise ValueError(
@@ -445,8 +489,8 @@ def load_fno_burgers(
     samples = _split_slice(split, n_train, n_test, n_file, p)
     r, stride = _stride(resolution, n_grid, _periodic_resolutions(n_grid), False, "a periodic grid")
     sel = {"samples": samples, "index": (slice(None, None, stride),)}
-    x = _to_tensor(p, "a", read_mat_array(p, "a", **sel))
-    y = _to_tensor(p, "u", read_mat_array(p, "u", **sel))
+    x = _to_tensor(p, "a", read_mat_array(p, "a", **sel, mat_layout=mat_layout))
+    y = _to_tensor(p, "u", read_mat_array(p, "u", **sel, mat_layout=mat_layout))
     meta = _meta(
         p,
         split=split,
@@ -457,6 +501,7 @@ def load_fno_burgers(
         samples=(samples.start, samples.stop),
         n_samples_in_file=n_file,
         split_convention=BURGERS_SPLIT_CONVENTION,
+        bounds=[[0.0, 1.0]], periodic=True, nodes={"endpoint": False, "rule": "x_i = i / r on the periodic [0, 1)"},
     )
     return GridPairDataset(x[:, None], y[:, None], meta)
 
@@ -467,9 +512,11 @@ def load_fno_navier_stokes(
     split: str = "train",
     t_in: int = 10,
     t_out: int | None = None,
+    time_stride: int = 1,
     n_train: int = 1000,
     n_test: int = 200,
     resolution: int | None = None,
+    mat_layout: str | None = None,
 ) -> GridPairDataset:
     """FNO Navier-Stokes vorticity: the first ``t_in`` steps -> the next ``t_out`` steps.
 
@@ -482,6 +529,9 @@ def load_fno_navier_stokes(
     ``y`` (n_split, t_out, r, r) = ``u[..., t_in:t_in + t_out]``, float32. ``t_out=None`` takes
     all remaining steps, T - t_in, which is FNO's choice for the three files (40, 20, 10).
 
+    ``time_stride`` s takes the frames ``u[..., 0], u[..., s], ...`` (``t_in``/``t_out`` count taken frames);
+    ``meta["dt"]`` is the spacing of the file's ``t`` (when it holds one) times ``s``.
+
     Split convention (FNO ``fourier_2d_time.py``/``fourier_3d.py``): train = the first ``n_train``
     samples (1000), test = the LAST ``n_test`` samples (200); ``n_train + n_test <= N`` is
     required. ``resolution`` r must divide X (= Y): ``arr[:, ::X // r, ::X // r]``. None keeps X.
@@ -489,10 +539,12 @@ def load_fno_navier_stokes(
     """
     p = check_file("path", path)
     check_positive_int("t_in", t_in)
+    check_positive_int("time_stride", time_stride)
     if t_out is not None:
         check_positive_int("t_out", t_out)
-    variables = mat_variables(p)
-    n_file, nx, ny, n_t = _shape_of(p, variables, "u", "(N, X, Y, T)")
+    variables = mat_variables(p, mat_layout)
+    n_file, nx, ny, n_t_file = _shape_of(p, variables, "u", "(N, X, Y, T)")
+    n_t = len(range(0, n_t_file, time_stride))  # frames taken: u[..., 0], u[..., s], ...
     if nx != ny:
         raise ValueError(
             f"path: {str(p)!r} key 'u': expected a square grid (N, X, X, T), got {variables['u']}"
@@ -500,13 +552,22 @@ def load_fno_navier_stokes(
     t_out_eff = n_t - t_in if t_out is None else t_out
     if t_out_eff < 1 or t_in + t_out_eff > n_t:
         raise ValueError(
-            f"t_in, t_out: expected t_in + t_out <= T = {n_t} (time steps in {str(p)!r}) with t_out >= 1, "
-            f"got t_in={t_in}, t_out={t_out}"
+            f"t_in, t_out: expected t_in + t_out <= T = {n_t} (time steps in {str(p)!r}"
+            f"{f' taken every {time_stride}' if time_stride > 1 else ''}) with t_out >= 1, got t_in={t_in}, "
+            f"t_out={t_out}"
         )
     samples = _split_slice(split, n_train, n_test, n_file, p)
     r, stride = _stride(resolution, nx, _periodic_resolutions(nx), False, "a periodic grid")
     every = slice(None, None, stride)
-    u = read_mat_array(p, "u", samples=samples, index=(every, every, slice(0, t_in + t_out_eff)))
+    u = read_mat_array(p, "u", samples=samples,
+                       index=(every, every, slice(0, (t_in + t_out_eff - 1) * time_stride + 1, time_stride)),
+                       mat_layout=mat_layout)
+    dt = None
+    if variables.get("t") is not None:  # the file's times t (1, T): dt between the taken frames
+        from ._hdf5 import uniform_step
+
+        step = uniform_step(read_mat_array(p, "t", mat_layout=mat_layout))
+        dt = None if step is None else step * time_stride
     u = _to_tensor(p, "u", u).permute(0, 3, 1, 2)  # (n, T', r, r)
     meta = _meta(
         p,
@@ -517,9 +578,14 @@ def load_fno_navier_stokes(
         variables={"x": "u", "y": "u"},
         t_in=t_in,
         t_out=t_out_eff,
+        time_stride=time_stride,
         time_steps={"x": (0, t_in), "y": (t_in, t_in + t_out_eff)},
         samples=(samples.start, samples.stop),
         n_samples_in_file=n_file,
         split_convention=NAVIER_STOKES_SPLIT_CONVENTION,
+        bounds=[[0.0, 1.0], [0.0, 1.0]], periodic=True,
+        nodes={"endpoint": False, "rule": "x_i = i / r on the periodic torus [0, 1)^2"},
     )
+    if dt is not None:
+        meta["dt"] = dt
     return GridPairDataset(u[:, :t_in].contiguous(), u[:, t_in:].contiguous(), meta)

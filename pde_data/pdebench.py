@@ -57,6 +57,7 @@ from torch.utils.data import Dataset
 from sciattn._checks import check_choice, check_file, check_positive_int
 
 from ._hdf5 import open_hdf5 as _open
+from ._hdf5 import uniform_step as _uniform_step
 from ._hdf5 import where as _where
 from .grid_dataset import GridPairDataset
 
@@ -284,6 +285,9 @@ class PDEBenchWindowDataset(Dataset):
             "full_resolution": self._full_spatial,
             "grid": {k: (v[::time_stride] if k == "t" else v[::spatial_stride]) for k, v in grid.items()},
         }
+        dt = _uniform_step(self.meta["grid"]["t"]) if "t" in self.meta["grid"] else None
+        if dt is not None:  # the time between the taken frames: the file's t-coordinate, strided
+            self.meta["dt"] = dt
 
     # ------------------------------------------------------------------ scanning (metadata only)
 

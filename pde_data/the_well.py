@@ -35,6 +35,7 @@ from torch.utils.data import Dataset
 from sciattn._checks import check_choice, check_positive_int
 
 from ._hdf5 import open_hdf5 as _open
+from ._hdf5 import uniform_step as _uniform_step
 from ._hdf5 import where as _where
 
 __all__ = ["MIN_STD", "SPLITS", "TheWellDataset", "load_stats"]
@@ -269,6 +270,9 @@ class TheWellDataset(Dataset):
             ],
             "stats_path": str(stats_path) if self.normalize else None,
         }
+        step = _uniform_step(coords["time"]) if "time" in coords else None
+        if step is not None:  # the time between the taken frames: the file's time grid times time_stride
+            self.meta["dt"] = step * time_stride
 
     def _h5(self, k: int) -> h5py.File:
         if self._pid != os.getpid():

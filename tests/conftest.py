@@ -10,8 +10,10 @@ import torch
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-# SCIATTN_SHARED_DATA points a checkout elsewhere (a git worktree) at the same folder
-SHARED_DATA = Path(os.environ.get("SCIATTN_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+# ../shared/data beside the repository; SCIATTN_SHARED_DATA (or SCIATTN_TEST_SHARED_DATA) points elsewhere
+# (e.g. from a git worktree)
+SHARED_DATA = Path(os.environ.get("SCIATTN_SHARED_DATA") or os.environ.get("SCIATTN_TEST_SHARED_DATA")
+                   or Path(__file__).resolve().parents[1].parent / "shared" / "data")
 
 
 @pytest.fixture(autouse=True)

@@ -192,3 +192,31 @@ def test_docs_build_with_the_full_gallery(tmp_path):
     for script in GALLERY:
         images = list((html / "_images").glob(f"sphx_glr_{script.stem}_*.png"))
         assert images, f"{script.name}: no figure in the built gallery"
+
+
+SECTIONS = ("Equations", "Defaults", "Differences from the published code", "Refinement")
+
+
+def test_every_registered_operator_has_a_docs_page_with_the_sections():
+    """The index promises one page per operator: ``docs/operators/<name>.md`` for every registered name, with the
+    tier-2 pages' sections (Equations, Defaults, Differences from the published code, Refinement) and a generated
+    benchmark table block (``<!-- results:... -->``)."""
+    import re
+
+    from sciattn.operators import list_operators
+
+    missing, incomplete = [], {}
+    for name in list_operators():
+        page = DOCS / "operators" / f"{name}.md"
+        if not page.is_file():
+            missing.append(name)
+            continue
+        text = page.read_text()
+        heads = re.findall(r"^## (.+)$", text, flags=re.M)
+        lacking = [s for s in SECTIONS if not any(h.startswith(s) for h in heads)]
+        if "<!-- results:" not in text:
+            lacking.append("a generated results block")
+        if lacking:
+            incomplete[name] = lacking
+    assert not missing, f"registered operators without a page in docs/operators/: {missing}"
+    assert not incomplete, f"operator pages without the sections {SECTIONS}: {incomplete}"

@@ -237,10 +237,24 @@ def migrate_multipole_pyramid(name: str, config: dict[str, Any]) -> tuple[str, d
     return name, config
 
 
+#: Operators whose default became the published architecture (issue 38); their earlier layout is ``"sciattn_v1"``.
+VARIANT_OPERATORS = ("ono", "gnot", "factformer", "oformer")
+
+
+def migrate_variant(name: str, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(name, config)`` with ``variant="sciattn_v1"`` filled into an ONO, GNOT, FactFormer or OFormer config stored
+    before the key existed: those checkpoints were trained with sciattn's earlier layout (MLP lift and projection,
+    a shared gate, the GELU reducer, ...), while the default is now the published architecture. Decided by the
+    key's absence; a config that holds it is kept."""
+    if name in VARIANT_OPERATORS and "variant" not in config:
+        return name, {**config, "variant": "sciattn_v1"}
+    return name, config
+
+
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu"):
     """Rebuild ``(model, x_normalizer, y_normalizer, state)`` from a checkpoint or run directory."""
     state = load_checkpoint(path)
-    name, config = migrate_ball_modes(*migrate_mano_split(state["operator"], json.loads(state["operator_config"])))
+    name, config = migrate_variant(*migrate_ball_modes(*migrate_mano_split(state["operator"], json.loads(state["operator_config"]))))
     model = create_operator(name, **config)
     _load_weights(path, model, state["model"])
     model.to(device).eval()

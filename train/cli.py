@@ -43,7 +43,8 @@ def _cmd_train(args) -> int:
         cfg = from_dict(apply_overrides(json.loads(load_checkpoint(out)["run_config"]), args.set))
     # the run-directory checks (existing run, checkpoint to resume, writability, stale temporary files)
     # run in train_run on rank 0, before the data or the model are built; every rank raises their error
-    metrics = train_run(cfg, out, resume=resume, force=bool(args.force), progress=not args.no_progress)
+    metrics = train_run(cfg, out, resume=resume, force=bool(args.force), progress=not args.no_progress,
+                        allow_other_data=bool(args.allow_other_data))
     if "test" in metrics and not _is_worker():
         print(json.dumps({"run_dir": str(out), "test": metrics["test"]}, indent=2))
     return 0
@@ -197,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace the run already in --out: delete its checkpoint, metrics, logs, plots, "
                         "tensorboard/ and eval/ and train from scratch (without --force or --resume an existing "
                         "run is refused)")
+    t.add_argument("--allow-other-data", action="store_true",
+                   help="with --resume: continue on data whose fingerprint (shapes, sample count, a hash of the first "
+                        "samples) differs from the one the run recorded (without it, that is refused)")
     t.add_argument("--no-progress", action="store_true", help="hide progress bars")
     t.set_defaults(func=_cmd_train)
 

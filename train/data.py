@@ -36,7 +36,7 @@ from sciattn.pde_data.registry import BENCHMARKS, default_root
 from .config import ConfigError, DataConfig
 from .sources import READERS, Source, benchmark_parameters, detect_reader, resolve_source
 
-__all__ = ["build_datasets", "describe_source", "load_data_file", "load_at_resolutions", "data_layout",
+__all__ = ["build_datasets", "describe_source", "frame_names", "stepper_names", "load_data_file", "load_at_resolutions", "data_layout",
            "DATA_FORMATS", "GENERATED", "POINT_GENERATED", "TIME_SERIES"]
 
 DATA_FORMATS = ("auto", "neuralop_pt", "darcy_solver")
@@ -128,6 +128,41 @@ def _as_point_sample(s: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             "weights": w / w.sum()}
 
 
+def frame_names(variables: list[str], n_frames: int, first: int = 0) -> list[str]:
+    """Channel names of ``n_frames`` time-major frames of ``variables``: the variables themselves for one frame
+    (a state in, a state out: ``["w"]``), else ``name[k]`` for frames ``k = first, first + 1, ...`` counted from
+    the first input frame (``w[0] … w[4]`` in, ``w[5]`` next)."""
+    if n_frames == 1 and first == 0:
+        return list(variables)
+    return [f"{n}[{k}]" for k in range(first, first + n_frames) for n in variables]
+
+
+def stepper_names(variables: list[str], c_in: int, c_out: int) -> dict[str, list[str]] | None:
+    """Input and output channel names of a time stepper on frames of ``variables`` (``None`` when the channel
+    counts are not whole frames): ``c_in / len(variables)`` input frames; one output frame is named after the variables
+    themselves (``["u"]``, ``["w"]``), several after their frame index after the inputs."""
+    v = len(variables)
+    if not v or c_in % v or c_out % v:
+        return None
+    t_in = c_in // v
+    out_frames = c_out // v
+    return {"x": frame_names(variables, t_in), "y": list(variables) if out_frames == 1 else
+            frame_names(variables, out_frames, first=t_in)}
+
+
+def _frame_variables(meta: dict[str, Any]) -> list[str] | None:
+    """The variable names of a time series' frames (``["w"]``), where the reader or generator records them."""
+    fv = meta.get("frame_variables")
+    if isinstance(fv, (list, tuple)) and fv and all(isinstance(n, str) for n in fv):
+        return [str(n) for n in fv]
+    v = meta.get("variables")
+    if isinstance(v, (list, tuple)) and v and all(isinstance(n, str) for n in v):
+        return [str(n) for n in v]
+    if isinstance(v, dict) and meta.get("t_in") is not None and isinstance(v.get("x"), str) and v.get("x") == v.get("y"):
+        return [v["x"]]  # a reader's {"x": "u", "y": "u"}: frames of the file's variable u
+    return None
+
+
 def _variables(meta: dict[str, Any], c_in: int, c_out: int) -> dict[str, list[str]]:
     v = meta.get("variables")
     if isinstance(v, dict) and isinstance(v.get("x"), (list, tuple)) and isinstance(v.get("y"), (list, tuple)):
@@ -135,10 +170,12 @@ def _variables(meta: dict[str, Any], c_in: int, c_out: int) -> dict[str, list[st
         x, y = list(v["x"]), list(v["y"])
         if len(x) == c_in and len(y) == c_out:
             return {"x": [str(n) for n in x], "y": [str(n) for n in y]}
-    if isinstance(v, (list, tuple)) and v and c_in % len(v) == 0 and c_out % len(v) == 0:
-        names = [str(n) for n in v]  # time-major frames of these variables
-        return {"x": [f"{n}[{k}]" for k in range(c_in // len(v)) for n in names],
-                "y": [f"{n}[{k}]" for k in range(c_out // len(v)) for n in names]}
+    series = bool(meta.get("time_series") or meta.get("t_in") is not None
+                  or meta.get("format") in ("pdebench", "the_well"))
+    names = _frame_variables(meta) if series or isinstance(v, (list, tuple)) else None
+    if names and c_in % len(names) == 0 and c_out % len(names) == 0:
+        t_in = c_in // len(names)  # time-major frames of these variables; a time series' targets follow its inputs
+        return {"x": frame_names(names, t_in), "y": frame_names(names, c_out // len(names), first=t_in if series else 0)}
     return {"x": [f"x{i}" for i in range(c_in)], "y": [f"y{i}" for i in range(c_out)]}
 
 
@@ -171,11 +208,16 @@ def _finish(ds, meta: dict[str, Any], as_points: bool, split: str):
             ts, t_in, fc = _time_series(meta, c_in)
             meta.update(layout="points", variables=_variables(meta, c_in, c_out), time_series=ts, t_in=t_in,
                         frame_channels=fc, n_points=[int(p["x"].shape[0]) for p in pts][:1000])
+            if ts and _frame_variables(meta):
+                meta["frame_variables"] = _frame_variables(meta)
             return PointSetDataset(pts, meta)
         grid = GridPairDataset(torch.stack([s["x"] for s in samples]), torch.stack([s["y"] for s in samples]), meta)
     ts, t_in, fc = _time_series(meta, grid.in_channels)
+    frames = _frame_variables(meta) if ts else None
     meta.update(layout="grid", variables=_variables(meta, grid.in_channels, grid.out_channels), time_series=ts,
                 t_in=t_in, frame_channels=fc, resolution=list(grid.resolution))
+    if frames and len(frames) == fc:
+        meta["frame_variables"] = frames
     return GridPairDataset(grid.x, grid.y, meta)
 
 
@@ -274,8 +316,8 @@ def _generate_pairs(name: str, n: int, res: list[int], *, options: dict[str, Any
             pairs[k] = (field[:, :t_in].contiguous(), field[:, t_in:].contiguous())
         p = {**NS_DEFAULTS, **opts}
         meta.update(t_in=t_in, time_series=True, dt=float(p["t_final"]) / int(p["record_steps"]),
-                    variables={"x": [f"w[{k}]" for k in range(t_in)],
-                               "y": [f"w[{k}]" for k in range(t_in, int(p["record_steps"]))]})
+                    frame_variables=["w"], variables={"x": frame_names(["w"], t_in),
+                                                      "y": frame_names(["w"], int(p["record_steps"]) - t_in, t_in)})
     elif name == "shallow_water":
         from sciattn.pde_data.shallow_water_data import load_or_generate_shallow_water
 

@@ -393,7 +393,10 @@ def export_run(
         ``x`` that may vary), "dynamic_ranges" ({axis: [min, max or None]}), "size_multiples" ({axis: m}: the
         dynamic spatial sizes the program takes are the multiples of m), "fixed_resolution" (the spatial
         sizes the program requires, or ``None``), "max_points", "in_channels", "out_channels",
-        "spatial_dims", "operator", "max_abs_diff_at_example" (program vs eager on the example), "note"}``.
+        "spatial_dims", "operator", "channel_names" ({"x": [...], "y": [...]}: the run's variable names of the input
+        and output channels, ``in_k``/``out_k`` where it recorded none), "dt" (the run's time step or ``None``),
+        "max_abs_diff_at_example" (program vs eager on the example), "note"}``. An ONNX file holds the same in
+        its ``metadata_props`` (``sciattn_spec`` as JSON, ``input_channel_names``, ``output_channel_names``).
     """
     check_choice("format", format, FORMATS)
     if format == "onnx":
@@ -608,6 +611,8 @@ def export_run(
         "out_channels": c_out,
         "spatial_dims": d,
         "operator": name,
+        "channel_names": _channel_names(meta, c_in, c_out),
+        "dt": meta.get("dt") if isinstance(meta.get("dt"), (int, float)) else None,
         "max_abs_diff_at_example": check,
         "note": "; ".join(notes),
     }
@@ -618,8 +623,41 @@ def export_run(
             torch.export.save(program, buf, extra_files={SPEC_FILE: json.dumps(spec)})
             tmp.write_bytes(buf.getvalue())
         else:
+            _onnx_metadata(program, {k: v for k, v in info.items() if k != "path"})
             program.save(str(tmp), external_data=False)
     return info
+
+
+def _channel_names(meta: dict[str, Any], c_in: int, c_out: int) -> dict[str, list[str]]:
+    """``{"x": [...], "y": [...]}``: the run's variable names of the program's input and output channels (a time
+    stepper's outputs are its frames' variables), ``in_k`` / ``out_k`` where the run recorded none (as
+    :class:`~.surrogate.Surrogate` names them)."""
+    variables = meta.get("variables") if isinstance(meta.get("variables"), dict) else {}
+    frames = meta.get("frame_variables")
+    if isinstance(frames, list) and frames:
+        from .data import stepper_names
+
+        named = stepper_names([str(f) for f in frames], c_in, c_out) or {}
+        variables = {**named, **{k: v for k, v in variables.items() if len(v or []) == (c_in if k == "x" else c_out)}}
+    out = {}
+    for key, n, prefix in (("x", c_in, "in"), ("y", c_out, "out")):
+        names = variables.get(key)
+        ok = isinstance(names, list) and len(names) == n and all(isinstance(v, str) for v in names)
+        out[key] = [str(v) for v in names] if ok else [f"{prefix}_{i}" for i in range(n)]
+    return out
+
+
+def _onnx_metadata(program: Any, spec: dict[str, Any]) -> None:
+    """Store ``spec`` in the ONNX model's ``metadata_props``: ``sciattn_spec`` (the whole spec as JSON, as the
+    ``.pt2`` holds it) and ``input_channel_names`` / ``output_channel_names`` (comma-separated variable names), so
+    an ONNX runtime user reads what each channel of ``x`` and ``y`` is."""
+    model = getattr(program, "model", None)
+    props = getattr(model, "metadata_props", None)
+    if props is None:
+        return
+    props["sciattn_spec"] = json.dumps(spec)
+    props["input_channel_names"] = ",".join(spec["channel_names"]["x"])
+    props["output_channel_names"] = ",".join(spec["channel_names"]["y"])
 
 
 def _shape_str(t: torch.Tensor) -> str:
@@ -687,14 +725,15 @@ class LoadedProgram:
         if x.shape[1] != c_in:
             raise ValueError(f"x: expected C_in = {c_in} input channels along axis 1, got {x.shape[1]} "
                              f"(shape {_shape_str(x)})")
-        self._dtype("x", x, spec["input_dtype"], " (the program's input dtype; export again with input_dtype= for "
-                                                 "another)")
+        self._dtype("x", x, spec["input_dtype"], " (the program's input dtype; export again for another: export_run(..., "
+                                                 "input_dtype=...) or sciattn export --dtype ...)")
         self._batch(x)
         spatial = tuple(x.shape[2:])
         fixed = spec.get("fixed_resolution")
         if fixed is not None and list(spatial) != list(fixed):
             raise ValueError(f"x: expected the spatial sizes {tuple(fixed)} (the program is exported at one "
-                             f"resolution; export again with example_shape= for another), got {spatial}")
+                             f"resolution; export again for another: export_run(..., example_shape=...) or sciattn export "
+                             f"--shape HxW), got {spatial}")
         multiples = spec.get("size_multiples") or {}
         ranges = spec.get("dynamic_ranges") or {}
         for i, n in enumerate(spatial):
@@ -724,8 +763,8 @@ class LoadedProgram:
             if tuple(value.shape) != want:
                 raise ValueError(f"{name}: expected shape {what} = {want} matching x {_shape_str(x)}, got "
                                  f"{_shape_str(value)}")
-        self._dtype("x", x, spec["input_dtype"], " (the program's input dtype; export again with input_dtype= for "
-                                                 "another)")
+        self._dtype("x", x, spec["input_dtype"], " (the program's input dtype; export again for another: export_run(..., "
+                                                 "input_dtype=...) or sciattn export --dtype ...)")
         self._dtype("pos", pos, "float32")
         self._dtype("weights", weights, "float32")
         self._dtype("mask", mask, "bool")
@@ -733,7 +772,8 @@ class LoadedProgram:
         max_points = spec.get("max_points")
         if n < 1 or max_points is not None and n > max_points:
             raise ValueError(f"x: expected 1 <= N <= {max_points if max_points is not None else 'any'} points along "
-                             f"axis 1, got N = {n} (shape {_shape_str(x)})")
+                             f"axis 1 (export again for larger clouds: export_run(..., max_points=...) or sciattn "
+                             f"export --max-points N), got N = {n} (shape {_shape_str(x)})")
         self._finite(x, mask[..., None])
 
 
@@ -757,5 +797,6 @@ def load_program(path: str | os.PathLike) -> LoadedProgram:
                          f"({type(err).__name__}: {_first_line(err)[:200]})") from err
     if not extra[SPEC_FILE]:
         raise ValueError(f"path: {str(path)!r} holds no sciattn input spec (not written by export_run, or by an "
-                         f"older sciattn); export it again, or load it with torch.export.load(path).module()")
+                         f"older sciattn); export it again (export_run or sciattn export), or load it with "
+                         f"torch.export.load(path).module()")
     return LoadedProgram(program.module(), json.loads(extra[SPEC_FILE]), str(path))

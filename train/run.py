@@ -34,7 +34,8 @@ from .plots import plot_loss_curve, plot_resolution_curve, plot_sample
 from .rollout import rollout_errors, stability_verdict
 from .trainer import Trainer, evaluate_dataset
 
-__all__ = ["train_run", "evaluate_run", "count_parameters", "check_resume_config", "fit_data_normalizers",
+__all__ = ["train_run", "evaluate_run", "count_parameters", "check_resume_config", "check_resume_data",
+           "data_fingerprint", "fit_data_normalizers",
            "prepare_run_dir", "RESUME_FREE_KEYS", "RUN_MARKERS"]
 
 # keys that may differ between a run and its continuation without changing the computation
@@ -128,7 +129,7 @@ def _run_dir_error(out: Path, *, resume: bool, force: bool | None) -> str | None
     found = [name for name in RUN_MARKERS if (out / name).exists()]
     if force is False and found:
         return (f"--out: {str(out)!r} already holds a run ({', '.join(found)}); pass --resume to continue it or "
-                f"--force to replace it")
+                f"--force to replace it (Python: train_run(..., resume=True) or force=True)")
     return None
 
 
@@ -199,21 +200,76 @@ def _prepare_on_main(ctx, out: Path, *, resume: bool, force: bool | None, log) -
 
 
 def train_run(cfg: RunConfig, out: str | Path, *, resume: bool = False, force: bool | None = None,
-              progress: bool = True, log=print) -> dict[str, Any]:
+              progress: bool = True, log=print, allow_other_data: bool = False) -> dict[str, Any]:
     """Train the configured model; write ``checkpoint.pt``, ``metrics.json``, ``metrics.csv``, logs and
     PNGs into ``out`` (rank 0). Under torchrun the process group is created here and destroyed at the end.
 
-    ``resume``: continue from ``out/checkpoint.pt`` (which must exist). ``force``: what to do with a
-    run already in ``out`` when not resuming — ``False`` refuses, ``True`` replaces it, ``None``
-    (default) writes over it; see :func:`prepare_run_dir`, which runs first (rank 0)."""
+    ``resume``: continue from ``out/checkpoint.pt`` (which must exist), on data whose fingerprint
+    (:func:`data_fingerprint`) is the one the run recorded; ``allow_other_data=True`` (CLI
+    ``--allow-other-data``) continues on other data. ``force``: what to do with a run already in ``out``
+    when not resuming — ``False`` refuses, ``True`` replaces it, ``None`` (default) writes over it; see
+    :func:`prepare_run_dir`, which runs first (rank 0).
+
+    A run that fails before it writes its first checkpoint (bad data, a config the data refuses, an error
+    in the first epoch) leaves nothing behind: a run directory this call created is removed again, and
+    one that existed keeps only what it held before."""
     t = cfg.train
     ctx = init_distributed(t.device)
     log = log if ctx.is_main else (lambda message: None)
+    out = Path(out)
+    created = not out.exists()
     try:
-        _prepare_on_main(ctx, Path(out), resume=resume, force=force, log=log)
-        return _train_run(cfg, Path(out), ctx, resume=resume, progress=progress and ctx.is_main, log=log)
+        _prepare_on_main(ctx, out, resume=resume, force=force, log=log)
+        try:
+            return _train_run(cfg, out, ctx, resume=resume, progress=progress and ctx.is_main, log=log,
+                              allow_other_data=allow_other_data)
+        except BaseException:
+            if ctx.is_main and created and not (out / "checkpoint.pt").exists():
+                shutil.rmtree(out, ignore_errors=True)  # nothing of value yet: no folder left behind
+            raise
     finally:
         shutdown_distributed(ctx)
+
+
+def data_fingerprint(ds) -> dict[str, Any]:
+    """What identifies a training set without storing it: the shapes of a sample's ``x`` and ``y`` (and
+    ``pos``), the sample count and a SHA-256 of the float32 bytes of the first (at most) 4 samples. Two data
+    sets with the same fingerprint are, for a resumed run, the same data."""
+    import hashlib
+
+    n = len(ds)
+    h = hashlib.sha256()
+    for i in range(min(4, n)):
+        s = ds[i]
+        for key in ("x", "y", "pos"):
+            if key in s:
+                h.update(key.encode())
+                h.update(s[key].detach().to(torch.float32).contiguous().numpy().tobytes())
+    first = ds[0] if n else {}
+    return {"n_samples": n, "x_shape": list(first["x"].shape) if n else None,
+            "y_shape": list(first["y"].shape) if n else None, "sha256_first_samples": h.hexdigest()}
+
+
+def check_resume_data(fingerprint: dict[str, Any], run_dir: str | Path, *, allow_other_data: bool = False) -> None:
+    """Refuse (``ConfigError``) to resume the run in ``run_dir`` on data whose fingerprint differs from the one its
+    checkpoint recorded, naming what differs; nothing to check for a checkpoint without one (older runs) or with
+    ``allow_other_data``."""
+    path = Path(run_dir) / "checkpoint.pt"
+    if allow_other_data or not path.is_file():
+        return
+    state = load_checkpoint(path)
+    try:
+        stored = json.loads(state.get("data_meta") or "{}").get("fingerprint")
+    except (TypeError, ValueError, AttributeError):
+        return
+    if not isinstance(stored, dict):
+        return
+    diff = [f"{k}: {stored.get(k)!r} -> {fingerprint.get(k)!r}" for k in sorted(fingerprint)
+            if stored.get(k) != fingerprint.get(k)]
+    if diff:
+        raise ConfigError(f"--resume: the training data differ from the data {str(path)!r} was trained on ({'; '.join(diff)}); "
+                          "resume on the run's own data, train into a new run directory, or pass --allow-other-data "
+                          "(Python: train_run(..., allow_other_data=True)) to continue on these data")
 
 
 def _model_params(cfg: RunConfig, train, c_out: int) -> dict[str, Any]:
@@ -263,11 +319,13 @@ def _time_series_plan(cfg: RunConfig, train) -> tuple[int, bool]:
     return c_out, True
 
 
-def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, log) -> dict[str, Any]:
+def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, log,
+               allow_other_data: bool = False) -> dict[str, Any]:
     started = time.perf_counter()
     t = cfg.train
     if resume:
         check_resume_config(cfg, out)
+        _keep_stored_variant(cfg, out)
     if t.threads:
         torch.set_num_threads(t.threads)
     torch.manual_seed(t.seed)
@@ -277,6 +335,9 @@ def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, 
     if ctx.is_main:
         barrier(ctx)
     data_seconds = time.perf_counter() - started
+    fingerprint = data_fingerprint(train)
+    if resume:
+        check_resume_data(fingerprint, out, allow_other_data=allow_other_data)
     source = describe_source(cfg.data)
     points = data_layout(train) == "points"
     c_out, time_series = _time_series_plan(cfg, train)
@@ -303,7 +364,8 @@ def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, 
         weight_decay=t.weight_decay, scheduler=t.scheduler, pct_start=t.pct_start, loss=t.loss,
         h1_weight=t.h1_weight, grad_clip=t.grad_clip, grad_accum_steps=t.grad_accum_steps, precision=t.precision,
         checkpoint_every_steps=t.checkpoint_every_steps, run_dir=out, run_config=cfg.to_dict(), seed=t.seed,
-        device=t.device, progress=progress, log=log, loggers=loggers, data_meta={"source": source},
+        device=t.device, progress=progress, log=log, loggers=loggers,
+        data_meta={"source": source, "fingerprint": fingerprint},
         rollout_steps=t.rollout_steps, domain_parallel=t.domain_parallel,
     )
     metrics = trainer.fit(resume=resume)
@@ -315,6 +377,8 @@ def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, 
     metrics["data_source"] = source
     metrics["meta"] = {k: train.meta[k] for k in ("variables", "dt", "time_series", "t_in", "frame_channels", "layout")
                        if k in train.meta}
+    if trainer.data_meta.get("variables"):  # the model's own channels (a stepper's outputs: the frames' variables)
+        metrics["meta"]["variables"] = trainer.data_meta["variables"]
     errors = {r: v["rel_l2"] for k, v in final.items() if (r := _resolution_of(k)) is not None}
     metrics["rel_l2_by_resolution"] = {str(r): e for r, e in sorted(errors.items())}
     if time_series and not points:
@@ -341,6 +405,21 @@ def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, 
     metrics["wall_seconds"] = time.perf_counter() - started
     atomic_write_bytes((json.dumps(metrics, indent=2) + "\n").encode(), out / "metrics.json")
     return metrics
+
+
+def _keep_stored_variant(cfg: RunConfig, out: Path) -> None:
+    """A run stored before its operator's current defaults resumes with the settings it was trained with: ONO, GNOT,
+    FactFormer, OFormer without ``variant`` keep ``"sciattn_v1"``; Erwin without ``key_diameter`` keeps its ball
+    mode and BSA without ``window`` its global branches (instead of building the new defaults)."""
+    from .checkpoint import migrate_ball_modes, migrate_variant
+
+    state = load_checkpoint(out / "checkpoint.pt")
+    original = json.loads(state["operator_config"])
+    _, stored = migrate_variant(*migrate_ball_modes(state["operator"], original))
+    for key in ("variant", "ball_mode", "window"):
+        changed = key in stored and (key not in original or stored[key] != original[key])
+        if changed and key not in cfg.model:
+            cfg.model[key] = stored[key]
 
 
 def _check_domain_parallel(d: int, ctx, model, points: bool) -> None:

@@ -8,7 +8,8 @@ reads it back, falling back to what older checkpoints recorded. The layout::
      "variables": {"x": [...], "y": [...]},          # channel names (or absent)
      "dt": 0.5,                                       # time between input and output states (or absent)
      "domain": {"kind": "grid", "shape": [64, 64], "bounds": [[0, 1], [0, 1]],
-                "periodic": [true, true] | null, "dims": ["x", "y"] | absent}
+                "periodic": [true, true] | null, "dims": ["x", "y"] | absent,
+                "endpoint": true | false | absent}            # nodes a + (b - a) i / (n - 1) | i / n
              | {"kind": "sphere", "grid": "equiangular", "nlat": 32, "nlon": 64}
              | {"kind": "point_cloud", "dim": 2, "n_points": 1024, "name": "unit square" | absent},
      "source": {...} | "...",                         # where the data came from
@@ -169,6 +170,9 @@ def _domain(meta: Mapping[str, Any], sample: Mapping[str, Any]) -> dict[str, Any
         periodic = None if known is None else [known] * len(shape)
     out = {"kind": "grid", "shape": shape, "bounds": _grid_bounds(meta, coords, dims, shape),
            "periodic": None if periodic is None else [bool(p) for p in periodic]}
+    nodes = meta.get("nodes")
+    if isinstance(nodes, Mapping) and isinstance(nodes.get("endpoint"), bool):
+        out["endpoint"] = nodes["endpoint"]  # True: the nodes include both walls, a + (b - a) i / (n - 1)
     if dims:
         out["dims"] = list(dims)
     return {**out, **_jsonable(given)}
@@ -180,7 +184,27 @@ def _statistics(train_data) -> dict[str, Any]:
     return dataset_statistics(train_data)
 
 
-def collect_data_meta(train_data, *, source: Any = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def _model_variables(meta: Mapping[str, Any], variables: dict[str, list[str]] | None, c_in: int, c_out: int,
+                     model_channels) -> dict[str, list[str]] | None:
+    """Channel names of the model's inputs and outputs. A time stepper predicts fewer frames than a sample holds as
+    targets: its outputs are named after the frames' variables (``["w"]``), not after the data's target frames."""
+    m_in, m_out = (model_channels or (None, None))
+    m_in = m_in if isinstance(m_in, int) and not isinstance(m_in, bool) else c_in
+    m_out = m_out if isinstance(m_out, int) and not isinstance(m_out, bool) else c_out
+    frames = meta.get("frame_variables")
+    if meta.get("time_series") and isinstance(frames, (list, tuple)) and frames:
+        from .data import stepper_names
+
+        named = stepper_names([str(n) for n in frames], m_in, m_out)
+        if named is not None:
+            return named
+    if variables and (m_in, m_out) != (c_in, c_out):
+        return {k: v for k, v in variables.items() if len(v) == (m_in if k == "x" else m_out)} or None
+    return variables
+
+
+def collect_data_meta(train_data, *, source: Any = None, extra: Mapping[str, Any] | None = None,
+                      model_channels: tuple[int | None, int | None] | None = None) -> dict[str, Any]:
     """The JSON-able description of ``train_data`` that a run records (see the module docstring).
 
     Args:
@@ -188,6 +212,9 @@ def collect_data_meta(train_data, *, source: Any = None, extra: Mapping[str, Any
         source: where the data came from (e.g. ``sciattn.train.data.describe_source(cfg)``); default
             ``meta["source"]`` (with ``meta["name"]``), else ``None``.
         extra: entries merged over the collected ones (a ``domain`` dict is merged key by key).
+        model_channels: ``(in, out)`` channels of the model trained on the data, when they differ from a sample's
+            (a time stepper predicts one frame of a longer target): its output names are then the frames'
+            variables (``frame_variables``: ``["w"]``), and ``variables`` names the model's channels.
 
     Raises ``ValueError`` naming ``train_data`` for an empty dataset or samples without ``"x"``/``"y"``,
     and ``TypeError`` naming ``extra`` when it is not a mapping or not plain JSON data.
@@ -205,9 +232,12 @@ def collect_data_meta(train_data, *, source: Any = None, extra: Mapping[str, Any
     points = sample.get("pos") is not None and x.dim() == 2
     c_in, c_out = (int(x.shape[-1]), int(y.shape[-1])) if points else (int(x.shape[0]), int(y.shape[0]))
     out: dict[str, Any] = {"version": DATA_META_VERSION}
-    variables = _variables(meta, c_in, c_out)
+    variables = _model_variables(meta, _variables(meta, c_in, c_out), c_in, c_out, model_channels)
     if variables:
         out["variables"] = variables
+    frames = meta.get("frame_variables")
+    if isinstance(frames, (list, tuple)) and frames and all(isinstance(n, str) for n in frames):
+        out["frame_variables"] = [str(n) for n in frames]
     dt = _dt(meta)
     if dt is not None:
         out["dt"] = dt

@@ -17,8 +17,11 @@ Accepted inputs (``x`` for :meth:`Surrogate.predict`, ``state`` for :meth:`Surro
   Computation is in the operator's own dtype (float32 for trained runs).
 * ``xarray.DataArray`` whose dims are the channel dim (name ``channel_dim``, default
   ``"channel"``; a DataArray without it is one channel), the spatial dims (``spatial_dim_names``
-  in that order, or by default the last ``spatial_dims`` of the remaining dims, in the
-  DataArray's order) and at most one more dim, which is the batch dim (any name). Coordinate
+  in that order, the ``dims`` the run's domain recorded, or, without either, the remaining dims in the
+  DataArray's order) and at most one more dim, the batch dim. Without ``spatial_dim_names`` (or recorded
+  dims) a batch dim is taken only when it comes first under a batch name (:data:`BATCH_DIM_NAMES`:
+  ``sample``, ``batch``, ...); other layouts, e.g. ``('x', 'y', 'sample')``, are refused with an error
+  naming ``spatial_dim_names`` rather than guessed. Coordinate
   values are carried, not used: the operator sees the values on its own grid layout, as in
   training. The result keeps the dims order, every
   coordinate that does not live on the channel dim (non-uniform spatial coordinates included),
@@ -42,7 +45,8 @@ arguments the run already knows:
 * ``dt`` is the time step of :meth:`Surrogate.step` and the spacing of the ``time`` coordinate of
   :meth:`Surrogate.rollout`;
 * the ``domain`` gives xarray outputs their spatial coordinates where the input has none (a grid:
-  the uniform nodes ``a + (b - a) i / n`` of its recorded bounds at the input's size; a sphere:
+  the nodes the reader recorded, ``a + (b - a) i / (n - 1)`` with both walls or ``a + (b - a) i / n``, at the
+  input's size; a sphere:
   ``lat``/``lon`` in degrees of its recorded grid), and, when it records the spatial dim names,
   which dims of a DataArray are spatial.
 
@@ -76,7 +80,10 @@ from sciattn.pde_data.normalizers import IdentityNormalizer
 from .checkpoint import load_model
 from .run_metadata import read_data_meta
 
-__all__ = ["Surrogate", "NonFiniteStateError", "run_metadata"]
+__all__ = ["Surrogate", "NonFiniteStateError", "run_metadata", "BATCH_DIM_NAMES"]
+
+#: Names a DataArray's first dim may have to be taken as the batch dim without ``spatial_dim_names``.
+BATCH_DIM_NAMES = ("batch", "sample", "samples", "member", "ensemble", "realization", "case", "trajectory")
 
 #: The run's recorded data metadata (:func:`~.run_metadata.read_data_meta`); kept under its old name.
 run_metadata = read_data_meta
@@ -241,6 +248,13 @@ class Surrogate:
         config = json.loads(state.get("operator_config") or "{}")
         n_in = getattr(model, "in_channels", config.get("in_channels"))
         n_out = getattr(model, "out_channels", config.get("out_channels"))
+        frames = meta.get("frame_variables")
+        if isinstance(frames, list) and frames and isinstance(n_in, int) and isinstance(n_out, int):
+            from .data import stepper_names  # a time stepper: outputs named after the frames' variables
+
+            named = stepper_names([str(f) for f in frames], n_in, n_out)
+            variables = {**variables, **{k: v for k, v in (named or {}).items()
+                                         if len(variables.get(k) or []) != (n_in if k == "x" else n_out)}}
         for key, arg, n in (("x", "input_names", n_in), ("y", "output_names", n_out)):
             names = variables.get(key)
             if arg not in kwargs and isinstance(names, list) and (n is None or len(names) == n):
@@ -346,7 +360,16 @@ class Surrogate:
         if wanted is None and isinstance(recorded, list) and len(recorded) == d and all(n in dims for n in recorded):
             wanted = [str(n) for n in recorded]
         if wanted is None:
-            return (dims[0] if len(dims) == d + 1 else None), list(dims[-d:])
+            if len(dims) == d:  # no batch dim: the DataArray's dims in their order, as a NumPy array's axes
+                return None, list(dims)
+            if dims[0] in BATCH_DIM_NAMES:
+                return dims[0], list(dims[1:])
+            raise ValueError(
+                f"{name}: cannot tell the batch dim from the {d} spatial dims among dims {tuple(dims)} (shape "
+                f"{shape}); pass spatial_dim_names= (Surrogate(..., spatial_dim_names=[...]) or "
+                f"Surrogate.from_run(run, spatial_dim_names=[...])) with the {d} spatial dims in the operator's "
+                f"axis order (the order of the training grid's axes, e.g. {list(dims[-d:])}), or put the batch dim "
+                f"first under one of the names {list(BATCH_DIM_NAMES)}")
         missing = [n for n in wanted if n not in dims]
         if missing:
             raise ValueError(f"{name}: expected the spatial dims {wanted}, got dims {tuple(dims)} "
@@ -482,8 +505,10 @@ class Surrogate:
         """Coordinates of the recorded domain at spatial ``shape``, one array per spatial axis (operator
         order), or ``None`` when the run recorded no grid or sphere domain.
 
-        A grid: the uniform nodes ``a + (b - a) i / n`` of each axis's recorded bounds ``[a, b]`` (the
-        layout of :class:`sciattn.domain.Grid`). A sphere: latitudes ``90 - colatitude`` in degrees of
+        A grid: the nodes the reader recorded on each axis's bounds ``[a, b]``: ``a + (b - a) i / (n - 1)`` where
+        the file's grid holds both walls (``domain["endpoint"]``, e.g. FNO's Darcy ``.mat`` files), else the
+        uniform nodes ``a + (b - a) i / n`` (the layout of :class:`sciattn.domain.Grid`; neuraloperator's
+        ``GridEmbedding``, ``linspace(a, b, n + 1)[:-1]``, for its ``.pt`` files; periodic grids). A sphere: latitudes ``90 - colatitude`` in degrees of
         the recorded grid (north first) and longitudes ``360 j / nlon`` degrees.
         """
         dom = self.domain or {}
@@ -492,6 +517,8 @@ class Surrogate:
             bounds = dom.get("bounds")
             if not isinstance(bounds, list) or len(bounds) != len(shape):
                 return None
+            if dom.get("endpoint") is True:  # the reader recorded nodes on both walls
+                return [float(a) + (float(b) - float(a)) * np.arange(n) / max(n - 1, 1) for (a, b), n in zip(bounds, shape)]
             return [float(a) + (float(b) - float(a)) * np.arange(n) / n for (a, b), n in zip(bounds, shape)]
         if dom.get("kind") == "sphere" and len(shape) == 2 and dom.get("grid"):
             from sciattn.quadrature import sphere_quadrature

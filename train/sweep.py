@@ -275,7 +275,8 @@ def resolution_sweep(
         first = next(iter(shift))
         raise ValueError(f"data: the evaluation data {label!r} lies outside the training data's statistics "
                          f"({reference_from}) at resolution(s) {', '.join(shift)}: {'; '.join(shift[first][:3])}; "
-                         f"pass --allow-distribution-shift to sweep anyway (the report then says out of distribution)")
+                         f"pass --allow-distribution-shift (Python: allow_distribution_shift=True) to sweep anyway (the "
+                         f"report then says out of distribution)")
     if shift:
         msg = (f"OUT OF DISTRIBUTION: the evaluation data {label!r} lies outside the training statistics at "
                f"{', '.join(shift)}: {'; '.join(next(iter(shift.values()))[:3])}")

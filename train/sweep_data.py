@@ -82,9 +82,14 @@ def _resolve(path: str | os.PathLike, run_dir: Path) -> Path:
                             f"relative to {str(run_dir)!r}); pass --data PATH")
 
 
-def _read_file(path: Path, reader: str | None) -> GridPairDataset:
+def _read_file(path: Path, reader: str | None, options: dict[str, Any] | None = None) -> GridPairDataset:
+    """The file as the run read it: with the reader options it recorded (e.g. ``t_in`` of a time series)."""
     from .data import _as_grid, load_data_file
 
+    if options and (reader == "neuralop_pt" or path.suffix == ".pt"):
+        from sciattn.pde_data.neuralop_pt import load_neuralop_pt
+
+        return _as_grid(load_neuralop_pt(path, **options))
     return _as_grid(load_data_file(path, "neuralop_pt" if reader == "neuralop_pt" or path.suffix == ".pt" else None))
 
 
@@ -103,7 +108,8 @@ def matched_generator(source: dict[str, Any], run_dir: str | os.PathLike = ".",
         return str(source["name"]), dict(source.get("params") or {})
     if source["kind"] == "benchmark":
         return (str(source["name"]), dict(source.get("options") or {})) if source["name"] in POINT_GENERATED else None
-    ds = train if train is not None else _read_file(_resolve(source["path"], Path(run_dir)), source.get("reader"))
+    ds = train if train is not None else _read_file(_resolve(source["path"], Path(run_dir)), source.get("reader"),
+                                                    source.get("options"))
     if _is_neuralop_darcy(ds):
         from sciattn.pde_data.darcy_neuralop import NEURALOP_DARCY_FIT
 
@@ -161,7 +167,7 @@ def sweep_sets(source: dict[str, Any], resolutions: list[int], run_dir: str | os
     run_dir = Path(run_dir)
     res = sorted({int(r) for r in resolutions})
     train_path = _resolve(source["path"], run_dir) if source["kind"] == "file" else None
-    train = _read_file(train_path, source.get("reader")) if train_path is not None else None
+    train = _read_file(train_path, source.get("reader"), source.get("options")) if train_path is not None else None
     generator = matched_generator(source, run_dir, train)
     if generator is not None:
         name, params = generator
@@ -187,7 +193,7 @@ def sweep_sets(source: dict[str, Any], resolutions: list[int], run_dir: str | os
         return sets, {"kind": "benchmark", "data": source["name"], "n_samples": len(next(iter(sets.values())))}
     test = source.get("test") if isinstance(source.get("test"), dict) else {}  # describe_source nests the test file
     path = _resolve(source.get("test_path") or test.get("path") or source["path"], run_dir)
-    ds = train if path == train_path else _read_file(path, source.get("reader"))  # the training file read once
+    ds = train if path == train_path else _read_file(path, source.get("reader"), source.get("options"))
     return ({r: _restrict(ds, r, str(path)) for r in res},
             {"kind": "restricted file", "path": str(path), "n_samples": len(ds)})
 

@@ -194,7 +194,8 @@ class Trainer:
             self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, T_max=steps)
         sample = train_data[0]["x"]
         self.train_resolution = None if self.points else list(sample.shape[1:])
-        self.data_meta = collect_data_meta(train_data, extra=data_meta)
+        self.data_meta = collect_data_meta(train_data, extra=data_meta, model_channels=(
+            getattr(model, "in_channels", None), getattr(model, "out_channels", None)))
         self.epoch = 0  # completed epochs
         self.step = 0  # optimiser steps
         self.batches_done = 0  # optimiser steps done in the current epoch

@@ -105,7 +105,8 @@ def test_the_cli_run_records_domain_statistics_and_normalisers(tiny_darcy, tmp_p
     state = load_checkpoint(run)
     meta = json.loads(state["data_meta"])
     assert meta["domain"] == {"kind": "grid", "shape": [8, 8], "bounds": [[0.0, 1.0], [0.0, 1.0]],
-                              "periodic": [False, False]}  # neuraloperator's Darcy: Dirichlet boundary
+                              "periodic": [False, False],  # neuraloperator's Darcy: Dirichlet boundary
+                              "endpoint": False}  # its nodes i / n: the wall at 0 is a node, the one at 1 is not
     assert meta["train_resolution"] == [8, 8] and meta["source"] is not None
     train_x = torch.load(root / "darcy_train_8.pt", weights_only=True)["x"].float()
     assert meta["statistics"]["x"]["mean"][0] == pytest.approx(float(train_x.mean()), rel=1e-6)

@@ -17,7 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _token_checks as tc  # noqa: E402
 
 CFG = dict(in_channels=2, out_channels=3, width=8, n_layers=2, n_heads=2, dim_head=4, latent_width=6,
-           kernel_multiplier=2, rope_scale=5.0, rff_features=4)
+           kernel_multiplier=2, rope_scale=5.0, rff_features=4,
+           variant="sciattn_v1")  # the transcription below is of the earlier layout (published: test_published_forwards.py)
 
 
 def _model(spatial_dims=2, **change):

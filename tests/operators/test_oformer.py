@@ -17,7 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _token_checks as tc  # noqa: E402
 
 CFG = dict(in_channels=2, out_channels=3, spatial_dims=2, width=8, n_layers=2, n_heads=2, dim_head=6,
-           latent_width=8, rope_scales=[3.0, 1.0], decoder_rope_scale=2.0, rff_features=4)
+           latent_width=8, rope_scales=[3.0, 1.0], decoder_rope_scale=2.0, rff_features=4,
+           variant="sciattn_v1")  # the transcription below is of the earlier layout (published: test_published_forwards.py)
 
 
 def _model(**change):

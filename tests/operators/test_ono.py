@@ -17,7 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _token_checks as tc  # noqa: E402
 
 NAME = "ono"
-CFG = dict(in_channels=2, out_channels=3, spatial_dims=2, width=8, n_layers=2, n_heads=2, psi_dim=4, mlp_ratio=2)
+CFG = dict(in_channels=2, out_channels=3, spatial_dims=2, width=8, n_layers=2, n_heads=2, psi_dim=4, mlp_ratio=2,
+           variant="sciattn_v1")  # the transcription below is of the earlier layout (published: test_published_forwards.py)
 
 
 def _mlp(p, name, x):

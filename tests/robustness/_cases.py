@@ -12,10 +12,12 @@ with ``--import-mode=importlib``), so every area shares the same runner.
 
 from __future__ import annotations
 
+import contextlib
 import io
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import redirect_stderr
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -30,6 +32,28 @@ class Case:
     exc: type[BaseException] | tuple[type[BaseException], ...] | None  # None: a CLI case (exit status 2, the message on stderr)
     words: tuple[str, ...]
     one_line: bool = True
+    # environment the case pins while it runs (None: unset), so it means the same under any shell: e.g. the
+    # forced-Triton-on-CPU cases unset TRITON_INTERPRET, whose interpreter would run the kernel instead of refusing
+    env: Mapping[str, str | None] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def pinned_env(env: Mapping[str, str | None]) -> Iterator[None]:
+    """Set (or, for ``None``, unset) the variables of ``env`` for the duration, then restore them."""
+    saved = {k: os.environ.get(k) for k in env}
+    try:
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def parametrize(cases: Sequence[Case]):
@@ -41,8 +65,13 @@ def parametrize(cases: Sequence[Case]):
 
 
 def run_case(case: Case, *args: object) -> str:
-    """Call ``case.call(*args)``, check the exception (or exit status 2 and stderr) and the words;
-    return the message."""
+    """Call ``case.call(*args)`` (under the case's pinned environment), check the exception (or exit status 2 and
+    stderr) and the words; return the message."""
+    with pinned_env(case.env):
+        return _run_case(case, *args)
+
+
+def _run_case(case: Case, *args: object) -> str:
     if case.exc is None:
         err = io.StringIO()
         with redirect_stderr(err):

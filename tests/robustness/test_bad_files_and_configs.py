@@ -198,6 +198,8 @@ CASES: list[Case] = [
     Case("mat-empty", _bytes("a.mat", b""), load, ValueError, ("name_or_path", "{path}", "is empty (0 bytes)")),
     Case("mat-v73-truncated", _truncated("a.mat", _v73), load, ValueError,
          ("{path}", "truncated or corrupt", "MATLAB v7.3")),
+    Case("mat-v73-ambiguous-layout", _v73_file("a.mat", arrays={"coeff": np.zeros((9, 9, 9)), "sol": np.zeros((9, 9, 9))}),
+         load, ValueError, ("mat_layout:", "{path}", "'coeff'", "(9, 9, 9)", "mat_layout='matlab'", "mat_layout='c'")),
     Case("mat-v73-c-order", _v73_file("a.mat", matlab=False), load, ValueError,
          ("{path}", "'coeff'", "no MATLAB_class", "axes swapped", "expected a variable written by MATLAB")),
     Case("cli-evaluate-empty-data", lambda tmp: (_bytes("a.pt", b"")(tmp), _checkpoint(tmp))[0],

@@ -33,8 +33,10 @@ def build(layer: str, id: str, make, exc, words, one_line: bool = True) -> Case:
 
 
 def fwd(layer: str, id: str, make, call, exc, words, one_line: bool = True) -> Case:
-    """A forward case: ``call(make())`` runs a valid layer on one bad input."""
-    return Case("layers", f"{layer}-forward-{id}", lambda: call(make()), exc, words, one_line)
+    """A forward case: ``call(make())`` runs a valid layer on one bad input. A forced-Triton case pins Triton's
+    interpreter off (with TRITON_INTERPRET=1 the kernel would run on CPU instead of being refused)."""
+    env = {"TRITON_INTERPRET": None} if "triton" in id else {}
+    return Case("layers", f"{layer}-forward-{id}", lambda: call(make()), exc, words, one_line, env)
 
 
 def galerkin(**kw):

@@ -173,7 +173,7 @@ def test_os_and_import_errors_are_one_line(tiny, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(torch, "save", full_disk)
     assert main(["train", str(cfg), "--out", str(tmp_path / "r"), *FAST]) == 2
     assert _error_line(capsys) == f"sciattn train: error: disk full while writing '{tmp_path / 'r' / 'checkpoint.pt'}'"
-    assert not [p for p in (tmp_path / "r").iterdir() if p.name.endswith(".tmp")]
+    assert not (tmp_path / "r").exists()  # failed before its first checkpoint: no run folder (nor .tmp) is left
 
     def no_module(*a, **k):
         raise ImportError("No module named 'tensorboard'", name="tensorboard")
@@ -182,6 +182,7 @@ def test_os_and_import_errors_are_one_line(tiny, tmp_path, capsys, monkeypatch):
     assert main(["train", str(cfg), "--out", str(tmp_path / "i"), *FAST]) == 2
     err = _error_line(capsys)
     assert "cannot import 'tensorboard'" in err and "No module named 'tensorboard'" in err
+    assert not (tmp_path / "i").exists()
 
     def denied(*a, **k):
         raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "data.pt"))

@@ -238,3 +238,19 @@ def test_the_recorded_domain_gives_coordinates_and_spatial_dims():
     np.testing.assert_allclose(lon, 45.0 * np.arange(8))
     with pytest.raises(TypeError, match="domain: expected a mapping"):
         Surrogate(_AxisProbe(), domain=[1, 2])
+
+
+def test_dataarray_dims_it_would_have_to_guess_are_refused(run):
+    """('x', 'y', 'sample') used to take x as the batch and return a wrongly labelled result: now the batch dim is
+    taken only when it comes first under a batch name, or spatial_dim_names says which dims are spatial."""
+    sur = Surrogate.from_run(run)
+    x = field((3, 8, 8))  # (sample, x, y)
+    da = xr.DataArray(x.transpose(1, 2, 0), dims=("x", "y", "sample"))
+    with pytest.raises(ValueError, match=r"x: cannot tell the batch dim from the 2 spatial dims among dims "
+                                         r"\('x', 'y', 'sample'\) .* pass spatial_dim_names="):
+        sur.predict(da)
+    named = Surrogate.from_run(run, spatial_dim_names=["x", "y"]).predict(da)
+    assert named.dims == ("x", "y", "sample")
+    np.testing.assert_allclose(named.transpose("sample", "x", "y").values, sur.predict(x[:, None])[:, 0], atol=1e-6)
+    first = sur.predict(xr.DataArray(x, dims=("sample", "x", "y")))  # a batch name first: no guess needed
+    np.testing.assert_allclose(first.values, named.transpose("sample", "x", "y").values, atol=1e-6)
