@@ -9,13 +9,28 @@ import pytest
 from benchmarks import harness
 
 
-def test_quick_run_ours_converges_and_the_bare_sum_differs(tmp_path):
-    """Quick budget (16², 32² against the cell means of 64²), q/k std 0.1: our kernel's difference shrinks at least
-    2× per refinement at both initialisations. At the published initialisation the kernel's variance is not far
-    above eps, so the bare sum (GroupNorm eps 1e-8/N²) gives other outputs; with q/k std 0.1 it is far above, and
-    the two agree to 1%."""
+def test_quick_run_ours_converges_with_the_published_layout(tmp_path):
+    """The default (published) layout: our kernel's difference shrinks at least 2× per refinement at both
+    initialisations, and the bare sum and ours agree to 1% with q/k std 0.1."""
     records = harness.run_benchmark("factformer_kernel_refinement", quick=True, results=tmp_path,
                                     overrides={"qk_std": 0.1}, command="pytest")
+    rows = [r["row"] for r in records]
+    by = {(r["init"], r["kernel"], r["n"]): r["error"] for r in rows}
+    for init in ("published init (xavier, gain 0.02)", "redrawn, std 0.1"):
+        assert by[(init, "quadrature (ours)", 32)] < 0.5 * by[(init, "quadrature (ours)", 16)], by
+    for n in (16, 32):
+        ours, bare = by[("redrawn, std 0.1", "quadrature (ours)", n)], by[("redrawn, std 0.1", "bare sum (published)", n)]
+        assert abs(bare - ours) < 1e-2 * ours, (n, ours, bare)
+    assert "`variant='published'`" in harness.get("factformer_kernel_refinement").notes(records)
+
+
+def test_quick_run_ours_converges_and_the_bare_sum_differs(tmp_path):
+    """The sciattn_v1 layout, quick budget (16², 32² against the cell means of 64²), q/k std 0.1: our kernel's
+    difference shrinks at least 2× per refinement at both initialisations. At the published initialisation the
+    kernel's variance is not far above eps, so the bare sum (GroupNorm eps 1e-8/N²) gives other outputs; with q/k
+    std 0.1 it is far above, and the two agree to 1%."""
+    records = harness.run_benchmark("factformer_kernel_refinement", quick=True, results=tmp_path,
+                                    overrides={"qk_std": 0.1, "variant": "sciattn_v1"}, command="pytest")
     rows = [r["row"] for r in records]
     by = {(r["init"], r["kernel"], r["n"]): r["error"] for r in rows}
     inits = ["published init (xavier, gain 0.02)", "redrawn, std 0.1"]
@@ -47,6 +62,7 @@ def test_committed_rows_validate_and_render():
     ("seed", 1.5, "seed: expected a non-negative integer"),
     ("sizes", [48], "sizes: expected"),
     ("reference", 0, "reference: expected a positive integer"),
+    ("variant", "v2", "variant: expected one of"),
 ])
 def test_bad_parameters_are_refused_by_name(tmp_path, key, value, words):
     with pytest.raises(ValueError, match=words):
