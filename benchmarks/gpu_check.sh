@@ -5,6 +5,8 @@
 #   bash benchmarks/gpu_check.sh            # rows under $RES, packed into $OUT/results.tgz (default ./gpu_out)
 #   STEPS="gpu_targets pytest" bash benchmarks/gpu_check.sh      # only some steps
 #   TUNE=1 bash benchmarks/gpu_check.sh     # also the launch-configuration sweep (about 90 s more)
+#   STEPS=pointcloud_scale bash benchmarks/gpu_check.sh   # a second device call: every point-set operator at
+#                                           # 2^20 and 2^22 points on the GPU (at most 300 s; not in the default)
 #
 # Steps, each with its own time limit so that a hang in one still leaves the others' output. Every benchmark
 # runs through the harness (python -m benchmarks run NAME --out $RES) and appends its rows to $RES/NAME.jsonl;
@@ -19,6 +21,8 @@
 #    physical pyramid through SDPA and through flex attention (its GPU path, checked in step 7 first)
 # 5. balltree_gpu --set device="cuda": host-sync check, tree build and ball attention scaling
 # 6. gpu_tuning (only with TUNE=1): launch-configuration sweep of the Triton kernels
+# 6b. pointcloud_scale (only when named in STEPS): forward at 2^20 and 2^22 points, forward+backward at 2^20,
+#    time and peak GPU memory per point-set operator (never run yet: no device since it was written)
 # 7. pytest of the Triton kernel tests and of the multipole flex path (outputs and gradients against the SDPA
 #    path on the GPU) with compiled kernels (TRITON_INTERPRET=0), one process per
 #    file, so that a kernel fault (which poisons the CUDA context) stays inside its file
@@ -84,6 +88,9 @@ step multipole_scaling 70 "$PY" -m benchmarks run multipole_scaling --out "$RES"
     --set methods='["multipole", "multipole_flex", "multipole_cells8", "galerkin", "dense_sdpa"]' 
 step balltree_gpu 60 "$PY" -m benchmarks run balltree_gpu --out "$RES" --set device='"cuda"' --set reps=5
 step gpu_tuning 150 "$PY" -m benchmarks run gpu_tuning --out "$RES" --set timeout=50
+step pointcloud_scale 300 "$PY" -m benchmarks run pointcloud_scale --out "$RES" --set device='"cuda"' \
+    --set sizes='[1048576, 4194304]' --set backward_max=1048576 --set reps=3 --set max_seconds=60 \
+    --set memory_limit_mb=65536
 for f in galerkin_triton softmax_triton neighborhood_triton backend_equivalence multipole_flex_gpu; do
     step "pytest_$f" 45 "$PY" -m pytest -q -p no:cacheprovider -rs "tests/sciattn/test_$f.py"
 done

@@ -28,6 +28,12 @@ instead of 2.8 GB: the heap keeps freed blocks resident.)
 operators are rerun on their own, last). The notes give the verdict of the target: every operator's forward at
 2^20 points within 16 GB peak RSS, time recorded.
 
+``device="cuda"`` runs each case on the GPU (model and input moved there, the time between two
+``torch.cuda.synchronize`` calls) and records, beside the resident set, the peak memory the caching allocator
+handed out (``torch.cuda.max_memory_allocated``, the model and input included); a case that runs out of GPU memory
+counts as over the memory limit (the forward is retried chunked). ``benchmarks/gpu_check.sh`` runs it at 2^20 and
+2^22 points (``STEPS=pointcloud_scale``).
+
     python -m benchmarks run pointcloud_scale [--quick]
     python -m benchmarks run pointcloud_scale --set operators='["erwin", "bsa_transformer"]' --set merge=true
 """
@@ -75,8 +81,10 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure(operator: str, n: int, phase: str, reps: int, chunk_points: int | None = None) -> dict:
-    """One case in this process (run it in a fresh one for its memory): seconds and peak resident MB."""
+def measure(operator: str, n: int, phase: str, reps: int, chunk_points: int | None = None,
+            device: str = "cpu") -> dict:
+    """One case in this process (run it in a fresh one for its memory): seconds, peak resident MB and, on CUDA,
+    the peak allocated GPU MB."""
     import torch
 
     from sciattn.operators.point_parts import chunked_points
@@ -86,6 +94,12 @@ def measure(operator: str, n: int, phase: str, reps: int, chunk_points: int | No
     gen = torch.Generator().manual_seed(1)
     pos = torch.rand(1, n, DIMS, generator=gen)
     x = torch.randn(1, n, 1, generator=gen)
+    cuda = device == "cuda"
+    if cuda:
+        model, pos, x = model.to(device), pos.to(device), x.to(device)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     base = peak_rss_mb()
 
     if phase == "forward":
@@ -101,23 +115,27 @@ def measure(operator: str, n: int, phase: str, reps: int, chunk_points: int | No
 
     t0 = time.perf_counter()
     call()
+    sync()
     times = [time.perf_counter() - t0]
     if times[0] <= 5.0:
         times = []
         for _ in range(reps):
             t0 = time.perf_counter()
             call()
+            sync()
             times.append(time.perf_counter() - t0)
     return {"seconds": sorted(times)[len(times) // 2], "peak_mb": peak_rss_mb(), "base_mb": base,
+            "peak_gpu_mb": torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else None,
             "parameters": sum(p.numel() for p in model.parameters())}
 
 
 def worker(spec: dict[str, Any]) -> dict:
-    """``{"operator", "n", "phase", "reps", "threads", "chunk_points"}`` -> :func:`measure`'s dict."""
+    """``{"operator", "n", "phase", "reps", "threads", "chunk_points", "device"}`` -> :func:`measure`'s dict."""
     import torch
 
     torch.set_num_threads(int(spec["threads"]))
-    return measure(spec["operator"], int(spec["n"]), spec["phase"], int(spec["reps"]), spec.get("chunk_points"))
+    return measure(spec["operator"], int(spec["n"]), spec["phase"], int(spec["reps"]), spec.get("chunk_points"),
+                   spec.get("device", "cpu"))
 
 
 def _rss_mb(pid: int) -> float:
@@ -150,6 +168,8 @@ def run_case(spec: dict, malloc_env: dict[str, str], memory_limit_mb: float) -> 
     out, err = proc.communicate()
     if proc.returncode != 0:
         tail = (err or out).strip().splitlines()[-1:] or ["no output"]
+        if "OutOfMemoryError" in tail[0]:
+            return None, f"memory: out of GPU memory ({tail[0][:160]})"
         return None, f"exit {proc.returncode}: {tail[0][:200]}"
     return json.loads(out.strip().splitlines()[-1]), None
 
@@ -157,12 +177,13 @@ def run_case(spec: dict, malloc_env: dict[str, str], memory_limit_mb: float) -> 
 SCHEMA = {
     "operator": "str", "N": "int", "forward_s": "float?", "peak_forward_mb": "float?", "forward_backward_s": "float?",
     "peak_forward_backward_mb": "float?", "base_mb": "float?", "chunk_points": "int?", "parameters": "int?",
-    "status": "str?", "measured_in": "str?",
+    "status": "str?", "measured_in": "str?", "device": "str?", "peak_forward_gpu_mb": "float?",
+    "peak_forward_backward_gpu_mb": "float?",
 }
 PARAMS: dict[str, Any] = {
     "operators": list(OPERATORS), "sizes": [2 ** 12, 2 ** 14, 2 ** 16, 2 ** 18, 2 ** 20], "backward_max": 2 ** 18,
     "reps": 3, "threads": 1, "max_seconds": 2400.0, "memory_limit_mb": float(TARGET_MB), "chunk_points": 2 ** 16,
-    "malloc_env": {}, "merge": False,
+    "malloc_env": {}, "merge": False, "device": "cpu",
 }
 QUICK = {"sizes": [256, 1024], "backward_max": 256, "reps": 1, "max_seconds": 120.0}
 
@@ -190,6 +211,15 @@ def _check(p: dict) -> None:
         raise ValueError(f"malloc_env: expected a dict with keys among {list(MALLOC_VARIABLES)}, got {p['malloc_env']!r}")
     if not isinstance(p["merge"], bool):
         raise ValueError(f"merge: expected true or false, got {p['merge']!r}")
+    if p["device"] not in ("cpu", "cuda"):
+        raise ValueError(f"device: expected 'cpu' or 'cuda', got {p['device']!r}")
+    if p["device"] == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("device: expected a machine with CUDA for 'cuda'; torch.cuda.is_available() is False here")
+    if p["merge"] and p["device"] != "cpu":
+        raise ValueError(f"merge: copies CPU rows, so it needs device 'cpu', got device {p['device']!r}")
 
 
 def _guess(done: list[tuple[int, float]], n: int) -> float | None:
@@ -211,13 +241,14 @@ def _forward(p: dict, operator: str, n: int, spec: dict) -> tuple[dict, list[str
     got, why = run_case(spec, p["malloc_env"], p["memory_limit_mb"])
     if got is not None:
         return {"forward_s": got["seconds"], "peak_forward_mb": got["peak_mb"], "base_mb": got["base_mb"],
-                "parameters": got["parameters"]}, []
+                "peak_forward_gpu_mb": got.get("peak_gpu_mb"), "parameters": got["parameters"]}, []
     notes = [f"forward failed ({why})"]
     if why.startswith("memory") and _supports_chunks(operator):
         got, why2 = run_case({**spec, "chunk_points": p["chunk_points"]}, p["malloc_env"], p["memory_limit_mb"])
         if got is not None:
             return ({"forward_s": got["seconds"], "peak_forward_mb": got["peak_mb"], "base_mb": got["base_mb"],
-                     "parameters": got["parameters"], "chunk_points": p["chunk_points"]},
+                     "peak_forward_gpu_mb": got.get("peak_gpu_mb"), "parameters": got["parameters"],
+                     "chunk_points": p["chunk_points"]},
                     [f"whole forward {why}; chunked evaluation, {p['chunk_points']:,} points per chunk"])
         notes.append(f"chunked forward failed ({why2})")
     return {}, notes
@@ -233,7 +264,8 @@ def run(params: dict) -> list[dict]:
         done_b: list[tuple[int, float]] = []
         over: dict[str, int] = {}  # phase -> the smallest N that exceeded the memory limit
         for n in sorted(p["sizes"]):
-            spec = {"operator": operator, "n": n, "reps": p["reps"], "threads": p["threads"], "chunk_points": None}
+            spec = {"operator": operator, "n": n, "reps": p["reps"], "threads": p["threads"], "chunk_points": None,
+                    "device": p["device"]}
             values: dict[str, Any] = {}
             status: list[str] = []
             guess = _guess(done_f, n)
@@ -262,10 +294,11 @@ def run(params: dict) -> list[dict]:
                         if why.startswith("memory"):
                             over["backward"] = n
                     else:
-                        values.update(forward_backward_s=got["seconds"], peak_forward_backward_mb=got["peak_mb"])
+                        values.update(forward_backward_s=got["seconds"], peak_forward_backward_mb=got["peak_mb"],
+                                      peak_forward_backward_gpu_mb=got.get("peak_gpu_mb"))
                         values["parameters"] = got["parameters"]
                         done_b.append((n, got["seconds"]))
-            rows.append(_row(operator, n, **values, status="; ".join(status) or None))
+            rows.append(_row(operator, n, **values, device=p["device"], status="; ".join(status) or None))
             print(json.dumps(rows[-1]), flush=True)
     return _merge(p, rows) if p["merge"] else rows
 
@@ -300,15 +333,21 @@ def table(records: list[dict]) -> str:
     """One line per operator and N: times (s), peak resident memory (GB), chunking and status."""
     rows = [r["row"] for r in records]
     measured = any(r["measured_in"] for r in rows)
+    gpu = any(r.get("peak_forward_gpu_mb") is not None or r.get("peak_forward_backward_gpu_mb") is not None
+              for r in rows)
     lines = ["| operator | N | forward (s) | peak RSS, forward (GB) | forward+backward (s) | "
-             "peak RSS, forward+backward (GB) | notes |" + (" measured in |" if measured else ""),
-             "|---|---|---|---|---|---|---|" + ("---|" if measured else "")]
+             "peak RSS, forward+backward (GB) |" + (" peak GPU, forward (GB) | peak GPU, forward+backward (GB) |"
+                                                   if gpu else "") + " notes |" + (" measured in |" if measured else ""),
+             "|---|---|---|---|---|---|" + ("---|---|" if gpu else "") + "---|" + ("---|" if measured else "")]
     for r in rows:
         note = "; ".join(filter(None, [f"chunked, {r['chunk_points']:,} points per chunk" if r["chunk_points"] else None,
                                        r["status"]]))
         lines.append(f"| {r['operator']} | {_n(r['N'])} | {_fmt(r['forward_s'])} | "
                      f"{_fmt(r['peak_forward_mb'], '.2f', 1 / 1024)} | {_fmt(r['forward_backward_s'])} | "
-                     f"{_fmt(r['peak_forward_backward_mb'], '.2f', 1 / 1024)} | {note} |"
+                     f"{_fmt(r['peak_forward_backward_mb'], '.2f', 1 / 1024)} |"
+                     + (f" {_fmt(r.get('peak_forward_gpu_mb'), '.2f', 1 / 1024)} | "
+                        f"{_fmt(r.get('peak_forward_backward_gpu_mb'), '.2f', 1 / 1024)} |" if gpu else "")
+                     + f" {note} |"
                      + (f" {r['measured_in'] or ''} |" if measured else ""))
     return "\n".join(lines)
 
@@ -334,9 +373,12 @@ def notes(records: list[dict]) -> str:
     """How it was measured, the fitted forward-time exponents and the verdict of the 2^20 target."""
     p = records[0]["params"]
     rows = [r["row"] for r in records]
-    lines = [f"3-D uniform clouds, batch 1, fp32, {p['threads']} thread(s), default widths; memory: resident-set "
-             f"high-water mark of a fresh subprocess per case (absolute), killed above {p['memory_limit_mb']:g} MB. "
-             + malloc_note(p["malloc_env"] or {}), "",
+    on_gpu = p.get("device", "cpu") == "cuda"
+    lines = [f"3-D uniform clouds, batch 1, fp32, {p['threads']} thread(s), default widths"
+             + (", on the GPU (peak GPU memory: torch.cuda.max_memory_allocated, model and input included)"
+                if on_gpu else "")
+             + f"; memory: resident-set high-water mark of a fresh subprocess per case (absolute), killed above "
+               f"{p['memory_limit_mb']:g} MB. " + malloc_note(p["malloc_env"] or {}), "",
              "| operator | parameters | forward time exponent | forward+backward time exponent | "
              f"forward at {_n(TARGET_N)} within {TARGET_MB // 1024} GB |", "|---|---|---|---|---|"]
     verdict = verdicts(rows)

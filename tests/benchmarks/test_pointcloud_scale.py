@@ -91,7 +91,37 @@ def test_harness_run_retries_chunked_skips_slow_cases_and_gives_the_verdict(tmp_
     ("sizes", [8], "sizes: expected a non-empty list of point counts >= 16"),
     ("chunk_points", 0, "chunk_points: expected a positive integer"),
     ("memory_limit_mb", -1, "memory_limit_mb: expected a positive number"),
+    ("device", "tpu", "device: expected 'cpu' or 'cuda', got 'tpu'"),
 ])
 def test_bad_parameters_are_refused_by_name(tmp_path, key, value, message):
     with pytest.raises(ValueError, match=message):
         harness.run_benchmark("pointcloud_scale", quick=True, results=tmp_path, overrides={key: value})
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_cuda_is_refused_by_name_without_a_gpu(tmp_path):
+    with pytest.raises(ValueError, match=r"device: expected a machine with CUDA for 'cuda'"):
+        harness.run_benchmark("pointcloud_scale", quick=True, results=tmp_path, overrides={"device": "cuda"})
+
+
+def test_an_out_of_gpu_memory_worker_counts_as_over_the_memory_limit(tmp_path, monkeypatch):
+    """A worker that dies of torch.OutOfMemoryError is a memory failure (so the forward is retried chunked), and GPU
+    peaks, when rows have them, get their own table columns."""
+
+    class Done:
+        returncode = 1
+
+        def poll(self):
+            return 1
+
+        def communicate(self):
+            return "", "Traceback ...\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB"
+
+    monkeypatch.setattr(ps.subprocess, "Popen", lambda *a, **k: Done())
+    got, why = ps.run_case({"operator": "gnot", "n": 32, "phase": "forward", "reps": 1, "threads": 1,
+                            "chunk_points": None, "device": "cuda"}, {}, 8192.0)
+    assert got is None and why.startswith("memory: out of GPU memory"), why
+    row = {**{k: None for k in ps.SCHEMA}, "operator": "gnot", "N": 1024, "forward_s": 0.5, "peak_forward_mb": 900.0,
+           "peak_forward_gpu_mb": 2048.0, "device": "cuda"}
+    table = ps.table([{"row": row}])
+    assert "| peak GPU, forward (GB) |" in table and "| gnot | 2^10 | 0.50 | 0.88 | – | – | 2.00 | – |" in table
