@@ -11,15 +11,27 @@ The extension is compiled with the C++ compiler PyTorch finds (``torch.utils.cpp
 this machine's instruction set, once per machine and torch version, into PyTorch's extension cache. Nothing here
 raises: where it cannot be built (no compiler, no ninja, ``SCIATTN_CPU_KERNELS=0``) :func:`load` returns
 ``None`` and :func:`why_not` says why, and the layer runs its pure-PyTorch path instead.
+
+Concurrent first uses (several processes, e.g. test workers or ranks) build once: the build runs under an
+exclusive ``flock`` on a file beside the build folder, which the operating system releases when its holder dies.
+PyTorch's own marker (a ``lock`` file in the build folder, which a build killed part-way leaves behind and which
+makes every later process wait for ever) is therefore stale whenever it is found under that lock, and removed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import platform
+import sys
 import threading
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: PyTorch's own marker alone serialises builds
+    fcntl = None
 
 __all__ = ["load", "why_not", "ENV_SWITCH"]
 
@@ -52,6 +64,31 @@ def _machine_tag() -> str:
     return h.hexdigest()[:12]
 
 
+def _build_directory(name: str) -> Path:
+    """PyTorch's extension cache folder for ``name`` (``TORCH_EXTENSIONS_DIR`` or its default root), CPU build."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    return root / f"py{sys.version_info.major}{sys.version_info.minor}_cpu" / name
+
+
+@contextlib.contextmanager
+def build_lock(directory: Path):
+    """Hold an exclusive ``flock`` on ``<directory>.flock`` (created with ``directory``'s parent) and remove a
+    ``lock`` marker left in ``directory`` by a build that was killed: under this lock no other build is running."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if fcntl is None:
+        yield
+        return
+    with open(directory.with_name(directory.name + ".flock"), "a+") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            (directory / "lock").unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
 def _disabled() -> str | None:
     value = os.environ.get(ENV_SWITCH, "").strip().lower()
     if value in ("0", "false", "off", "no"):
@@ -80,8 +117,11 @@ def load():
             import torch
 
             name = f"sciattn_box_{_machine_tag()}"
-            build(name=name, sources=[str(f) for f in _SOURCES], extra_cflags=[*flags, f"-DSCIATTN_LIBRARY={name}"],
-                  extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
+            directory = _build_directory(name)
+            with build_lock(directory):
+                build(name=name, sources=[str(f) for f in _SOURCES],
+                      extra_cflags=[*flags, f"-DSCIATTN_LIBRARY={name}"], extra_ldflags=["-fopenmp"],
+                      build_directory=str(directory), is_python_module=False, verbose=False)
             module = getattr(torch.ops, name)
         except Exception as err:  # no compiler, no ninja, a failed build: the pure-PyTorch path runs instead
             why = f"the CPU kernel could not be built ({type(err).__name__}: {str(err).strip().splitlines()[-1:]})"

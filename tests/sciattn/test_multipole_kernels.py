@@ -166,6 +166,33 @@ def test_without_the_kernels_the_layer_takes_the_sdpa_path(monkeypatch):
     assert _rel(layer(x), fast) <= 1e-12
 
 
+@pytest.mark.skipif(_cpu_extension.fcntl is None, reason="flock is POSIX")
+def test_a_build_killed_part_way_leaves_no_lock_that_blocks_the_next(tmp_path):
+    """PyTorch's build marker left by a killed build is removed under the build lock; while one process holds the
+    lock another cannot take it, and the lock dies with its holder."""
+    import subprocess
+    import sys
+
+    directory = tmp_path / "py311_cpu" / "sciattn_box_test"
+    directory.mkdir(parents=True)
+    (directory / "lock").touch()  # what a build killed between its start and its link leaves behind
+    with _cpu_extension.build_lock(directory):
+        assert not (directory / "lock").exists()
+        probe = ("import fcntl, sys; f = open(sys.argv[1], 'a+')\n"
+                 "try:\n    fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')\n"
+                 "except BlockingIOError:\n    print('held')")
+        flock = str(directory.with_name(directory.name + ".flock"))
+        assert subprocess.run([sys.executable, "-c", probe, flock], capture_output=True, text=True).stdout.strip() == "held"
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); "
+                               "fcntl.flock(f.fileno(), fcntl.LOCK_EX); print('got', flush=True); time.sleep(60)", flock],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "got"
+    holder.kill()
+    holder.wait()
+    with _cpu_extension.build_lock(directory):  # a dead holder's lock is released by the system
+        pass
+
+
 def test_backend_reasons_name_what_rules_the_kernels_out():
     q = torch.zeros(1, 2, 8, 4)
     assert "bias" in ba.box_attention_backend(q, bias=lambda d: 0)[1]
