@@ -10,7 +10,8 @@ field evolves), the node coordinates, and every solver parameter as an attribute
 ``sciattn_inputs`` / ``sciattn_outputs`` attributes name the input and output variables.
 
 The other built-in generators write the samples that training and ``evaluate --resolutions`` draw
-(:func:`sciattn.train.data.load_at_resolutions`, the same seed gives the same values):
+(:func:`.generated_pairs.sample_at_resolutions`, the path of training and ``evaluate --resolutions``: the
+same seed gives the same values):
 
 - ``shallow_water``: dims ``(sample, lat, lon)`` on the ``nlat x 2 nlat`` nodes of the named grid (``lat`` the
   colatitudes, ``lon`` the longitudes), one solve at ``solve_resolution`` (default the coarsest ``nlat``)
@@ -81,15 +82,15 @@ def _navier_stokes(n: int, resolutions: list[int], seed: int, progress: bool, **
 
 
 def _sampled(name: str, n: int, resolutions: list[int], seed: int, progress: bool, **params) -> dict[int, object]:
-    """``{r: dataset}`` of the training/sweep path (:func:`sciattn.train.data.load_at_resolutions`), its solve
+    """``{r: dataset}`` of the training/sweep path (:func:`.generated_pairs.sample_at_resolutions`), its solve
     cache in a temporary folder (nothing is left in the user's data cache)."""
     import tempfile
 
-    from sciattn.train.data import load_at_resolutions
+    from .generated_pairs import sample_at_resolutions
 
     with tempfile.TemporaryDirectory(prefix="sciattn-generate-") as root:
-        return load_at_resolutions(name, resolutions, root=root, n_samples=n, seed=seed, progress=progress,
-                                   **params)
+        return sample_at_resolutions(name, resolutions, root=root, n_samples=n, seed=seed, progress=progress,
+                                     points=name.endswith("_irregular"), **params)
 
 
 def _next(names: list[str]) -> list[str]:
