@@ -1,7 +1,10 @@
-"""The registered benchmarks: real files (read from ``root``, never downloaded here) and the
-built-in generators (solved and cached under ``root`` on first use).
+"""The catalogue's named datasets: real files (read from ``root``, never downloaded here; ``downloads`` says where
+they are published) and the built-in generators (solved and cached under ``root`` on first use), one
+:class:`~.catalogue.Record` each.
 
-Each loader takes ``(root, split, resolution, **kwargs)``; see :func:`sciattn.pde_data.load`.
+Each loader takes ``(root, split, resolution, **kwargs)``; see :func:`sciattn.pde_data.load`. A generator's
+``defaults`` (``n_train``, ``n_test``, ``resolution``) are its loader's and the trainer's; ``options()`` are the
+solver keywords it accepts; ``writer`` is its ``sciattn data generate`` layout (:mod:`.generate`).
 """
 
 from __future__ import annotations
@@ -10,10 +13,35 @@ from pathlib import Path
 
 import torch
 
+from . import downloads as dl
+from .catalogue import Record, lazy, register
+from .catalogue import get as get_record
 from .grid_dataset import GridPairDataset
-from .registry import Benchmark, register_benchmark
 
 __all__: list[str] = []
+
+
+def _solver_options(module: str, table: str, *extra: str):
+    """``() -> set``: the keys of the solver's defaults table ``module.table`` (a table of tables: the union of
+    their keys) and ``extra``."""
+
+    def get() -> set[str]:
+        t = lazy(module, table)()
+        keys = set(t) if not isinstance(next(iter(t.values())), dict) else set().union(*t.values())
+        return keys | set(extra)
+
+    return get
+
+
+def _defaults(n_train: int, n_test: int, resolution: int) -> dict[str, int]:
+    return {"n_train": n_train, "n_test": n_test, "resolution": resolution}
+
+
+def _sizes(name: str, n_train: int | None, n_test: int | None, resolution: int | None) -> tuple[int, int, int]:
+    """``(n_train, n_test, resolution)`` with the record's defaults where ``None``."""
+    d = get_record(name).defaults
+    return (d["n_train"] if n_train is None else n_train, d["n_test"] if n_test is None else n_test,
+            resolution or d["resolution"])
 
 
 def _neuralop_files(name: str, default_resolution: int):
@@ -57,11 +85,12 @@ def _generated_split(x, y, split: str, n_train: int, n_test: int, meta: dict) ->
     return GridPairDataset(torch.as_tensor(x[sl]), torch.as_tensor(y[sl]), {**meta, "split": split})
 
 
-def _generated_darcy(root: Path, split: str, resolution: int | None, n_train: int = 1000, n_test: int = 100,
-                     seed: int = 0, fine_resolution: int | None = None, progress: bool = True):
+def _generated_darcy(root: Path, split: str, resolution: int | None, n_train: int | None = None,
+                     n_test: int | None = None, seed: int = 0, fine_resolution: int | None = None,
+                     progress: bool = True):
     from .darcy import load_or_generate_darcy
 
-    res = resolution or 64
+    n_train, n_test, res = _sizes("darcy", n_train, n_test, resolution)
     data = load_or_generate_darcy(root / "generated", n_train + n_test, [res], fine_resolution=fine_resolution,
                                   seed=seed, progress=progress)
     coeff, u = data[res]
@@ -70,7 +99,7 @@ def _generated_darcy(root: Path, split: str, resolution: int | None, n_train: in
     return _generated_split(coeff[:, None], u[:, None], split, n_train, n_test, meta)
 
 
-register_benchmark(Benchmark(
+register(Record(
     name="darcy_pt",
     source="neuraloperator example data (Zenodo record 12784353)",
     files="darcy_{train,test}_{res}.pt",
@@ -78,8 +107,11 @@ register_benchmark(Benchmark(
     shapes="x (1, r, r) from bool, y (1, r, r)",
     loader=_neuralop_files("darcy", 16),
     resolutions="16 (default), 32, 64, 128, 421",
+    downloads={"neuralop_darcy_16": dl.neuralop("darcy_train_16.pt", "darcy_test_16.pt"),
+               "neuralop_darcy_32": dl.neuralop("darcy_test_32.pt"),
+               **dl.neuralop_archives("darcy", "darcy", (16, 32, 64, 128, 421), "darcy_pt", dl.DARCY_RECORD)},
 ))
-register_benchmark(Benchmark(
+register(Record(
     name="navier_stokes_pt",
     source="neuraloperator example data (Zenodo record 12825163), forced Navier-Stokes",
     files="nsforcing_{train,test}_{res}.pt",
@@ -87,8 +119,10 @@ register_benchmark(Benchmark(
     shapes="x (1, r, r) vorticity, y (1, r, r) vorticity later",
     loader=_neuralop_files("nsforcing", 128),
     resolutions="128 (default), 1024",
+    downloads=dl.neuralop_archives("nsforcing", "nsforcing", (128, 1024), "navier_stokes_pt", dl.NS_RECORD,
+                                   " (older code used record 11043303)"),
 ))
-register_benchmark(Benchmark(
+register(Record(
     name="fno_darcy",
     source="Li et al. 2020 (FNO), piececonst_r421 .mat files",
     files="piececonst_r421_N1024_smooth1.mat (train), piececonst_r421_N1024_smooth2.mat (test)",
@@ -96,8 +130,9 @@ register_benchmark(Benchmark(
     shapes="x (1, r, r) coefficient, y (1, r, r) pressure",
     loader=_fno_darcy,
     resolutions="s = (421-1)/k + 1: 421, 211, 141, 106, 85, ...",
+    downloads={"fno_darcy": dl.fno("piececonst_r421_N1024_smooth1.mat", "piececonst_r421_N1024_smooth2.mat")},
 ))
-register_benchmark(Benchmark(
+register(Record(
     name="fno_burgers",
     source="Li et al. 2020 (FNO), burgers_data_R10.mat",
     files="burgers_data_R10.mat",
@@ -105,10 +140,12 @@ register_benchmark(Benchmark(
     shapes="x (1, r) initial condition, y (1, r) solution at t = 1",
     loader=_fno_burgers,
     resolutions="divisors of 8192 (FNO: 1024)",
+    target=lazy("fno_mat", "load_fno_burgers"),
+    downloads={"fno_burgers": dl.fno("burgers_data_R10.mat")},
 ))
 for _nu, _file, _t_out in [("1e-3", "ns_V1e-3_N5000_T50.mat", 40), ("1e-4", "ns_V1e-4_N10000_T30.mat", 20),
                            ("1e-5", "NavierStokes_V1e-5_N1200_T20.mat", 10)]:
-    register_benchmark(Benchmark(
+    register(Record(
         name=f"fno_navier_stokes_{_nu}",
         source=f"Li et al. 2020 (FNO), {_file}",
         files=_file,
@@ -116,8 +153,10 @@ for _nu, _file, _t_out in [("1e-3", "ns_V1e-3_N5000_T50.mat", 40), ("1e-4", "ns_
         shapes=f"x (10, r, r) first 10 steps, y ({_t_out}, r, r) next steps",
         loader=_fno_navier_stokes(_file, _t_out),
         resolutions="divisors of 64",
+        target=lazy("fno_mat", "load_fno_navier_stokes"),
+        downloads={f"fno_navier_stokes_v{_nu}": dl.fno(_file)},
     ))
-register_benchmark(Benchmark(
+register(Record(
     name="darcy",
     source="built-in solver (sciattn.pde_data.darcy), FNO recipe",
     files="generated/darcy_<hash>.h5 (solved on first use)",
@@ -125,6 +164,9 @@ register_benchmark(Benchmark(
     shapes="x (1, r, r) coefficient in {3, 12}, y (1, r, r) pressure",
     loader=_generated_darcy,
     resolutions="any divisor of fine_resolution (default r)",
+    kind="generator", defaults=_defaults(1000, 100, 64),
+    options=_solver_options("darcy", "DARCY_DEFAULTS", "fine_resolution"), writer=lazy("generate", "write_darcy"),
+    variables={"x": ["coefficient"], "y": ["pressure"]}, periodic=False,
 ))
 
 
@@ -152,19 +194,24 @@ def _the_well(root: Path, split: str, resolution: int | None, dataset: str | Non
     return TheWellDataset(folder, split=split, **kwargs)
 
 
-for _name, _fn, _files, _split, _shapes in [
+for _name, _fn, _files, _split, _shapes, _published in [
     ("geofno_airfoil", "load_airfoil", "NACA_Cylinder_{X,Y,Q}.npy", "train [:1000], test [1000:1200]",
-     "x/pos (2, 221, 51) mesh coordinates, y (1, 221, 51) Mach number, weights (221, 51) cell areas"),
+     "x/pos (2, 221, 51) mesh coordinates, y (1, 221, 51) Mach number, weights (221, 51) cell areas",
+     dl.geofno(*(f"naca/NACA_Cylinder_{k}.npy" for k in "XYQ"))),
     ("geofno_pipe", "load_pipe", "Pipe_{X,Y,Q}.npy", "train [:1000], test [1000:1200]",
-     "x/pos (2, 129, 129) mesh coordinates, y (1, 129, 129) velocity, weights (129, 129) cell areas"),
+     "x/pos (2, 129, 129) mesh coordinates, y (1, 129, 129) velocity, weights (129, 129) cell areas",
+     dl.geofno(*(f"pipe/Pipe_{k}.npy" for k in "XYQ"))),
     ("geofno_elasticity", "load_elasticity", "Random_UnitCell_{sigma,XY}_10.npy", "train [:1000], test [-200:]",
-     "x/pos (972, 2) points, y (972, 1) stress, weights 1/972"),
+     "x/pos (972, 2) points, y (972, 1) stress, weights 1/972",
+     dl.geofno(*(f"elasticity/Meshes/Random_UnitCell_{k}_10.npy" for k in ("XY", "sigma", "rr", "theta")))),
     ("geofno_plasticity", "load_plasticity", "plas_N987_T20.mat", "train [:900], test [-80:]",
-     "x (1, 101, 31) die profile, y (80, 101, 31) 20 steps x 4 fields"),
+     "x (1, 101, 31) die profile, y (80, 101, 31) 20 steps x 4 fields",
+     dl.geofno("plas_N987_T20.mat", note="Geo-FNO names the same file buri_plas_N987_time.mat")),
 ]:
-    register_benchmark(Benchmark(name=_name, source="Li et al. 2022 (Geo-FNO) data, as used by Transolver", files=_files,
-                                 split=_split, shapes=_shapes, loader=_geofno(_fn), resolutions="stored"))
-register_benchmark(Benchmark(
+    register(Record(name=_name, source="Li et al. 2022 (Geo-FNO) data, as used by Transolver", files=_files,
+                    split=_split, shapes=_shapes, loader=_geofno(_fn), resolutions="stored",
+                    target=lazy("geofno", _fn), downloads={_name: _published}))
+register(Record(
     name="shapenet_car",
     source="Umetani & Bickel 2018, Transolver preprocessed layout",
     files="param0..param8/<sample>/{x,y,pos,surf}.npy",
@@ -172,8 +219,12 @@ register_benchmark(Benchmark(
     shapes="x (N, 7), y (N, 4) velocity + pressure, pos (N, 3), surf (N,) bool",
     loader=_shapenet_car,
     resolutions="stored",
+    target=lazy("shapenet_car", "load_shapenet_car"),
+    downloads={"shapenet_car": (dl.RemoteFile(
+        "mlcfd_data.zip", dl.SHAPENET_CAR,
+        notes="archive: extract with `unzip mlcfd_data.zip -d <root>` → mlcfd_data/training_data/param0..8"),)},
 ))
-register_benchmark(Benchmark(
+register(Record(
     name="the_well",
     source="Ohana et al. 2024 (The Well), HDF5 per split folder",
     files="datasets/<dataset>/data/{train,valid,test}/*.hdf5 and stats.yaml (pass dataset=...)",
@@ -181,14 +232,17 @@ register_benchmark(Benchmark(
     shapes="x (C * n_steps_input, *spatial), y (C * n_steps_output, *spatial)",
     loader=_the_well,
     resolutions="stored, or spatial_stride",
+    target=lazy("the_well", "TheWellDataset"),
+    downloads={f"the_well_{ds}_stats": dl.the_well_stats(ds)
+               for ds in ("turbulent_radiative_layer_2D", "active_matter", "MHD_64")},
 ))
 
 
-def _generated_burgers(root: Path, split: str, resolution: int | None, n_train: int = 1000, n_test: int = 100,
-                       seed: int = 0, progress: bool = True, **params):
+def _generated_burgers(root: Path, split: str, resolution: int | None, n_train: int | None = None,
+                       n_test: int | None = None, seed: int = 0, progress: bool = True, **params):
     from .burgers import load_or_generate_burgers
 
-    res = resolution or 1024
+    n_train, n_test, res = _sizes("burgers", n_train, n_test, resolution)
     a, u = load_or_generate_burgers(root / "generated", n_train + n_test, [res], seed=seed, progress=progress,
                                     **params)[res]
     from .burgers import BURGERS_DEFAULTS
@@ -199,11 +253,12 @@ def _generated_burgers(root: Path, split: str, resolution: int | None, n_train: 
     return _generated_split(a[:, None], u[:, None], split, n_train, n_test, meta)
 
 
-def _generated_navier_stokes(root: Path, split: str, resolution: int | None, n_train: int = 1000,
-                             n_test: int = 200, t_in: int = 10, seed: int = 0, progress: bool = True, **params):
+def _generated_navier_stokes(root: Path, split: str, resolution: int | None, n_train: int | None = None,
+                             n_test: int | None = None, t_in: int = 10, seed: int = 0, progress: bool = True,
+                             **params):
     from .navier_stokes import load_or_generate_navier_stokes
 
-    res = resolution or 64
+    n_train, n_test, res = _sizes("navier_stokes", n_train, n_test, resolution)
     _, u = load_or_generate_navier_stokes(root / "generated", n_train + n_test, [res], seed=seed, progress=progress,
                                           **params)[res]
     if not 0 < t_in < u.shape[-1]:
@@ -219,7 +274,7 @@ def _generated_navier_stokes(root: Path, split: str, resolution: int | None, n_t
     return _generated_split(field[:, :t_in], field[:, t_in:], split, n_train, n_test, meta)
 
 
-register_benchmark(Benchmark(
+register(Record(
     name="burgers",
     source="built-in solver (sciattn.pde_data.burgers), FNO recipe: nu = 0.1, u0 ~ N(0, 625(-Δ+25)^-2)",
     files="generated/burgers_<hash>.h5 (solved on first use)",
@@ -227,8 +282,11 @@ register_benchmark(Benchmark(
     shapes="x (1, r) initial condition, y (1, r) solution at t = 1",
     loader=_generated_burgers,
     resolutions="any divisor of fine_resolution (default r = 1024)",
+    kind="generator", defaults=_defaults(1000, 100, 1024),
+    options=_solver_options("burgers", "BURGERS_DEFAULTS", "fine_resolution", "batch_size"),
+    writer=lazy("generate", "write_burgers"), periodic=True,
 ))
-register_benchmark(Benchmark(
+register(Record(
     name="navier_stokes",
     source="built-in solver (sciattn.pde_data.navier_stokes), FNO ns_2d recipe: nu = 1e-3, forcing 0.1(sin+cos)",
     files="generated/navier_stokes_<hash>.h5 (solved on first use)",
@@ -236,14 +294,17 @@ register_benchmark(Benchmark(
     shapes="x (t_in, r, r) first t_in recorded steps, y (T - t_in, r, r) the rest",
     loader=_generated_navier_stokes,
     resolutions="any divisor of fine_resolution (default r = 64)",
+    kind="generator", defaults=_defaults(1000, 200, 64),
+    options=_solver_options("navier_stokes", "NS_DEFAULTS", "fine_resolution", "batch_size", "t_in"),
+    writer=lazy("generate", "write_navier_stokes"), periodic=True,
 ))
 
 
-def _generated_shallow_water(root: Path, split: str, resolution: int | None, n_train: int = 896, n_test: int = 128,
-                             grid: str = "equiangular", seed: int = 0, **params):
+def _generated_shallow_water(root: Path, split: str, resolution: int | None, n_train: int | None = None,
+                             n_test: int | None = None, grid: str = "equiangular", seed: int = 0, **params):
     from .shallow_water import load_or_generate_shallow_water
 
-    nlat = resolution or 32
+    n_train, n_test, nlat = _sizes("shallow_water", n_train, n_test, resolution)
     data = load_or_generate_shallow_water(root / "generated", n_train + n_test, nlat=nlat, nlon=2 * nlat, grid=grid,
                                           seed=seed, **params)
     meta = {"source": "sciattn.pde_data.shallow_water", "name": "shallow_water", "resolution": nlat,
@@ -252,7 +313,7 @@ def _generated_shallow_water(root: Path, split: str, resolution: int | None, n_t
     return _generated_split(data["x"], data["y"], split, n_train, n_test, meta)
 
 
-register_benchmark(Benchmark(
+register(Record(
     name="shallow_water",
     source="built-in spectral solver on the rotating sphere (sciattn.pde_data.shallow_water), random initial "
            "conditions at Mach 0.2, RK4 with hyperdiffusion",
@@ -261,6 +322,10 @@ register_benchmark(Benchmark(
     shapes="x (3, nlat, 2 nlat) geopotential, vorticity, divergence at t; y the same at t + 1 h",
     loader=_generated_shallow_water,
     resolutions="nlat (default 32) on an nlat x 2 nlat grid (equiangular by default)",
+    kind="generator", defaults=_defaults(896, 128, 32),
+    options=_solver_options("shallow_water", "SWE_DEFAULTS", "grid", "dt", "n_steps_between", "lmax", "spinup",
+                            "n_traj", "traj_len", "batch_size"),
+    writer=lazy("generate", "write_shallow_water"),
 ))
 
 
@@ -292,7 +357,7 @@ def _generated_navier_stokes_irregular(root: Path, split: str, resolution: int |
     return type(ds)(ds.samples[sl], {**ds.meta, "split": split})
 
 
-register_benchmark(Benchmark(
+register(Record(
     name="darcy_irregular",
     source="built-in Darcy solver (FNO recipe) solved at fine_resolution (default 128), evaluated at random points "
            "(sciattn.pde_data.irregular): coefficient by nearest node, pressure bilinear",
@@ -300,10 +365,12 @@ register_benchmark(Benchmark(
     split="train: first n_train samples; test: the next n_test",
     shapes="x (N, 1) coefficient in {3, 12}, y (N, 1) pressure, pos (N, 2), weights (N,) Delaunay areas, sum 1",
     loader=_generated_darcy_irregular,
+    target=lazy("irregular", "generate_darcy_irregular"), points=True, writer=lazy("generate", "write_darcy_irregular"),
+    options=lambda: get_record("darcy").options() - {"fine_resolution", "batch_size", "t_in"},
     resolutions="points per sample N (default 1024); layout='uniform'|'jittered', weights='delaunay'|'voronoi', "
                 "fixed_points",
 ))
-register_benchmark(Benchmark(
+register(Record(
     name="navier_stokes_irregular",
     source="built-in Navier-Stokes solver on the torus (FNO ns_2d recipe) at fine_resolution (default 64), "
            "evaluated at random points by trigonometric interpolation (sciattn.pde_data.irregular)",
@@ -312,5 +379,34 @@ register_benchmark(Benchmark(
     shapes="x (N, t_in) first t_in recorded steps, y (N, T - t_in) the rest (or inputs=/outputs= snapshot "
            "indices, 0 = w0), pos (N, 2) in [0, 1)^2, weights (N,) periodic Delaunay areas, sum 1",
     loader=_generated_navier_stokes_irregular,
+    target=lazy("irregular", "generate_navier_stokes_irregular"), points=True, writer=lazy("generate", "write_navier_stokes_irregular"),
+    options=lambda: get_record("navier_stokes").options() - {"fine_resolution", "batch_size"},
     resolutions="points per sample N (default 1024); the same options as darcy_irregular",
+))
+
+register(Record(
+    name="darcy_neuralop",
+    source="built-in Darcy solver matched to neuraloperator's darcy_*_16.pt (sciattn.pde_data.darcy_neuralop)",
+    files="solved in memory", split="train: first n_train samples; test: the next n_test",
+    shapes="x (1, r, r) mask, y (1, r, r) pressure", resolutions="any (default 16)",
+    kind="generator", defaults=_defaults(1000, 50, 16),
+    options=_solver_options("darcy_neuralop", "NEURALOP_DARCY_FIT", "fine_resolution"),
+    writer=lazy("generate", "write_darcy_neuralop"), variables={"x": ["mask"], "y": ["pressure"]},
+))
+register(Record(
+    name="coupled_navier_stokes",
+    source="built-in coupled Navier-Stokes systems on the torus (sciattn.pde_data.coupled_navier_stokes)",
+    files="generated/coupled_navier_stokes_<hash>.h5 (solved on first use)",
+    split="train: first n_train samples; test: the next n_test",
+    shapes="x (V, r, r) u, v, w (+ theta) at t, y the same one delta_t later", resolutions="any (default 64)",
+    kind="generator", defaults=_defaults(1000, 100, 64),
+    options=_solver_options("coupled_navier_stokes", "COUPLED_DEFAULTS", "system", "fine_resolution", "batch_size"),
+    writer=lazy("generate", "write_coupled_navier_stokes"),
+))
+register(Record(
+    name="airfrans", source="Bonnet et al. 2022 (AirfRANS)", files="Dataset/manifest.json and simulations",
+    kind="download",
+    downloads={"airfrans": (dl.RemoteFile(
+        "Dataset.zip", dl.AIRFRANS,
+        notes="archive (about 9.3 GB): extract with `unzip Dataset.zip -d <root>` → Dataset/manifest.json"),)},
 ))

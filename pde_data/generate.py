@@ -29,13 +29,14 @@ same seed gives the same values):
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
 
 from sciattn._checks import check_positive_int
 
+from .catalogue import catalogue_view
 from .xarray_data import write_xarray
 
 __all__ = ["GENERATORS", "generate_at_resolutions", "generate_to_netcdf"]
@@ -160,11 +161,13 @@ def _points(name: str):
     return write
 
 
-GENERATORS: dict[str, Callable[..., Generated]] = {
-    "darcy": _darcy, "darcy_neuralop": _darcy_neuralop, "burgers": _burgers, "navier_stokes": _navier_stokes,
-    "shallow_water": _shallow_water, "coupled_navier_stokes": _coupled_navier_stokes,
-    "darcy_irregular": _points("darcy_irregular"), "navier_stokes_irregular": _points("navier_stokes_irregular"),
-}
+# the writers the catalogue's records name (their ``writer``)
+write_darcy, write_darcy_neuralop, write_burgers, write_navier_stokes = _darcy, _darcy_neuralop, _burgers, _navier_stokes
+write_shallow_water, write_coupled_navier_stokes = _shallow_water, _coupled_navier_stokes
+write_darcy_irregular, write_navier_stokes_irregular = _points("darcy_irregular"), _points("navier_stokes_irregular")
+
+#: ``{name: writer}`` of every catalogue record with a writer (a live view)
+GENERATORS: Mapping[str, Callable[..., Generated]] = catalogue_view(lambda r: r.writer is not None, lambda r: r.writer())
 
 
 def generate_at_resolutions(name: str, n: int, resolutions: list[int], out: str | os.PathLike, *, seed: int = 0,

@@ -35,7 +35,7 @@ from sciattn.pde_data.grid_dataset import GridPairDataset
 from sciattn.pde_data.registry import BENCHMARKS, default_root
 
 from .config import ConfigError, DataConfig
-from .sources import READERS, Source, benchmark_parameters, detect_reader, resolve_source
+from .sources import GENERATORS, READERS, Source, benchmark_parameters, detect_reader, resolve_source
 
 __all__ = ["build_datasets", "describe_source", "frame_names", "stepper_names", "load_data_file", "load_at_resolutions", "data_layout",
            "DATA_FORMATS", "GENERATED", "POINT_GENERATED", "TIME_SERIES"]
@@ -47,9 +47,6 @@ GENERATED = ("darcy", "burgers", "navier_stokes", "coupled_navier_stokes", "shal
 POINT_GENERATED = ("darcy_irregular", "navier_stokes_irregular")
 TIME_SERIES = ("navier_stokes",)  # inputs and outputs are consecutive time steps of one field
 
-# generator: (n_train, n_test, resolution) defaults (the registry's)
-_GEN_DEFAULTS = {"darcy": (1000, 100, 64), "darcy_neuralop": (1000, 50, 16), "burgers": (1000, 100, 1024), "navier_stokes": (1000, 200, 64),
-                 "shallow_water": (896, 128, 32), "coupled_navier_stokes": (1000, 100, 64)}
 _SINGLE_RESOLUTION = ("shallow_water",)
 
 
@@ -65,7 +62,8 @@ def _cache(cfg: DataConfig) -> Path:
 
 
 def _sizes(cfg: DataConfig, name: str) -> tuple[int, int, int, list[int]]:
-    n_train, n_test, res = _GEN_DEFAULTS[name]
+    d = GENERATORS[name].defaults  # the catalogue record's
+    n_train, n_test, res = d["n_train"], d["n_test"], d["resolution"]
     r = cfg.train_res or res
     return cfg.n_train or n_train, cfg.n_test or n_test, r, list(cfg.test_resolutions or [r])
 
@@ -242,7 +240,7 @@ class _Items(torch.utils.data.Dataset):
 
 def _generate_pairs(name: str, n: int, res: list[int], **kwargs):
     """:func:`sciattn.pde_data.generated_pairs.generate_pairs`, a bad option raised as :class:`ConfigError`."""
-    return generate_pairs(name, n, res, error=ConfigError, known=tuple(sorted(_GEN_DEFAULTS)), **kwargs)
+    return generate_pairs(name, n, res, error=ConfigError, known=tuple(sorted(GENERATORS)), **kwargs)
 
 
 def _generate(cfg: DataConfig, name: str, progress: bool):
@@ -266,7 +264,7 @@ def _generate(cfg: DataConfig, name: str, progress: bool):
 
 
 def _split_rule(cfg: DataConfig, src: Source, reader: str | None) -> str:
-    splits = src.kind != "file" or (reader is not None and READERS[reader].splits)
+    splits = src.kind != "file" or (reader is not None and READERS[reader].own_split)
     rule = cfg.split_rule
     if rule == "auto":
         return "reader" if splits else "test_last"
@@ -298,7 +296,7 @@ def _read(cfg: DataConfig, src: Source, split: str | None, resolution: int | Non
         raise FileNotFoundError(f"data.{key}: expected an existing file, got {str(src.path)!r}")
     reader = src.reader or detect_reader(src.path)
     info = READERS[reader]
-    if resolution is not None and not info.resolution:
+    if resolution is not None and not info.subsamples:
         raise ConfigError(f"data.resolution: reader {reader!r} of {src.name!r} reads the stored grid only; expected "
                           f"no data.resolution / data.test_resolutions (use its options, e.g. spatial_stride), got "
                           f"{resolution}")
@@ -312,7 +310,7 @@ def _read(cfg: DataConfig, src: Source, split: str | None, resolution: int | Non
 
         return _subsample(load_neuralop_pt(src.path, **opts), resolution, key)
     # split=None: the whole file (a single-split file), or the reader's own train split
-    return load(src.path, split=split if info.splits else None, resolution=resolution, **opts)
+    return load(src.path, split=split if info.own_split else None, resolution=resolution, **opts)
 
 
 def _subsample(ds: GridPairDataset, r: int | None, key: str) -> GridPairDataset:
@@ -482,7 +480,7 @@ def load_at_resolutions(
     if key not in GENERATED and key not in POINT_GENERATED:
         kw = {"root": root} if root is not None else {}
         src = resolve_source(key)
-        if src.kind == "file" and src.reader is not None and not READERS[src.reader].splits:
+        if src.kind == "file" and src.reader is not None and not READERS[src.reader].own_split:
             split = None  # a file without a division of its own: every sample (pde_data.splits)
         return {r: _at_resolution(load(name_or_path, split=split, resolution=r, **kw, **params), r, key)
                 for r in res}
@@ -490,4 +488,4 @@ def load_at_resolutions(
                                  points=key in POINT_GENERATED,
                                  t_in=t_in if key in TIME_SERIES or key in POINT_GENERATED else None,
                                  solve_resolution=solve_resolution, error=ConfigError,
-                                 known=tuple(sorted(_GEN_DEFAULTS)), **params)
+                                 known=tuple(sorted(GENERATORS)), **params)
