@@ -7,7 +7,8 @@ A record says, in one place, what the package knows about a dataset:
   format (``load(path)`` and the trainer's ``[data] train = PATH`` pick the first format whose ``detect`` says
   yes); ``writer`` for ``sciattn data generate``; ``target()`` the function whose keywords are the accepted
   options, and ``options()`` the solver options a generator takes;
-- its defaults: ``defaults = {"n_train", "n_test", "resolution"}`` of a built-in generator;
+- its defaults: ``defaults = {"n_train", "n_test", "resolution"}`` of a built-in generator, and its
+  ``presets``, the published protocols as its parameters (:mod:`.presets`);
 - where it is published: ``downloads``, ``{group: (RemoteFile, ...)}`` with their checksums
   (``sciattn data fetch GROUP``; :mod:`.fetch`);
 - its metadata: channel ``variables``, ``periodic`` (``True``/``False``; ``None`` when unknown), ``dt``;
@@ -60,6 +61,7 @@ class Record:
     periodic: bool | None = None
     dt: float | None = None
     points: bool = False  # a generator whose resolution is a number of points per sample
+    presets: tuple = ()  # the papers' protocols as parameters of this generator (:class:`~.presets.Preset`)
 
 
 _RECORDS: dict[str, Record] = {}
