@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ import torch
 
 from sciattn._checks import check_positive_int
 from sciattn.pde_data import load
+from sciattn.pde_data.catalogue import XARRAY_SUFFIXES, catalogue_view
 from sciattn.pde_data.generated_pairs import frame_names, generate_pairs, pair_meta, sample_at_resolutions
 from sciattn.pde_data.generated_pairs import sphere_transfer as _sphere_transfer  # noqa: F401  (tests use it)
 from sciattn.pde_data.geofno import PointSetDataset
@@ -43,8 +45,8 @@ __all__ = ["build_datasets", "describe_source", "frame_names", "stepper_names", 
 DATA_FORMATS = ("auto", "neuralop_pt", "darcy_solver")
 #: sweepable grid solvers: any resolution, the same samples at each (:func:`load_at_resolutions`)
 GENERATED = ("darcy", "burgers", "navier_stokes", "coupled_navier_stokes", "shallow_water")
-#: generated point-set benchmarks: a resolution is a number of points per sample
-POINT_GENERATED = ("darcy_irregular", "navier_stokes_irregular")
+#: generated point-set benchmarks: a resolution is a number of points per sample (the catalogue's point records)
+POINT_GENERATED: Mapping[str, Any] = catalogue_view(lambda r: r.points)
 TIME_SERIES = ("navier_stokes",)  # inputs and outputs are consecutive time steps of one field
 
 _SINGLE_RESOLUTION = ("shallow_water",)
@@ -397,7 +399,7 @@ def load_data_file(path: str | os.PathLike, fmt: str | None = None, split: str |
 
         check_choice("format", fmt, ("auto", "neuralop_pt"))
         return load_neuralop_pt(Path(path))
-    if str(path) not in BENCHMARKS and Path(path).suffix in (".nc", ".nc4", ".zarr", ".cdf"):
+    if str(path) not in BENCHMARKS and Path(path).suffix in XARRAY_SUFFIXES:
         from sciattn.pde_data.xarray_data import load_xarray
 
         return load_xarray(Path(path).expanduser())
