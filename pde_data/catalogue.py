@@ -62,6 +62,9 @@ class Record:
     dt: float | None = None
     points: bool = False  # a generator whose resolution is a number of points per sample
     presets: tuple = ()  # the papers' protocols as parameters of this generator (:class:`~.presets.Preset`)
+    time_series: bool = False  # a generator whose inputs and outputs are consecutive time steps of one field
+    single_grid: bool = False  # a generator that solves on one grid (no restriction to other resolutions)
+    matched_to: str | None = None  # a generator fitted to the files named here (sweeps draw it as "matched")
 
 
 _RECORDS: dict[str, Record] = {}

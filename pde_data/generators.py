@@ -205,8 +205,20 @@ register(Record(
     resolutions="any divisor of fine_resolution (default r = 64)",
     kind="generator", defaults=_defaults(1000, 200, 64),
     options=_solver_options("navier_stokes", "NS_DEFAULTS", "fine_resolution", "batch_size", "t_in"),
-    writer=lazy("generate", "write_navier_stokes"), periodic=True,
+    writer=lazy("generate", "write_navier_stokes"), periodic=True, time_series=True,
     presets=_NAVIER_STOKES_PRESETS,
+))
+
+
+register(Record(
+    name="coupled_navier_stokes",
+    source="built-in coupled Navier-Stokes systems on the torus (sciattn.pde_data.coupled_navier_stokes)",
+    files="generated/coupled_navier_stokes_<hash>.h5 (solved on first use)",
+    split="train: first n_train samples; test: the next n_test",
+    shapes="x (V, r, r) u, v, w (+ theta) at t, y the same one delta_t later", resolutions="any (default 64)",
+    kind="generator", defaults=_defaults(1000, 100, 64),
+    options=_solver_options("coupled_navier_stokes", "COUPLED_DEFAULTS", "system", "fine_resolution", "batch_size"),
+    writer=lazy("generate", "write_coupled_navier_stokes"),
 ))
 
 
@@ -254,7 +266,7 @@ register(Record(
     kind="generator", defaults=_defaults(896, 128, 32),
     options=_solver_options("shallow_water", "SWE_DEFAULTS", "grid", "dt", "n_steps_between", "lmax", "spinup",
                             "n_traj", "traj_len", "batch_size"),
-    writer=lazy("generate", "write_shallow_water"),
+    writer=lazy("generate", "write_shallow_water"), single_grid=True,
     presets=_SHALLOW_WATER_PRESETS,
 ))
 
@@ -325,16 +337,5 @@ register(Record(
     kind="generator", defaults=_defaults(1000, 50, 16),
     options=_solver_options("darcy_neuralop", "NEURALOP_DARCY_FIT", "fine_resolution"),
     writer=lazy("generate", "write_darcy_neuralop"), variables={"x": ["mask"], "y": ["pressure"]},
-))
-
-
-register(Record(
-    name="coupled_navier_stokes",
-    source="built-in coupled Navier-Stokes systems on the torus (sciattn.pde_data.coupled_navier_stokes)",
-    files="generated/coupled_navier_stokes_<hash>.h5 (solved on first use)",
-    split="train: first n_train samples; test: the next n_test",
-    shapes="x (V, r, r) u, v, w (+ theta) at t, y the same one delta_t later", resolutions="any (default 64)",
-    kind="generator", defaults=_defaults(1000, 100, 64),
-    options=_solver_options("coupled_navier_stokes", "COUPLED_DEFAULTS", "system", "fine_resolution", "batch_size"),
-    writer=lazy("generate", "write_coupled_navier_stokes"),
+    matched_to="neuraloperator's darcy_{train,test}_16.pt",
 ))

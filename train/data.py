@@ -44,12 +44,12 @@ __all__ = ["build_datasets", "describe_source", "frame_names", "stepper_names", 
 
 DATA_FORMATS = ("auto", "neuralop_pt", "darcy_solver")
 #: sweepable grid solvers: any resolution, the same samples at each (:func:`load_at_resolutions`)
-GENERATED = ("darcy", "burgers", "navier_stokes", "coupled_navier_stokes", "shallow_water")
+GENERATED: Mapping[str, Any] = catalogue_view(lambda r: r.kind == "generator" and r.matched_to is None)
 #: generated point-set benchmarks: a resolution is a number of points per sample (the catalogue's point records)
 POINT_GENERATED: Mapping[str, Any] = catalogue_view(lambda r: r.points)
-TIME_SERIES = ("navier_stokes",)  # inputs and outputs are consecutive time steps of one field
+TIME_SERIES: Mapping[str, Any] = catalogue_view(lambda r: r.time_series)  # inputs, outputs: time steps of one field
 
-_SINGLE_RESOLUTION = ("shallow_water",)
+_SINGLE_RESOLUTION: Mapping[str, Any] = catalogue_view(lambda r: r.single_grid)
 
 
 # ------------------------------------------------------------------------------------ provenance
