@@ -41,7 +41,7 @@ def frame_names(variables: list[str], n_frames: int, first: int = 0) -> list[str
 
 def sphere_transfer(f: torch.Tensor, grid: str, lmax: int, nlat: int) -> torch.Tensor:
     """Fields ``(n, C, s, 2s)`` band-limited to degrees ``l < lmax`` (shallow-water states) synthesised on the
-    ``nlat x 2 nlat`` grid of the same kind: analysis on the solve grid (exact for ``lmax <= ``
+    ``nlat x 2 nlat`` grid of the same kind: analysis on the solve grid (exact for ``lmax`` up to
     :func:`~sciattn.pde_data.sht.exact_lmax`), synthesis on the target grid, so every grid holds the same
     band-limited field at its own nodes."""
     from .sht import SphericalHarmonicTransform

@@ -147,3 +147,15 @@ def test_detection_is_one_function_for_load_and_the_trainer(tmp_path):
     (tmp_path / "junk.bin").write_bytes(b"junk" * 4)
     with pytest.raises(ValueError, match="path: could not tell the format"):
         detect_reader(tmp_path / "junk.bin")
+
+
+def test_netcdf4_without_its_suffix_is_read_as_xarray_by_load_and_the_trainer(tmp_path):
+    from sciattn.pde_data.generate import generate_to_netcdf
+    from sciattn.train.sources import detect_reader
+
+    nc = generate_to_netcdf("darcy", 3, 8, tmp_path, progress=False, fine_resolution=8)
+    h5 = nc.rename(tmp_path / "darcy_8.h5")
+    assert detect_reader(h5) == "xarray"
+    ds = pde_data.load(h5)
+    assert len(ds) == 3 and ds[0]["x"].shape == (1, 8, 8)
+    torch.testing.assert_close(ds[2]["y"], pde_data.load(h5.rename(tmp_path / "darcy_8.nc"))[2]["y"], rtol=0, atol=0)
