@@ -11,7 +11,8 @@ A record says, in one place, what the package knows about a dataset:
   ``presets``, the published protocols as its parameters (:mod:`.presets`);
 - where it is published: ``downloads``, ``{group: (RemoteFile, ...)}`` with their checksums
   (``sciattn data fetch GROUP``; :mod:`.fetch`);
-- its metadata: channel ``variables``, ``periodic`` (``True``/``False``; ``None`` when unknown), ``dt``;
+- its metadata: channel ``variables`` and ``periodic`` (``True``/``False``; ``None`` when unknown) of the domain
+  (``dt`` and the grid follow the options, so the reader or generator records them with each dataset's ``meta``);
 - the table row of ``sciattn data list``: ``source``, ``files``, ``split``, ``shapes``, ``resolutions``.
 
 Readers of the catalogue: :func:`~.registry.load` (named datasets and file detection), :mod:`.generate`,
@@ -59,7 +60,6 @@ class Record:
     downloads: Mapping[str, tuple] = field(default_factory=dict)
     variables: Mapping[str, list[str]] | None = None
     periodic: bool | None = None
-    dt: float | None = None
     points: bool = False  # a generator whose resolution is a number of points per sample
     presets: tuple = ()  # the papers' protocols as parameters of this generator (:class:`~.presets.Preset`)
     time_series: bool = False  # a generator whose inputs and outputs are consecutive time steps of one field

@@ -27,7 +27,8 @@ from sciattn._checks import check_positive_int
 
 from .grid_dataset import GridPairDataset
 
-__all__ = ["frame_names", "generate_pairs", "pair_meta", "sample_at_resolutions", "sphere_transfer"]
+__all__ = ["frame_names", "generate_pairs", "pair_meta", "record_variables", "sample_at_resolutions",
+           "sphere_transfer"]
 
 
 def frame_names(variables: list[str], n_frames: int, first: int = 0) -> list[str]:
@@ -55,6 +56,13 @@ def sphere_transfer(f: torch.Tensor, grid: str, lmax: int, nlat: int) -> torch.T
     src = SphericalHarmonicTransform(s, 2 * s, grid, lmax=lmax, mmax=lmax)
     dst = SphericalHarmonicTransform(nlat, 2 * nlat, grid, lmax=lmax, mmax=lmax)
     return dst.inverse(src.forward(f.double())).float()
+
+
+def record_variables(name: str) -> dict[str, list[str]]:
+    """The channel names the catalogue's record ``name`` holds, as a fresh ``{"x": [...], "y": [...]}``."""
+    from .catalogue import get
+
+    return {k: list(v) for k, v in get(name).variables.items()}
 
 
 def _grid_pairs(data: dict) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
@@ -86,17 +94,17 @@ def generate_pairs(name: str, n: int, res: list[int], *, options: dict[str, Any]
         from .darcy import load_or_generate_darcy
 
         pairs = _grid_pairs(load_or_generate_darcy(cache, n, res, fine_resolution=fine, **kw, **opts))
-        meta["variables"] = {"x": ["coefficient"], "y": ["pressure"]}
+        meta["variables"] = record_variables("darcy")
     elif name == "darcy_neuralop":
         from .darcy_neuralop import generate_darcy_neuralop
 
         pairs = _grid_pairs(generate_darcy_neuralop(n, res, fine_resolution=given_fine, **kw, **opts))
-        meta["variables"] = {"x": ["mask"], "y": ["pressure"]}
+        meta["variables"] = record_variables("darcy_neuralop")
     elif name == "burgers":
         from .burgers import load_or_generate_burgers
 
         pairs = _grid_pairs(load_or_generate_burgers(cache, n, res, fine_resolution=fine, **kw, **opts))
-        meta["variables"] = {"x": ["initial"], "y": ["solution"]}
+        meta["variables"] = record_variables("burgers")
         meta["dt"] = float(opts.get("t_final", 1.0))
     elif name == "navier_stokes":
         from .navier_stokes import NS_DEFAULTS, load_or_generate_navier_stokes

@@ -16,6 +16,7 @@ import torch
 
 from .catalogue import Record, lazy, register
 from .catalogue import get as get_record
+from .generated_pairs import record_variables
 from .grid_dataset import GridPairDataset
 from .presets import Preset, frozen
 
@@ -61,7 +62,7 @@ def _generated_darcy(root: Path, split: str, resolution: int | None, n_train: in
                                   seed=seed, progress=progress)
     coeff, u = data[res]
     meta = {"source": "sciattn.pde_data.darcy", "name": "darcy", "resolution": res,
-            "variables": {"x": ["coefficient"], "y": ["pressure"]}, "seed": seed}
+            "variables": record_variables("darcy"), "seed": seed}
     return _generated_split(coeff[:, None], u[:, None], split, n_train, n_test, meta)
 
 
@@ -108,7 +109,7 @@ def _generated_burgers(root: Path, split: str, resolution: int | None, n_train: 
     from .burgers import BURGERS_DEFAULTS
 
     meta = {"source": "sciattn.pde_data.burgers", "name": "burgers", "resolution": res,
-            "variables": {"x": ["initial"], "y": ["solution"]}, "seed": seed,
+            "variables": record_variables("burgers"), "seed": seed,
             "dt": float({**BURGERS_DEFAULTS, **params}["t_final"])}  # x at t = 0 -> y at t_final
     return _generated_split(a[:, None], u[:, None], split, n_train, n_test, meta)
 
@@ -174,7 +175,7 @@ register(Record(
     resolutions="any divisor of fine_resolution (default r = 1024)",
     kind="generator", defaults=_defaults(1000, 100, 1024),
     options=_solver_options("burgers", "BURGERS_DEFAULTS", "fine_resolution", "batch_size"),
-    writer=lazy("generate", "write_burgers"), periodic=True,
+    writer=lazy("generate", "write_burgers"), variables={"x": ["initial"], "y": ["solution"]}, periodic=True,
     presets=_BURGERS_PRESETS,
 ))
 
