@@ -1,17 +1,17 @@
-"""The registered benchmarks: real files (read from ``root``, never downloaded here) and the
-built-in generators (solved and cached under ``root`` on first use).
+"""The catalogue's named real-file datasets, one :class:`~.catalogue.Record` each: read from ``root`` (never
+downloaded here; their ``downloads`` say where they are published, :mod:`.downloads`). The built-in generators'
+records are in :mod:`.generators`, the file formats' in :mod:`.formats`.
 
-Each loader takes ``(root, split, resolution, **kwargs)``; see :func:`sciattn.pde_data.load`.
+Each loader takes ``(root, split, resolution, **kwargs)``; see :func:`sciattn.pde_data.load`. ``target`` is the
+function a loader forwards its keywords to (the options it accepts).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
-from .grid_dataset import GridPairDataset
-from .registry import Benchmark, register_benchmark
+from . import downloads as dl
+from .catalogue import Record, lazy, register
 
 __all__: list[str] = []
 
@@ -51,26 +51,7 @@ def _fno_navier_stokes(file: str, t_out: int):
     return loader
 
 
-def _generated_split(x, y, split: str, n_train: int, n_test: int, meta: dict) -> GridPairDataset:
-    """The head ``n_train`` samples for train, the next ``n_test`` for test; arrays ``(n, C, *spatial)``."""
-    sl = slice(0, n_train) if split == "train" else slice(n_train, n_train + n_test)
-    return GridPairDataset(torch.as_tensor(x[sl]), torch.as_tensor(y[sl]), {**meta, "split": split})
-
-
-def _generated_darcy(root: Path, split: str, resolution: int | None, n_train: int = 1000, n_test: int = 100,
-                     seed: int = 0, fine_resolution: int | None = None, progress: bool = True):
-    from .darcy import load_or_generate_darcy
-
-    res = resolution or 64
-    data = load_or_generate_darcy(root / "generated", n_train + n_test, [res], fine_resolution=fine_resolution,
-                                  seed=seed, progress=progress)
-    coeff, u = data[res]
-    meta = {"source": "sciattn.pde_data.darcy", "name": "darcy", "resolution": res,
-            "variables": {"x": ["coefficient"], "y": ["pressure"]}, "seed": seed}
-    return _generated_split(coeff[:, None], u[:, None], split, n_train, n_test, meta)
-
-
-register_benchmark(Benchmark(
+register(Record(
     name="darcy_pt",
     source="neuraloperator example data (Zenodo record 12784353)",
     files="darcy_{train,test}_{res}.pt",
@@ -78,8 +59,11 @@ register_benchmark(Benchmark(
     shapes="x (1, r, r) from bool, y (1, r, r)",
     loader=_neuralop_files("darcy", 16),
     resolutions="16 (default), 32, 64, 128, 421",
+    downloads={"neuralop_darcy_16": dl.neuralop("darcy_train_16.pt", "darcy_test_16.pt"),
+               "neuralop_darcy_32": dl.neuralop("darcy_test_32.pt"),
+               **dl.neuralop_archives("darcy", "darcy", (16, 32, 64, 128, 421), "darcy_pt", dl.DARCY_RECORD)},
 ))
-register_benchmark(Benchmark(
+register(Record(
     name="navier_stokes_pt",
     source="neuraloperator example data (Zenodo record 12825163), forced Navier-Stokes",
     files="nsforcing_{train,test}_{res}.pt",
@@ -87,8 +71,10 @@ register_benchmark(Benchmark(
     shapes="x (1, r, r) vorticity, y (1, r, r) vorticity later",
     loader=_neuralop_files("nsforcing", 128),
     resolutions="128 (default), 1024",
+    downloads=dl.neuralop_archives("nsforcing", "nsforcing", (128, 1024), "navier_stokes_pt", dl.NS_RECORD,
+                                   " (older code used record 11043303)"),
 ))
-register_benchmark(Benchmark(
+register(Record(
     name="fno_darcy",
     source="Li et al. 2020 (FNO), piececonst_r421 .mat files",
     files="piececonst_r421_N1024_smooth1.mat (train), piececonst_r421_N1024_smooth2.mat (test)",
@@ -96,8 +82,9 @@ register_benchmark(Benchmark(
     shapes="x (1, r, r) coefficient, y (1, r, r) pressure",
     loader=_fno_darcy,
     resolutions="s = (421-1)/k + 1: 421, 211, 141, 106, 85, ...",
+    downloads={"fno_darcy": dl.fno("piececonst_r421_N1024_smooth1.mat", "piececonst_r421_N1024_smooth2.mat")},
 ))
-register_benchmark(Benchmark(
+register(Record(
     name="fno_burgers",
     source="Li et al. 2020 (FNO), burgers_data_R10.mat",
     files="burgers_data_R10.mat",
@@ -105,10 +92,12 @@ register_benchmark(Benchmark(
     shapes="x (1, r) initial condition, y (1, r) solution at t = 1",
     loader=_fno_burgers,
     resolutions="divisors of 8192 (FNO: 1024)",
+    target=lazy("fno_mat", "load_fno_burgers"),
+    downloads={"fno_burgers": dl.fno("burgers_data_R10.mat")},
 ))
 for _nu, _file, _t_out in [("1e-3", "ns_V1e-3_N5000_T50.mat", 40), ("1e-4", "ns_V1e-4_N10000_T30.mat", 20),
                            ("1e-5", "NavierStokes_V1e-5_N1200_T20.mat", 10)]:
-    register_benchmark(Benchmark(
+    register(Record(
         name=f"fno_navier_stokes_{_nu}",
         source=f"Li et al. 2020 (FNO), {_file}",
         files=_file,
@@ -116,16 +105,9 @@ for _nu, _file, _t_out in [("1e-3", "ns_V1e-3_N5000_T50.mat", 40), ("1e-4", "ns_
         shapes=f"x (10, r, r) first 10 steps, y ({_t_out}, r, r) next steps",
         loader=_fno_navier_stokes(_file, _t_out),
         resolutions="divisors of 64",
+        target=lazy("fno_mat", "load_fno_navier_stokes"),
+        downloads={f"fno_navier_stokes_v{_nu}": dl.fno(_file)},
     ))
-register_benchmark(Benchmark(
-    name="darcy",
-    source="built-in solver (sciattn.pde_data.darcy), FNO recipe",
-    files="generated/darcy_<hash>.h5 (solved on first use)",
-    split="train: first n_train samples; test: the next n_test",
-    shapes="x (1, r, r) coefficient in {3, 12}, y (1, r, r) pressure",
-    loader=_generated_darcy,
-    resolutions="any divisor of fine_resolution (default r)",
-))
 
 
 def _geofno(fn_name: str):
@@ -152,19 +134,24 @@ def _the_well(root: Path, split: str, resolution: int | None, dataset: str | Non
     return TheWellDataset(folder, split=split, **kwargs)
 
 
-for _name, _fn, _files, _split, _shapes in [
+for _name, _fn, _files, _split, _shapes, _published in [
     ("geofno_airfoil", "load_airfoil", "NACA_Cylinder_{X,Y,Q}.npy", "train [:1000], test [1000:1200]",
-     "x/pos (2, 221, 51) mesh coordinates, y (1, 221, 51) Mach number, weights (221, 51) cell areas"),
+     "x/pos (2, 221, 51) mesh coordinates, y (1, 221, 51) Mach number, weights (221, 51) cell areas",
+     dl.geofno(*(f"naca/NACA_Cylinder_{k}.npy" for k in "XYQ"))),
     ("geofno_pipe", "load_pipe", "Pipe_{X,Y,Q}.npy", "train [:1000], test [1000:1200]",
-     "x/pos (2, 129, 129) mesh coordinates, y (1, 129, 129) velocity, weights (129, 129) cell areas"),
+     "x/pos (2, 129, 129) mesh coordinates, y (1, 129, 129) velocity, weights (129, 129) cell areas",
+     dl.geofno(*(f"pipe/Pipe_{k}.npy" for k in "XYQ"))),
     ("geofno_elasticity", "load_elasticity", "Random_UnitCell_{sigma,XY}_10.npy", "train [:1000], test [-200:]",
-     "x/pos (972, 2) points, y (972, 1) stress, weights 1/972"),
+     "x/pos (972, 2) points, y (972, 1) stress, weights 1/972",
+     dl.geofno(*(f"elasticity/Meshes/Random_UnitCell_{k}_10.npy" for k in ("XY", "sigma", "rr", "theta")))),
     ("geofno_plasticity", "load_plasticity", "plas_N987_T20.mat", "train [:900], test [-80:]",
-     "x (1, 101, 31) die profile, y (80, 101, 31) 20 steps x 4 fields"),
+     "x (1, 101, 31) die profile, y (80, 101, 31) 20 steps x 4 fields",
+     dl.geofno("plas_N987_T20.mat", note="Geo-FNO names the same file buri_plas_N987_time.mat")),
 ]:
-    register_benchmark(Benchmark(name=_name, source="Li et al. 2022 (Geo-FNO) data, as used by Transolver", files=_files,
-                                 split=_split, shapes=_shapes, loader=_geofno(_fn), resolutions="stored"))
-register_benchmark(Benchmark(
+    register(Record(name=_name, source="Li et al. 2022 (Geo-FNO) data, as used by Transolver", files=_files,
+                    split=_split, shapes=_shapes, loader=_geofno(_fn), resolutions="stored",
+                    target=lazy("geofno", _fn), downloads={_name: _published}))
+register(Record(
     name="shapenet_car",
     source="Umetani & Bickel 2018, Transolver preprocessed layout",
     files="param0..param8/<sample>/{x,y,pos,surf}.npy",
@@ -172,8 +159,12 @@ register_benchmark(Benchmark(
     shapes="x (N, 7), y (N, 4) velocity + pressure, pos (N, 3), surf (N,) bool",
     loader=_shapenet_car,
     resolutions="stored",
+    target=lazy("shapenet_car", "load_shapenet_car"),
+    downloads={"shapenet_car": (dl.RemoteFile(
+        "mlcfd_data.zip", dl.SHAPENET_CAR,
+        notes="archive: extract with `unzip mlcfd_data.zip -d <root>` → mlcfd_data/training_data/param0..8"),)},
 ))
-register_benchmark(Benchmark(
+register(Record(
     name="the_well",
     source="Ohana et al. 2024 (The Well), HDF5 per split folder",
     files="datasets/<dataset>/data/{train,valid,test}/*.hdf5 and stats.yaml (pass dataset=...)",
@@ -181,136 +172,16 @@ register_benchmark(Benchmark(
     shapes="x (C * n_steps_input, *spatial), y (C * n_steps_output, *spatial)",
     loader=_the_well,
     resolutions="stored, or spatial_stride",
+    target=lazy("the_well", "TheWellDataset"),
+    downloads={f"the_well_{ds}_stats": dl.the_well_stats(ds)
+               for ds in ("turbulent_radiative_layer_2D", "active_matter", "MHD_64")},
 ))
 
 
-def _generated_burgers(root: Path, split: str, resolution: int | None, n_train: int = 1000, n_test: int = 100,
-                       seed: int = 0, progress: bool = True, **params):
-    from .burgers import load_or_generate_burgers
-
-    res = resolution or 1024
-    a, u = load_or_generate_burgers(root / "generated", n_train + n_test, [res], seed=seed, progress=progress,
-                                    **params)[res]
-    from .burgers import BURGERS_DEFAULTS
-
-    meta = {"source": "sciattn.pde_data.burgers", "name": "burgers", "resolution": res,
-            "variables": {"x": ["initial"], "y": ["solution"]}, "seed": seed,
-            "dt": float({**BURGERS_DEFAULTS, **params}["t_final"])}  # x at t = 0 -> y at t_final
-    return _generated_split(a[:, None], u[:, None], split, n_train, n_test, meta)
-
-
-def _generated_navier_stokes(root: Path, split: str, resolution: int | None, n_train: int = 1000,
-                             n_test: int = 200, t_in: int = 10, seed: int = 0, progress: bool = True, **params):
-    from .navier_stokes import load_or_generate_navier_stokes
-
-    res = resolution or 64
-    _, u = load_or_generate_navier_stokes(root / "generated", n_train + n_test, [res], seed=seed, progress=progress,
-                                          **params)[res]
-    if not 0 < t_in < u.shape[-1]:
-        raise ValueError(f"t_in: expected 1..{u.shape[-1] - 1} of the {u.shape[-1]} recorded steps, got {t_in}")
-    field = torch.from_numpy(u).permute(0, 3, 1, 2)  # (n, T, r, r): time steps as channels
-    from .navier_stokes import NS_DEFAULTS
-
-    p = {**NS_DEFAULTS, **params}
-    meta = {"source": "sciattn.pde_data.navier_stokes", "name": "navier_stokes", "resolution": res,
-            "variables": {"x": [f"w(t={k + 1})" for k in range(t_in)],
-                          "y": [f"w(t={k + 1})" for k in range(t_in, u.shape[-1])]}, "seed": seed,
-            "dt": float(p["t_final"]) / int(p["record_steps"]), "time_series": True, "t_in": t_in}
-    return _generated_split(field[:, :t_in], field[:, t_in:], split, n_train, n_test, meta)
-
-
-register_benchmark(Benchmark(
-    name="burgers",
-    source="built-in solver (sciattn.pde_data.burgers), FNO recipe: nu = 0.1, u0 ~ N(0, 625(-Δ+25)^-2)",
-    files="generated/burgers_<hash>.h5 (solved on first use)",
-    split="train: first n_train samples; test: the next n_test",
-    shapes="x (1, r) initial condition, y (1, r) solution at t = 1",
-    loader=_generated_burgers,
-    resolutions="any divisor of fine_resolution (default r = 1024)",
-))
-register_benchmark(Benchmark(
-    name="navier_stokes",
-    source="built-in solver (sciattn.pde_data.navier_stokes), FNO ns_2d recipe: nu = 1e-3, forcing 0.1(sin+cos)",
-    files="generated/navier_stokes_<hash>.h5 (solved on first use)",
-    split="train: first n_train samples; test: the next n_test",
-    shapes="x (t_in, r, r) first t_in recorded steps, y (T - t_in, r, r) the rest",
-    loader=_generated_navier_stokes,
-    resolutions="any divisor of fine_resolution (default r = 64)",
-))
-
-
-def _generated_shallow_water(root: Path, split: str, resolution: int | None, n_train: int = 896, n_test: int = 128,
-                             grid: str = "equiangular", seed: int = 0, **params):
-    from .shallow_water import load_or_generate_shallow_water
-
-    nlat = resolution or 32
-    data = load_or_generate_shallow_water(root / "generated", n_train + n_test, nlat=nlat, nlon=2 * nlat, grid=grid,
-                                          seed=seed, **params)
-    meta = {"source": "sciattn.pde_data.shallow_water", "name": "shallow_water", "resolution": nlat,
-            "grid": grid, "variables": {"x": ["geopotential", "vorticity", "divergence"],
-                                        "y": ["geopotential", "vorticity", "divergence"]}, "seed": seed}
-    return _generated_split(data["x"], data["y"], split, n_train, n_test, meta)
-
-
-register_benchmark(Benchmark(
-    name="shallow_water",
-    source="built-in spectral solver on the rotating sphere (sciattn.pde_data.shallow_water), random initial "
-           "conditions at Mach 0.2, RK4 with hyperdiffusion",
-    files="generated/shallow_water_<hash>.h5 (solved on first use)",
-    split="train: first n_train one-hour pairs; test: the next n_test",
-    shapes="x (3, nlat, 2 nlat) geopotential, vorticity, divergence at t; y the same at t + 1 h",
-    loader=_generated_shallow_water,
-    resolutions="nlat (default 32) on an nlat x 2 nlat grid (equiangular by default)",
-))
-
-
-def _generated_darcy_irregular(root: Path, split: str, resolution: int | None, n_train: int = 1000,
-                               n_test: int = 100, seed: int = 0, fine_resolution: int = 128, progress: bool = True,
-                               **kwargs):
-    from .irregular import generate_darcy_irregular
-
-    ds = generate_darcy_irregular(n_train + n_test, resolution or 1024, fine_resolution=fine_resolution, seed=seed,
-                                  cache_dir=root / "generated", progress=progress, **kwargs)
-    sl = slice(0, n_train) if split == "train" else slice(n_train, n_train + n_test)
-    return type(ds)(ds.samples[sl], {**ds.meta, "split": split})
-
-
-def _generated_navier_stokes_irregular(root: Path, split: str, resolution: int | None, n_train: int = 1000,
-                                       n_test: int = 200, t_in: int = 10, seed: int = 0, fine_resolution: int = 64,
-                                       progress: bool = True, **kwargs):
-    from .irregular import generate_navier_stokes_irregular
-    from .navier_stokes import NS_DEFAULTS
-
-    steps = int(kwargs.get("record_steps", NS_DEFAULTS["record_steps"]))
-    if not 0 < t_in < steps:
-        raise ValueError(f"t_in: expected 1..{steps - 1} of the {steps} recorded steps, got {t_in}")
-    kwargs.setdefault("inputs", range(1, t_in + 1))
-    kwargs.setdefault("outputs", range(t_in + 1, steps + 1))
-    ds = generate_navier_stokes_irregular(n_train + n_test, resolution or 1024, fine_resolution=fine_resolution,
-                                          seed=seed, cache_dir=root / "generated", progress=progress, **kwargs)
-    sl = slice(0, n_train) if split == "train" else slice(n_train, n_train + n_test)
-    return type(ds)(ds.samples[sl], {**ds.meta, "split": split})
-
-
-register_benchmark(Benchmark(
-    name="darcy_irregular",
-    source="built-in Darcy solver (FNO recipe) solved at fine_resolution (default 128), evaluated at random points "
-           "(sciattn.pde_data.irregular): coefficient by nearest node, pressure bilinear",
-    files="generated/darcy_<hash>.h5 and generated/darcy_irregular_<hash>.h5 (made on first use)",
-    split="train: first n_train samples; test: the next n_test",
-    shapes="x (N, 1) coefficient in {3, 12}, y (N, 1) pressure, pos (N, 2), weights (N,) Delaunay areas, sum 1",
-    loader=_generated_darcy_irregular,
-    resolutions="points per sample N (default 1024); layout='uniform'|'jittered', weights='delaunay'|'voronoi', "
-                "fixed_points",
-))
-register_benchmark(Benchmark(
-    name="navier_stokes_irregular",
-    source="built-in Navier-Stokes solver on the torus (FNO ns_2d recipe) at fine_resolution (default 64), "
-           "evaluated at random points by trigonometric interpolation (sciattn.pde_data.irregular)",
-    files="generated/navier_stokes_<hash>.h5 and generated/navier_stokes_irregular_<hash>.h5 (made on first use)",
-    split="train: first n_train samples; test: the next n_test",
-    shapes="x (N, t_in) first t_in recorded steps, y (N, T - t_in) the rest (or inputs=/outputs= snapshot "
-           "indices, 0 = w0), pos (N, 2) in [0, 1)^2, weights (N,) periodic Delaunay areas, sum 1",
-    loader=_generated_navier_stokes_irregular,
-    resolutions="points per sample N (default 1024); the same options as darcy_irregular",
+register(Record(
+    name="airfrans", source="Bonnet et al. 2022 (AirfRANS)", files="Dataset/manifest.json and simulations",
+    kind="download",
+    downloads={"airfrans": (dl.RemoteFile(
+        "Dataset.zip", dl.AIRFRANS,
+        notes="archive (about 9.3 GB): extract with `unzip Dataset.zip -d <root>` → Dataset/manifest.json"),)},
 ))

@@ -10,7 +10,8 @@ field evolves), the node coordinates, and every solver parameter as an attribute
 ``sciattn_inputs`` / ``sciattn_outputs`` attributes name the input and output variables.
 
 The other built-in generators write the samples that training and ``evaluate --resolutions`` draw
-(:func:`sciattn.train.data.load_at_resolutions`, the same seed gives the same values):
+(:func:`.generated_pairs.sample_at_resolutions`, the path of training and ``evaluate --resolutions``: the
+same seed gives the same values):
 
 - ``shallow_water``: dims ``(sample, lat, lon)`` on the ``nlat x 2 nlat`` nodes of the named grid (``lat`` the
   colatitudes, ``lon`` the longitudes), one solve at ``solve_resolution`` (default the coarsest ``nlat``)
@@ -28,13 +29,14 @@ The other built-in generators write the samples that training and ``evaluate --r
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
 
 from sciattn._checks import check_positive_int
 
+from .catalogue import catalogue_view
 from .xarray_data import write_xarray
 
 __all__ = ["GENERATORS", "generate_at_resolutions", "generate_to_netcdf"]
@@ -81,15 +83,15 @@ def _navier_stokes(n: int, resolutions: list[int], seed: int, progress: bool, **
 
 
 def _sampled(name: str, n: int, resolutions: list[int], seed: int, progress: bool, **params) -> dict[int, object]:
-    """``{r: dataset}`` of the training/sweep path (:func:`sciattn.train.data.load_at_resolutions`), its solve
+    """``{r: dataset}`` of the training/sweep path (:func:`.generated_pairs.sample_at_resolutions`), its solve
     cache in a temporary folder (nothing is left in the user's data cache)."""
     import tempfile
 
-    from sciattn.train.data import load_at_resolutions
+    from .generated_pairs import sample_at_resolutions
 
     with tempfile.TemporaryDirectory(prefix="sciattn-generate-") as root:
-        return load_at_resolutions(name, resolutions, root=root, n_samples=n, seed=seed, progress=progress,
-                                   **params)
+        return sample_at_resolutions(name, resolutions, root=root, n_samples=n, seed=seed, progress=progress,
+                                     points=name.endswith("_irregular"), **params)
 
 
 def _next(names: list[str]) -> list[str]:
@@ -159,11 +161,13 @@ def _points(name: str):
     return write
 
 
-GENERATORS: dict[str, Callable[..., Generated]] = {
-    "darcy": _darcy, "darcy_neuralop": _darcy_neuralop, "burgers": _burgers, "navier_stokes": _navier_stokes,
-    "shallow_water": _shallow_water, "coupled_navier_stokes": _coupled_navier_stokes,
-    "darcy_irregular": _points("darcy_irregular"), "navier_stokes_irregular": _points("navier_stokes_irregular"),
-}
+# the writers the catalogue's records name (their ``writer``)
+write_darcy, write_darcy_neuralop, write_burgers, write_navier_stokes = _darcy, _darcy_neuralop, _burgers, _navier_stokes
+write_shallow_water, write_coupled_navier_stokes = _shallow_water, _coupled_navier_stokes
+write_darcy_irregular, write_navier_stokes_irregular = _points("darcy_irregular"), _points("navier_stokes_irregular")
+
+#: ``{name: writer}`` of every catalogue record with a writer (a live view)
+GENERATORS: Mapping[str, Callable[..., Generated]] = catalogue_view(lambda r: r.writer is not None, lambda r: r.writer())
 
 
 def generate_at_resolutions(name: str, n: int, resolutions: list[int], out: str | os.PathLike, *, seed: int = 0,

@@ -111,13 +111,20 @@ def _cmd_data(args) -> int:
     from sciattn import pde_data
 
     if args.data_command == "list":
+        from sciattn.pde_data.catalogue import formats
+        from sciattn.pde_data.fetch import SMALL, describe_sources
+
         print("| name | source | files | split | sample shapes | resolutions |")
         print("|---|---|---|---|---|---|")
         for b in pde_data.list_benchmarks():
             print(f"| {b.name} | {b.source} | {b.files} | {b.split} | {b.shapes} | {b.resolutions} |")
-        from sciattn.pde_data.fetch import describe_sources
-
-        print("\nDownload sources (`sciattn data fetch NAME --root DIR`):\n")
+        print("\nFile formats (`load(PATH)` and `[data] train = PATH` detect them, in this order):\n")
+        print("| format | source | files | split | sample shapes |")
+        print("|---|---|---|---|---|")
+        for f in formats():
+            print(f"| {f.name} | {f.source} | {f.files} | {f.split} | {f.shapes} |")
+        print("\nDownload sources (`sciattn data fetch NAME --root DIR`; without NAME the small files "
+              f"{', '.join(SMALL)}):\n")
         print("| name | kind | checksum | files |")
         print("|---|---|---|---|")
         for src in describe_sources():
@@ -145,9 +152,11 @@ def _cmd_data(args) -> int:
                                             progress=not args.no_progress, **params):
             print(f"wrote {path}")
         return 0
-    from sciattn.pde_data.fetch import fetch
+    from sciattn.pde_data.fetch import fetch, fetch_small
 
-    for path in fetch(args.name, Path(args.root).expanduser()):
+    root = Path(args.root).expanduser() if args.root else pde_data.default_root()
+    paths = fetch(args.name, root) if args.name else fetch_small(root)
+    for path in paths:
         print(f"ok {path}")
     return 0
 
@@ -265,9 +274,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="override a solver parameter, e.g. --param nu=1e-4 --param t_final=5; repeatable")
     g.add_argument("--no-progress", action="store_true")
-    f = dsub.add_parser("fetch", help="download a benchmark's public files with checksum verification")
-    f.add_argument("name")
-    f.add_argument("--root", required=True, help="folder to place the files in")
+    f = dsub.add_parser("fetch", help="download a dataset's public files with checksum verification",
+                        description="Without NAME: the small files bundled with neuraloperator (Darcy 16/32, "
+                                    "Burgers 16, mini car), sha256-checked, into $SCIATTN_DATA or "
+                                    "~/.cache/sciattn/data, where load() finds them.")
+    f.add_argument("name", nargs="?", help="a download group of `sciattn data list` (default: the small files)")
+    f.add_argument("--root", help="folder to place the files in (default $SCIATTN_DATA or ~/.cache/sciattn/data)")
     da.set_defaults(func=_cmd_data)
 
     x = sub.add_parser("export", help="write a trained run as a program that runs without sciattn")

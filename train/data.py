@@ -20,8 +20,8 @@ Each dataset's ``meta`` carries ``variables`` (``{"x": [...], "y": [...]}``), ``
 from __future__ import annotations
 
 import inspect
-import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,27 +29,27 @@ import torch
 
 from sciattn._checks import check_positive_int
 from sciattn.pde_data import load
+from sciattn.pde_data.catalogue import XARRAY_SUFFIXES, catalogue_view
+from sciattn.pde_data.generated_pairs import frame_names, generate_pairs, pair_meta, sample_at_resolutions
+from sciattn.pde_data.generated_pairs import sphere_transfer as _sphere_transfer  # noqa: F401  (tests use it)
 from sciattn.pde_data.geofno import PointSetDataset
 from sciattn.pde_data.grid_dataset import GridPairDataset
 from sciattn.pde_data.registry import BENCHMARKS, default_root
 
 from .config import ConfigError, DataConfig
-from .sources import READERS, Source, benchmark_parameters, detect_reader, resolve_source
+from .sources import GENERATORS, READERS, Source, benchmark_parameters, detect_reader, resolve_source
 
 __all__ = ["build_datasets", "describe_source", "frame_names", "stepper_names", "load_data_file", "load_at_resolutions", "data_layout",
            "DATA_FORMATS", "GENERATED", "POINT_GENERATED", "TIME_SERIES"]
 
 DATA_FORMATS = ("auto", "neuralop_pt", "darcy_solver")
 #: sweepable grid solvers: any resolution, the same samples at each (:func:`load_at_resolutions`)
-GENERATED = ("darcy", "burgers", "navier_stokes", "coupled_navier_stokes", "shallow_water")
-#: generated point-set benchmarks: a resolution is a number of points per sample
-POINT_GENERATED = ("darcy_irregular", "navier_stokes_irregular")
-TIME_SERIES = ("navier_stokes",)  # inputs and outputs are consecutive time steps of one field
+GENERATED: Mapping[str, Any] = catalogue_view(lambda r: r.kind == "generator" and r.matched_to is None)
+#: generated point-set benchmarks: a resolution is a number of points per sample (the catalogue's point records)
+POINT_GENERATED: Mapping[str, Any] = catalogue_view(lambda r: r.points)
+TIME_SERIES: Mapping[str, Any] = catalogue_view(lambda r: r.time_series)  # inputs, outputs: time steps of one field
 
-# generator: (n_train, n_test, resolution) defaults (the registry's)
-_GEN_DEFAULTS = {"darcy": (1000, 100, 64), "darcy_neuralop": (1000, 50, 16), "burgers": (1000, 100, 1024), "navier_stokes": (1000, 200, 64),
-                 "shallow_water": (896, 128, 32), "coupled_navier_stokes": (1000, 100, 64)}
-_SINGLE_RESOLUTION = ("shallow_water",)
+_SINGLE_RESOLUTION: Mapping[str, Any] = catalogue_view(lambda r: r.single_grid)
 
 
 # ------------------------------------------------------------------------------------ provenance
@@ -64,7 +64,8 @@ def _cache(cfg: DataConfig) -> Path:
 
 
 def _sizes(cfg: DataConfig, name: str) -> tuple[int, int, int, list[int]]:
-    n_train, n_test, res = _GEN_DEFAULTS[name]
+    d = GENERATORS[name].defaults  # the catalogue record's
+    n_train, n_test, res = d["n_train"], d["n_test"], d["resolution"]
     r = cfg.train_res or res
     return cfg.n_train or n_train, cfg.n_test or n_test, r, list(cfg.test_resolutions or [r])
 
@@ -126,15 +127,6 @@ def _as_point_sample(s: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     w = s["weights"].float().reshape(-1) if "weights" in s else torch.full((n,), 1.0 / n)
     return {"x": x.flatten(1).T.contiguous(), "y": y.flatten(1).T.contiguous(), "pos": pos.contiguous(),
             "weights": w / w.sum()}
-
-
-def frame_names(variables: list[str], n_frames: int, first: int = 0) -> list[str]:
-    """Channel names of ``n_frames`` time-major frames of ``variables``: the variables themselves for one frame
-    (a state in, a state out: ``["w"]``), else ``name[k]`` for frames ``k = first, first + 1, ...`` counted from
-    the first input frame (``w[0] … w[4]`` in, ``w[5]`` next)."""
-    if n_frames == 1 and first == 0:
-        return list(variables)
-    return [f"{n}[{k}]" for k in range(first, first + n_frames) for n in variables]
 
 
 def stepper_names(variables: list[str], c_in: int, c_out: int) -> dict[str, list[str]] | None:
@@ -248,107 +240,9 @@ class _Items(torch.utils.data.Dataset):
 # ------------------------------------------------------------------------------------ generators
 
 
-def _sphere_transfer(f: torch.Tensor, grid: str, lmax: int, nlat: int) -> torch.Tensor:
-    """Fields ``(n, C, s, 2s)`` band-limited to degrees ``l < lmax`` (shallow-water states) synthesised on the
-    ``nlat x 2 nlat`` grid of the same kind: analysis on the solve grid (exact for ``lmax <= ``
-    :func:`~sciattn.pde_data.sht.exact_lmax`), synthesis on the target grid, so every grid holds the same
-    band-limited field at its own nodes."""
-    from sciattn.pde_data.sht import SphericalHarmonicTransform
-
-    s = f.shape[-2]
-    if nlat == s:
-        return f
-    if lmax > nlat:
-        raise ValueError(f"resolutions: the shallow-water samples are band-limited to degrees l < {lmax} (solved at "
-                         f"nlat = {s}); expected nlat >= {lmax}, got {nlat}")
-    src = SphericalHarmonicTransform(s, 2 * s, grid, lmax=lmax, mmax=lmax)
-    dst = SphericalHarmonicTransform(nlat, 2 * nlat, grid, lmax=lmax, mmax=lmax)
-    return dst.inverse(src.forward(f.double())).float()
-
-
-def _generate_pairs(name: str, n: int, res: list[int], *, options: dict[str, Any], seed: int, cache: Path,
-                    progress: bool, solve_resolution: int | None = None):
-    """``({r: (x, y)}, meta)``: ``n`` samples of generator ``name`` at every resolution of ``res`` (sorted), the
-    same samples at each: one solve on a grid every resolution divides (``fine_resolution`` in ``options``, or
-    finer) restricted by slicing; shallow water (a single-grid spectral solver) is solved on the
-    ``solve_resolution`` grid (default the coarsest of ``res``) and spectrally transferred to the others
-    (:func:`_sphere_transfer`: its states are band-limited to the solve grid's truncation)."""
-    opts = dict(options)
-    meta: dict[str, Any] = {"source": f"sciattn.pde_data.{name}", "name": name, "seed": seed, "params": dict(options)}
-    given_fine = opts.pop("fine_resolution", None)
-    fine = given_fine or math.lcm(*res)
-    if name in ("navier_stokes", "coupled_navier_stokes") and fine % 2:
-        fine *= 2
-    kw = {"seed": seed, "progress": progress}
-    pairs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    if name != "shallow_water":
-        meta["fine_resolution"] = given_fine if name == "darcy_neuralop" else fine
-    if name == "darcy":
-        from sciattn.pde_data.darcy import load_or_generate_darcy
-
-        data = load_or_generate_darcy(cache, n, res, fine_resolution=fine, **kw, **opts)
-        pairs = {k: (torch.from_numpy(a)[:, None], torch.from_numpy(u)[:, None]) for k, (a, u) in data.items()}
-        meta["variables"] = {"x": ["coefficient"], "y": ["pressure"]}
-    elif name == "darcy_neuralop":
-        from sciattn.pde_data.darcy_neuralop import generate_darcy_neuralop
-
-        data = generate_darcy_neuralop(n, res, fine_resolution=given_fine, **kw, **opts)
-        pairs = {k: (torch.from_numpy(m)[:, None], torch.from_numpy(u)[:, None]) for k, (m, u) in data.items()}
-        meta["variables"] = {"x": ["mask"], "y": ["pressure"]}
-    elif name == "burgers":
-        from sciattn.pde_data.burgers import load_or_generate_burgers
-
-        data = load_or_generate_burgers(cache, n, res, fine_resolution=fine, **kw, **opts)
-        pairs = {k: (torch.from_numpy(a)[:, None], torch.from_numpy(u)[:, None]) for k, (a, u) in data.items()}
-        meta["variables"] = {"x": ["initial"], "y": ["solution"]}
-        meta["dt"] = float(opts.get("t_final", 1.0))
-    elif name == "navier_stokes":
-        from sciattn.pde_data.navier_stokes import NS_DEFAULTS, load_or_generate_navier_stokes
-
-        t_in = opts.pop("t_in", 10)
-        data = load_or_generate_navier_stokes(cache, n, res, fine_resolution=fine, **kw, **opts)
-        for k, (_, u) in data.items():
-            steps = u.shape[-1]
-            if isinstance(t_in, bool) or not isinstance(t_in, int) or not 0 < t_in < steps:
-                raise ConfigError(f"data.options.t_in: expected an integer in 1..{steps - 1} (of the {steps} "
-                                  f"recorded steps), got {t_in!r}")
-            field = torch.from_numpy(u).permute(0, 3, 1, 2)
-            pairs[k] = (field[:, :t_in].contiguous(), field[:, t_in:].contiguous())
-        p = {**NS_DEFAULTS, **opts}
-        meta.update(t_in=t_in, time_series=True, dt=float(p["t_final"]) / int(p["record_steps"]),
-                    frame_variables=["w"], variables={"x": frame_names(["w"], t_in),
-                                                      "y": frame_names(["w"], int(p["record_steps"]) - t_in, t_in)})
-    elif name == "shallow_water":
-        from sciattn.pde_data.shallow_water_data import load_or_generate_shallow_water
-
-        base = int(solve_resolution or res[0])
-        grid = opts.get("grid", "equiangular")
-        data = load_or_generate_shallow_water(cache, n, nlat=base, nlon=2 * base, seed=seed, **opts)
-        x, y = torch.from_numpy(data["x"]), torch.from_numpy(data["y"])
-        lmax = int(opts.get("lmax") or min(math.ceil(base / 3), (2 * base + 1) // 2))  # the solver's default
-        pairs = {k: (_sphere_transfer(x, grid, lmax, k), _sphere_transfer(y, grid, lmax, k)) for k in res}
-        names = ["geopotential", "vorticity", "divergence"]
-        meta.update(variables={"x": names, "y": names}, grid=grid, solve_resolution=base, lmax=lmax,
-                    dt=float(opts.get("dt", 600.0)) * int(opts.get("n_steps_between", 6)))
-    elif name == "coupled_navier_stokes":
-        from sciattn.pde_data.coupled_navier_stokes import load_or_generate_coupled_navier_stokes
-
-        system = opts.pop("system", "ns")
-        out = load_or_generate_coupled_navier_stokes(cache, n, res, system=system, fine_resolution=fine, **kw, **opts)
-        pairs = {k: (torch.from_numpy(a), torch.from_numpy(b)) for k, (a, b) in out.pairs.items()}
-        meta.update(variables={"x": list(out.variables), "y": list(out.variables)}, system=system,
-                    dt=float(out.times[1] - out.times[0]))
-    else:
-        raise ValueError(f"name: expected a generator, one of {sorted(_GEN_DEFAULTS)}, got {name!r}")
-    return pairs, meta
-
-
-def _pair_meta(meta: dict[str, Any], r: int) -> dict[str, Any]:
-    out = {**meta, "resolution": r}
-    if meta.get("name") == "shallow_water":
-        grid = meta.get("grid", "equiangular")
-        out["domain"] = {"kind": "sphere", "grid": grid, "nlat": r, "nlon": 2 * r}
-    return out
+def _generate_pairs(name: str, n: int, res: list[int], **kwargs):
+    """:func:`sciattn.pde_data.generated_pairs.generate_pairs`, a bad option raised as :class:`ConfigError`."""
+    return generate_pairs(name, n, res, error=ConfigError, known=tuple(sorted(GENERATORS)), **kwargs)
 
 
 def _generate(cfg: DataConfig, name: str, progress: bool):
@@ -362,8 +256,8 @@ def _generate(cfg: DataConfig, name: str, progress: bool):
                                   progress=progress, solve_resolution=r)
     meta = {k: v for k, v in meta.items() if k not in ("fine_resolution", "solve_resolution", "lmax")}
     train_x, train_y = pairs[r]
-    train = GridPairDataset(train_x[:n_train], train_y[:n_train], _pair_meta(meta, r))
-    tests = {k: GridPairDataset(pairs[k][0][n_train:n], pairs[k][1][n_train:n], _pair_meta(meta, k))
+    train = GridPairDataset(train_x[:n_train], train_y[:n_train], pair_meta(meta, r))
+    tests = {k: GridPairDataset(pairs[k][0][n_train:n], pairs[k][1][n_train:n], pair_meta(meta, k))
              for k in test_res}
     return train, tests
 
@@ -372,7 +266,7 @@ def _generate(cfg: DataConfig, name: str, progress: bool):
 
 
 def _split_rule(cfg: DataConfig, src: Source, reader: str | None) -> str:
-    splits = src.kind != "file" or (reader is not None and READERS[reader].splits)
+    splits = src.kind != "file" or (reader is not None and READERS[reader].own_split)
     rule = cfg.split_rule
     if rule == "auto":
         return "reader" if splits else "test_last"
@@ -404,7 +298,7 @@ def _read(cfg: DataConfig, src: Source, split: str | None, resolution: int | Non
         raise FileNotFoundError(f"data.{key}: expected an existing file, got {str(src.path)!r}")
     reader = src.reader or detect_reader(src.path)
     info = READERS[reader]
-    if resolution is not None and not info.resolution:
+    if resolution is not None and not info.subsamples:
         raise ConfigError(f"data.resolution: reader {reader!r} of {src.name!r} reads the stored grid only; expected "
                           f"no data.resolution / data.test_resolutions (use its options, e.g. spatial_stride), got "
                           f"{resolution}")
@@ -418,7 +312,7 @@ def _read(cfg: DataConfig, src: Source, split: str | None, resolution: int | Non
 
         return _subsample(load_neuralop_pt(src.path, **opts), resolution, key)
     # split=None: the whole file (a single-split file), or the reader's own train split
-    return load(src.path, split=split if info.splits else None, resolution=resolution, **opts)
+    return load(src.path, split=split if info.own_split else None, resolution=resolution, **opts)
 
 
 def _subsample(ds: GridPairDataset, r: int | None, key: str) -> GridPairDataset:
@@ -505,7 +399,7 @@ def load_data_file(path: str | os.PathLike, fmt: str | None = None, split: str |
 
         check_choice("format", fmt, ("auto", "neuralop_pt"))
         return load_neuralop_pt(Path(path))
-    if str(path) not in BENCHMARKS and Path(path).suffix in (".nc", ".nc4", ".zarr", ".cdf"):
+    if str(path) not in BENCHMARKS and Path(path).suffix in XARRAY_SUFFIXES:
         from sciattn.pde_data.xarray_data import load_xarray
 
         return load_xarray(Path(path).expanduser())
@@ -585,26 +479,15 @@ def load_at_resolutions(
         raise ValueError("resolutions: expected at least one resolution, got none")
     res = sorted({check_positive_int("resolutions", r) for r in resolutions})
     key = str(name_or_path)
-    if key in POINT_GENERATED:
-        check_positive_int("n_samples", n_samples)
-        kw = {"root": root} if root is not None else {}
-        if t_in is not None:
-            params = {**params, "t_in": t_in}
-        return {r: load(key, split="test", resolution=r, seed=seed, n_train=0, n_test=n_samples, progress=progress,
-                         **kw, **params) for r in res}
-    if key not in GENERATED:
+    if key not in GENERATED and key not in POINT_GENERATED:
         kw = {"root": root} if root is not None else {}
         src = resolve_source(key)
-        if src.kind == "file" and src.reader is not None and not READERS[src.reader].splits:
+        if src.kind == "file" and src.reader is not None and not READERS[src.reader].own_split:
             split = None  # a file without a division of its own: every sample (pde_data.splits)
         return {r: _at_resolution(load(name_or_path, split=split, resolution=r, **kw, **params), r, key)
                 for r in res}
-    check_positive_int("n_samples", n_samples)
-    cache = Path(root).expanduser() if root is not None else default_root()
-    opts = dict(params)
-    if key in TIME_SERIES and t_in is not None:
-        opts["t_in"] = t_in
-    pairs, meta = _generate_pairs(key, n_samples, res, options=opts, seed=seed, cache=cache / "generated",
-                                  progress=progress, solve_resolution=solve_resolution)
-    meta = {**meta, "split": "generated"}
-    return {r: GridPairDataset(x, y, _pair_meta(meta, r)) for r, (x, y) in pairs.items()}
+    return sample_at_resolutions(key, res, root=root, n_samples=n_samples, seed=seed, progress=progress,
+                                 points=key in POINT_GENERATED,
+                                 t_in=t_in if key in TIME_SERIES or key in POINT_GENERATED else None,
+                                 solve_resolution=solve_resolution, error=ConfigError,
+                                 known=tuple(sorted(GENERATORS)), **params)

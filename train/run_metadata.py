@@ -39,15 +39,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sciattn.pde_data import catalogue
+
 __all__ = ["DATA_META_VERSION", "collect_data_meta", "legacy_run_metadata", "read_data_meta"]
 
 DATA_META_VERSION = 1
 _SPHERE_GRIDS = ("equiangular", "legendre-gauss", "lobatto")
-_DARCY_VARIABLES = {"x": ["coefficient"], "y": ["pressure"]}
-# Periodicity of the built-in benchmarks' domains (DESIGN §7): the torus and the periodic interval; Darcy has a
-# Dirichlet boundary.
-_KNOWN_PERIODIC = {"navier_stokes": True, "burgers": True, "darcy": False}
 _TIME_COORDS = ("time", "t")
+
+
+def _known_periodic(name: str) -> bool | None:
+    """The periodicity the catalogue records for dataset ``name`` (DESIGN §7: the torus and the periodic interval
+    of the built-in Navier–Stokes and Burgers; Darcy has a Dirichlet boundary); ``None`` when unknown."""
+    record = catalogue.get(name)
+    return None if record is None else record.periodic
 
 
 def _jsonable(value: Any) -> Any:
@@ -166,7 +171,7 @@ def _domain(meta: Mapping[str, Any], sample: Mapping[str, Any]) -> dict[str, Any
         name = meta.get("name")
         if name is None and isinstance(meta.get("attrs"), Mapping):
             name = meta["attrs"].get("pde")
-        known = _KNOWN_PERIODIC.get(name) if isinstance(name, str) else None
+        known = _known_periodic(name) if isinstance(name, str) else None
         periodic = None if known is None else [known] * len(shape)
     out = {"kind": "grid", "shape": shape, "bounds": _grid_bounds(meta, coords, dims, shape),
            "periodic": None if periodic is None else [bool(p) for p in periodic]}
@@ -304,7 +309,7 @@ def legacy_run_metadata(state: Mapping[str, Any], run_dir: str | os.PathLike | N
     out: dict[str, Any] = {}
     data_cfg = run_config.get("data") if isinstance(run_config.get("data"), dict) else {}
     if data_cfg.get("format") == "darcy_solver":
-        out["variables"] = {k: list(v) for k, v in _DARCY_VARIABLES.items()}
+        out["variables"] = {k: list(v) for k, v in catalogue.get("darcy").variables.items()}
     for src in (run_config, metrics, file_metrics):
         meta = src.get("meta")
         if isinstance(meta, dict):

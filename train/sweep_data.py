@@ -25,11 +25,13 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from sciattn.pde_data.catalogue import catalogue_view
 from sciattn.pde_data.grid_dataset import GridPairDataset
 
 from .data import POINT_GENERATED
@@ -37,8 +39,8 @@ from .data_stats import dataset_statistics
 
 __all__ = ["MATCHED_GENERATORS", "reference_statistics", "run_source", "sweep_sets", "source_label"]
 
-#: generators this module draws from itself (beyond :data:`.data.GENERATED`)
-MATCHED_GENERATORS = ("darcy_neuralop",)
+#: generators this module draws from itself (beyond :data:`.data.GENERATED`): the catalogue's matched generators
+MATCHED_GENERATORS: Mapping[str, Any] = catalogue_view(lambda r: r.matched_to is not None)
 
 
 def _metrics_file(run_dir: Path) -> dict[str, Any]:
