@@ -37,7 +37,7 @@ import ctypes
 import gc
 import time
 
-from .harness import Benchmark, int_param
+from .harness import int_param, module_benchmarks
 
 PARTS = ("tree build", "attention")
 HEADS, HEAD_DIM = 4, 16
@@ -293,11 +293,8 @@ PARAMS = {"sizes": [2**k for k in range(10, 19)], "ball": 64, "batch": 4, "dense
           "reps": 3, "threads": 1, "erwin_threads": None, "parts": list(PARTS)}
 QUICK = {"sizes": [1024, 2048, 4096], "dense_max": 2048, "numpy_max": 2048, "reps": 2}
 
-BENCHMARKS = (
-    Benchmark(
-        name="balltree_scaling", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
-        description="Ball-tree build and ball attention against dense SDPA over N, on CPU;",
-        claim="the tree build and CPU ball attention are linear in N (fitted exponent about 1, 2^10 to 2^18), "
-              "dense attention quadratic; the torch build within 2× of balltree-erwin from 4,096 points per cloud (docs/benchmarks/point_clouds.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(),
+    description="Ball-tree build and ball attention against dense SDPA over N, on CPU;",
+    claim="the tree build and CPU ball attention are linear in N (fitted exponent about 1, 2^10 to 2^18), "
+          "dense attention quadratic; the torch build within 2× of balltree-erwin from 4,096 points per cloud (docs/benchmarks/point_clouds.md)",
 )
