@@ -40,6 +40,7 @@ __all__ = [
     "check_device",
     "check_grid",
     "for_current_mode",
+    "jit_helpers",
 ]
 
 MAX_HEAD_DIM = 128
@@ -78,9 +79,10 @@ def block_size(n: int) -> int:
     return max(16, triton.next_power_of_2(n))
 
 
-def check_device(t: torch.Tensor, kernels: str, module: str) -> None:
-    """CUDA tensors, or any under the interpreter; else ``RuntimeError`` naming ``q``, the fix and the module."""
-    if t.device.type != "cuda" and not INTERPRETED:
+def check_device(t: torch.Tensor, kernels: str, module: str, interpreted: bool) -> None:
+    """CUDA tensors, or any when the kernels of ``module`` are ``interpreted``; else ``RuntimeError`` naming ``q``,
+    the fix and the module."""
+    if t.device.type != "cuda" and not interpreted:
         raise RuntimeError(
             f"q: the triton {kernels} kernels need CUDA tensors, got device {t.device.type}; for CPU tensors set "
             f"TRITON_INTERPRET=1 before {module} is first imported"
@@ -91,6 +93,11 @@ def check_grid(bh: int) -> None:
     """Batch × heads runs along grid axis 1, whose CUDA limit is 65535."""
     if bh > 65535:
         raise ValueError(f"q: expected batch × heads <= 65535 (the CUDA grid limit of these kernels), got {bh}")
+
+
+def jit_helpers():
+    """``(INTERPRETED, reduce_sum, reduce_max, load_tile, batch_head)`` of this (possibly re-imported) module."""
+    return INTERPRETED, reduce_sum, reduce_max, load_tile, batch_head
 
 
 def for_current_mode():

@@ -34,13 +34,12 @@ import triton
 import triton.language as tl
 
 from .._triton_helpers import MAX_HEAD_DIM, for_current_mode
+from .._triton_helpers import block_size as _block
 
 __all__ = ["INTERPRETED", "MAX_HEAD_DIM", "galerkin_forward", "galerkin_backward"]
 
-# The shared helpers (sciattn/_triton_helpers.py), decorated in the mode of the kernels below.
-_helpers = for_current_mode()
-INTERPRETED = _helpers.INTERPRETED
-_sum, _tile, _batch_head, _block = _helpers.reduce_sum, _helpers.load_tile, _helpers.batch_head, _helpers.block_size
+_helpers = for_current_mode()  # the shared helpers (sciattn/_triton_helpers.py), in the mode of the kernels below
+INTERPRETED, _sum, _max, _tile, _batch_head = _helpers.jit_helpers()
 
 
 @triton.jit
@@ -290,7 +289,7 @@ def _splits(n: int, block: int, bh: int, device: torch.device) -> tuple[int, int
 
 
 def _check_device(t: torch.Tensor) -> None:
-    _helpers.check_device(t, "Galerkin", __name__)
+    _helpers.check_device(t, "Galerkin", __name__, INTERPRETED)
 
 
 def _check_shapes(q, k, v, w, mask, kg, vg, dz=None, m=None) -> None:

@@ -42,14 +42,13 @@ import triton
 import triton.language as tl
 
 from .._triton_helpers import MAX_HEAD_DIM, for_current_mode
+from .._triton_helpers import block_size as _block
+from .._triton_helpers import check_grid as _check_grid
 
 __all__ = ["INTERPRETED", "MAX_HEAD_DIM", "softmax_forward", "softmax_backward"]
 
-# The shared helpers (sciattn/_triton_helpers.py), decorated in the mode of the kernels below.
-_helpers = for_current_mode()
-INTERPRETED = _helpers.INTERPRETED
-_sum, _max, _tile, _batch_head = _helpers.reduce_sum, _helpers.reduce_max, _helpers.load_tile, _helpers.batch_head
-_block, _check_grid = _helpers.block_size, _helpers.check_grid
+_helpers = for_current_mode()  # the shared helpers (sciattn/_triton_helpers.py), in the mode of the kernels below
+INTERPRETED, _sum, _max, _tile, _batch_head = _helpers.jit_helpers()
 
 
 @triton.jit
@@ -298,7 +297,7 @@ def _config(dtype: torch.dtype, bd: int, be: int, kernel: str) -> tuple[int, int
 
 
 def _check_device(t: torch.Tensor) -> None:
-    _helpers.check_device(t, "weighted-softmax", __name__)
+    _helpers.check_device(t, "weighted-softmax", __name__, INTERPRETED)
 
 
 def _dist_args(q, q_pos, k_pos, distance_scale):
