@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import time
 
+from ._timing import best_time
 from .harness import int_param, module_benchmarks
 
 PARTS = ("tree build", "attention")
@@ -50,16 +50,6 @@ def fit_exponent(ns, values) -> float | None:
     if len(ns) < 2:
         return None
     return float(np.polyfit(np.log(ns), np.log(values), 1)[0])
-
-
-def best_time(fn, reps):
-    """Fastest of ``reps`` runs: on a shared machine the minimum is the least disturbed estimate."""
-    out = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return min(out)
 
 
 def _status_kb(key):

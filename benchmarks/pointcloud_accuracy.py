@@ -33,6 +33,7 @@ import math
 import time
 from pathlib import Path
 
+from ._timing import best_time
 from .harness import ROOT, int_param, module_benchmarks
 
 RECIPE = dict(batch_size=4, lr=2e-3, weight_decay=1e-4, grad_clip=1.0,
@@ -141,15 +142,6 @@ def run_task(label, train, test, cin, d, epochs, seed, models, log) -> list[dict
 
 
 # ------------------------------------------------------------------------------------ timing
-
-
-def best_time(fn, reps):
-    out = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return min(out)
 
 
 def _time_size(n, blocks, reps) -> dict:
