@@ -34,6 +34,17 @@ def median_ms(fn, reps: int, warmup: int = 1, cuda: bool | None = None) -> float
     return statistics.median(out)
 
 
+def best_time(fn, reps: int) -> float:
+    """Fastest of ``reps`` host-clock runs of ``fn()`` in seconds: on a shared machine the minimum is the least
+    disturbed estimate."""
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return min(out)
+
+
 MALLOC_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 
-from .harness import Benchmark
+from .harness import module_benchmarks
 
 SCHEMA = {"part": "str", "method": "str", "n": "int?", "batch": "int?", "ms": "float?", "forward_ms": "float?",
           "forward_backward_ms": "float?", "peak_mb_forward": "float?", "peak_mb_forward_backward": "float?",
@@ -279,12 +279,9 @@ def notes(records: list[dict]) -> str:
     return "\n\n".join(lines)
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="balltree_gpu", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
-        description="Ball trees and ball attention on a CUDA device: host-sync check, tree build time, ball and "
-                    "ball sparse attention against dense SDPA;",
-        claim="ball attention's forward+backward time and memory grow at most linearly in N on the GPU (fitted "
-              "exponents), dense SDPA's time about quadratically (docs/benchmarks/gpu.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(),
+    description="Ball trees and ball attention on a CUDA device: host-sync check, tree build time, ball and "
+                "ball sparse attention against dense SDPA;",
+    claim="ball attention's forward+backward time and memory grow at most linearly in N on the GPU (fitted "
+          "exponents), dense SDPA's time about quadratically (docs/benchmarks/gpu.md)",
 )

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 from .balltree_scaling import fit_exponent, peak_memory_mb
-from .harness import ROOT, Benchmark, int_param
+from .harness import ROOT, int_param, module_benchmarks
 
 CLOUDS = ("uniform", "shell_cluster", "mixture")
 #: variant -> (operator, extra constructor keys); the first of each operator is its default
@@ -379,15 +379,12 @@ PARAMS = {"sizes": [2**k for k in range(11, 18)], "clouds": list(CLOUDS),
 QUICK = {"sizes": [1024, 2048, 4096], "variants": {"erwin": None, "bsa_transformer": None, "erwin physical": 2048},
          "reps": 1, "isolate": False}
 
-BENCHMARKS = (
-    Benchmark(
-        name="balltree_operator_scaling", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
-        description="Erwin and BSA operators: time and peak memory against N on uniform and non-uniform 3-D clouds, "
-                    "one CPU thread;",
-        claim="Erwin's default (multiscale balls) and BSA's default (window 4096) have fitted time and peak-memory "
-              "exponents at most 1.15 from 2^11 to 2^17 points, forward and forward+backward, on uniform, "
-              "shell-plus-cluster and mixture clouds (docs/benchmarks/point_clouds.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(),
+    description="Erwin and BSA operators: time and peak memory against N on uniform and non-uniform 3-D clouds, "
+                "one CPU thread;",
+    claim="Erwin's default (multiscale balls) and BSA's default (window 4096) have fitted time and peak-memory "
+          "exponents at most 1.15 from 2^11 to 2^17 points, forward and forward+backward, on uniform, "
+          "shell-plus-cluster and mixture clouds (docs/benchmarks/point_clouds.md)",
 )
 
 

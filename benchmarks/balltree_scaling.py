@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import time
 
-from .harness import Benchmark, int_param
+from ._timing import best_time
+from .harness import int_param, module_benchmarks
 
 PARTS = ("tree build", "attention")
 HEADS, HEAD_DIM = 4, 16
@@ -50,16 +50,6 @@ def fit_exponent(ns, values) -> float | None:
     if len(ns) < 2:
         return None
     return float(np.polyfit(np.log(ns), np.log(values), 1)[0])
-
-
-def best_time(fn, reps):
-    """Fastest of ``reps`` runs: on a shared machine the minimum is the least disturbed estimate."""
-    out = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return min(out)
 
 
 def _status_kb(key):
@@ -293,11 +283,8 @@ PARAMS = {"sizes": [2**k for k in range(10, 19)], "ball": 64, "batch": 4, "dense
           "reps": 3, "threads": 1, "erwin_threads": None, "parts": list(PARTS)}
 QUICK = {"sizes": [1024, 2048, 4096], "dense_max": 2048, "numpy_max": 2048, "reps": 2}
 
-BENCHMARKS = (
-    Benchmark(
-        name="balltree_scaling", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
-        description="Ball-tree build and ball attention against dense SDPA over N, on CPU;",
-        claim="the tree build and CPU ball attention are linear in N (fitted exponent about 1, 2^10 to 2^18), "
-              "dense attention quadratic; the torch build within 2× of balltree-erwin from 4,096 points per cloud (docs/benchmarks/point_clouds.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(),
+    description="Ball-tree build and ball attention against dense SDPA over N, on CPU;",
+    claim="the tree build and CPU ball attention are linear in N (fitted exponent about 1, 2^10 to 2^18), "
+          "dense attention quadratic; the torch build within 2× of balltree-erwin from 4,096 points per cloud (docs/benchmarks/point_clouds.md)",
 )

@@ -27,7 +27,7 @@ from sciattn.pde_data.burgers_neuralop import (
     summary_statistics,
 )
 
-from .harness import Benchmark
+from .harness import module_benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
 LAWS = {
@@ -110,11 +110,7 @@ def notes(records: list[dict]) -> str:
             f"{r['replay_t1_0']:.2e} for 1.")
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="burgers_match", run=run, schema=SCHEMA, params=PARAMS,
-        quick=QUICK, columns=COLUMNS, labels=LABELS, notes=notes,
-        description="Burgers generators against neuraloperator's burgers_{train,test}_16.pt (energy decay, mode energies);",
-        claim="the matched generator (preset neuralop_burgers) passes the file checks, the FNO regime does not (docs/data.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(), columns=COLUMNS, labels=LABELS,
+    description="Burgers generators against neuraloperator's burgers_{train,test}_16.pt (energy decay, mode energies);",
+    claim="the matched generator (preset neuralop_burgers) passes the file checks, the FNO regime does not (docs/data.md)",
 )

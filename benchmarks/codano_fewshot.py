@@ -53,7 +53,7 @@ import statistics
 import time
 from pathlib import Path
 
-from .harness import Benchmark, int_param
+from .harness import int_param, module_benchmarks
 
 NS_VARS, BOUS_VARS = ["u", "v", "w"], ["u", "v", "w", "theta"]
 LR = dict(pretrain=3e-3, finetune=5e-3, scratch=5e-3)
@@ -410,14 +410,10 @@ def notes(records: list[dict]) -> str:
     return "\n\n".join(out)
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="codano_fewshot", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
-        packages=("neuraloperator",),
-        description="Few-shot multiphysics (NS pretraining, Boussinesq fine-tuning with the new variable theta): "
-                    "CoDANO against neuraloperator's CODANO and a from-scratch FNO;",
-        claim="after NS pretraining CoDANO beats neuraloperator's CODANO at every few-shot size, and the FNO by at "
-              "least 30% at n = 25 by the mean errors over three seeds only with the half-turn average "
-              "(docs/benchmarks/codano.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(), packages=("neuraloperator",),
+    description="Few-shot multiphysics (NS pretraining, Boussinesq fine-tuning with the new variable theta): "
+                "CoDANO against neuraloperator's CODANO and a from-scratch FNO;",
+    claim="after NS pretraining CoDANO beats neuraloperator's CODANO at every few-shot size, and the FNO by at "
+          "least 30% at n = 25 by the mean errors over three seeds only with the half-turn average "
+          "(docs/benchmarks/codano.md)",
 )

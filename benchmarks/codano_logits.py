@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from .harness import Benchmark
+from .harness import module_benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
 B, V, C, KMAX, MODES, SEED = 2, 4, 8, 3, 16, 0
@@ -184,13 +184,9 @@ def notes(records: list[dict]) -> str:
                                                        for k, v in verdict(rows).items()) + ".")
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="codano_logits", run=run, schema=SCHEMA, params=PARAMS,
-        quick=QUICK, table=table, notes=notes, packages=("neuraloperator",),
-        description="Codomain-attention logit variance under grid refinement, sciattn against neuraloperator's CODALayer;",
-        claim="the quadrature-weighted logits keep their variance under refinement, the anchor's grow with N "
-              "(docs/benchmarks/codano.md)",
-        plot=("points", "var_ratio_to_coarsest", "method"), log_axes=(True, True),
-    ),
+BENCHMARKS = module_benchmarks(
+    globals(), packages=("neuraloperator",), plot=("points", "var_ratio_to_coarsest", "method"), log_axes=(True, True),
+    description="Codomain-attention logit variance under grid refinement, sciattn against neuraloperator's CODALayer;",
+    claim="the quadrature-weighted logits keep their variance under refinement, the anchor's grow with N "
+          "(docs/benchmarks/codano.md)",
 )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 import math
 
-from .harness import Benchmark
+from .harness import module_benchmarks
 
 # Required constructor arguments, filled by convention (one scalar field in, one out).
 REQUIRED = {"in_channels": 1, "out_channels": 1, "variables": ["u"]}
@@ -163,13 +163,9 @@ def notes(records: list[dict]) -> str:
             f"{REFERENCE_3D}³) first order only, the size of e32 is reported. {met} of {len(records)} cases meet it.")
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="convergence", run=run, schema=SCHEMA, params=PARAMS,
-        quick=QUICK, columns=COLUMNS, labels=LABELS, notes=notes,
-        description="Every grid operator of the registry at its defaults under grid refinement, e_n against a finer "
-                    "reference grid;",
-        claim="every grid operator at its defaults is discretisation-convergent: e128 ≤ 0.6·e64 and ≤ 5% "
-              "(docs/concepts/md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(), columns=COLUMNS, labels=LABELS,
+    description="Every grid operator of the registry at its defaults under grid refinement, e_n against a finer "
+                "reference grid;",
+    claim="every grid operator at its defaults is discretisation-convergent: e128 ≤ 0.6·e64 and ≤ 5% "
+          "(docs/concepts/md)",
 )

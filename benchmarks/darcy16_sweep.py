@@ -20,7 +20,7 @@ import json
 import time
 from pathlib import Path
 
-from .harness import Benchmark
+from .harness import module_benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "configs" / "darcy16_galerkin.toml"
@@ -106,13 +106,9 @@ def notes(records: list[dict]) -> str:
             f"\n\nVerdict: {r['verdict']}")
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="darcy16_sweep", run=run, schema=SCHEMA, params=PARAMS,
-        quick=QUICK, columns=COLUMNS, notes=notes, labels=LABELS,
-        description="Galerkin Transformer trained on neuraloperator's darcy_train_16.pt through the CLI, swept at "
-                    "16 / 32 / 64 on matched data;",
-        claim="the sweep is invariant within 1.5x (README, docs/cli.md)", plot=("resolution", "rel_l2", None),
-        log_axes=(True, False),
-    ),
+BENCHMARKS = module_benchmarks(
+    globals(), columns=COLUMNS, labels=LABELS, plot=("resolution", "rel_l2", None), log_axes=(True, False),
+    description="Galerkin Transformer trained on neuraloperator's darcy_train_16.pt through the CLI, swept at "
+                "16 / 32 / 64 on matched data;",
+    claim="the sweep is invariant within 1.5x (README, docs/cli.md)",
 )

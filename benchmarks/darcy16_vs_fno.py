@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .harness import Benchmark
+from .harness import module_benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "configs" / "darcy16_galerkin.toml"
@@ -217,13 +217,9 @@ def notes(records: list[dict]) -> str:
     ])
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="darcy16_vs_fno", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
-        packages=("neuraloperator",),
-        description="Galerkin Transformer (examples/configs/darcy16_galerkin.toml) against neuraloperator's FNO "
-                    "with three recipes on neuraloperator's darcy_train_16.pt / darcy_test_16.pt;",
-        claim="the GT's test error is below the best FNO recipe's on the same data and epochs "
-              "(docs/benchmarks/training.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(), packages=("neuraloperator",),
+    description="Galerkin Transformer (examples/configs/darcy16_galerkin.toml) against neuraloperator's FNO "
+                "with three recipes on neuraloperator's darcy_train_16.pt / darcy_test_16.pt;",
+    claim="the GT's test error is below the best FNO recipe's on the same data and epochs "
+          "(docs/benchmarks/training.md)",
 )

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .harness import Benchmark
+from .harness import module_benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = dict(batch_size=8, lr=2e-3, weight_decay=1e-4, scheduler="onecycle", loss="l2+h1", h1_weight=1.0,
@@ -236,13 +236,9 @@ def notes(records: list[dict]) -> str:
     return "\n\n".join(out)
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="darcy_mano", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
-        packages=("neuraloperator",),
-        description="MANO, Galerkin Transformer and FNO with the same trainer and recipe on neuraloperator's 16×16 "
-                    "Darcy files and on built-in solver data at 64² with zero-shot 128² and 256²;",
-        claim="errors side by side and the zero-shot ratio 256² / 64² (docs/benchmarks/training.md; the committed "
-              "MANO rows are of the earlier extended variant)",
-    ),
+BENCHMARKS = module_benchmarks(globals(), packages=("neuraloperator",),
+    description="MANO, Galerkin Transformer and FNO with the same trainer and recipe on neuraloperator's 16×16 "
+                "Darcy files and on built-in solver data at 64² with zero-shot 128² and 256²;",
+    claim="errors side by side and the zero-shot ratio 256² / 64² (docs/benchmarks/training.md; the committed "
+          "MANO rows are of the earlier extended variant)",
 )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .harness import ROOT, Benchmark
+from .harness import ROOT, module_benchmarks
 
 SCHEMA = {"resolution": "int", "rel_l2": "float", "rel_h1": "float", "ratio_to_training": "float",
           "parameters": "int", "epochs": "int", "n_train": "int", "train_resolution": "int",
@@ -60,13 +60,9 @@ def notes(records: list[dict]) -> str:
             f"{r['wall_seconds'] / 60:.1f} min (data {r['data_seconds']:.0f} s).")
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="demo", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, columns=COLUMNS, labels=LABELS,
-        notes=notes,
-        description="`sciattn demo`: a Galerkin Transformer trained on generated Darcy flow at 32×32, evaluated "
-                    "zero-shot at 32, 64 and 128;",
-        claim="the demo's error stays within a few per cent of the training resolution's at 2x and 4x "
-              "(README, docs/benchmarks/index.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(), columns=COLUMNS, labels=LABELS,
+    description="`sciattn demo`: a Galerkin Transformer trained on generated Darcy flow at 32×32, evaluated "
+                "zero-shot at 32, 64 and 128;",
+    claim="the demo's error stays within a few per cent of the training resolution's at 2x and 4x "
+          "(README, docs/benchmarks/index.md)",
 )

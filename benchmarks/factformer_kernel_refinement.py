@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .harness import Benchmark, divisor_sizes_param, int_param
+from .harness import divisor_sizes_param, int_param, module_benchmarks
 from .oformer_rope_refinement import restrict, smooth
 
 SCHEMA = {"init": "str", "kernel": "str", "n": "int", "error": "float"}
@@ -101,14 +101,10 @@ def notes(records: list[dict]) -> str:
             "by GroupNorm eps `1e-8 / N²` on our weighted kernel.")
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="factformer_kernel_refinement", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table,
-        notes=notes,
-        description="FactFormer under grid refinement, our quadrature-weighted axial kernel against the published "
-                    "bare sum, at the published and a wider q/k initialisation;",
-        claim="ours converges at first order at both initialisations; at the published initialisation the bare sum "
-              "converges more slowly (published layout) or not at all (sciattn_v1 layout); with wider q/k weights "
-              "the two agree (docs/operators/factformer.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(),
+    description="FactFormer under grid refinement, our quadrature-weighted axial kernel against the published "
+                "bare sum, at the published and a wider q/k initialisation;",
+    claim="ours converges at first order at both initialisations; at the published initialisation the bare sum "
+          "converges more slowly (published layout) or not at all (sciattn_v1 layout); with wider q/k weights "
+          "the two agree (docs/operators/factformer.md)",
 )

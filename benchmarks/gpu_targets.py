@@ -41,7 +41,7 @@ import time
 import traceback
 from typing import Any
 
-from .harness import Benchmark, format_value
+from .harness import format_value, module_benchmarks
 
 DATASHEET_HBM_TBPS = {"H200": 4.8, "H100": 3.35}  # vendor datasheets (SXM parts), for the second fraction
 PUBLISHED_TH_H100 = {0.017: (0.550, 1.115), 0.03: (0.801, 1.781)}  # torch-harmonics, fp32, 1°, ms (fwd, bwd)
@@ -648,13 +648,9 @@ def notes(records: list[dict]) -> str:
     return "\n\n".join(lines)
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="gpu_targets", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
-        packages=("triton",),
-        description="Kernel targets on one CUDA device (Galerkin bandwidth and speed-up, weighted softmax against "
-                    "flash SDPA, spherical neighbourhood attention at 1°), each checked against its reference first;",
-        claim="the kernel targets: Galerkin bandwidth and 2x speed-up, weighted softmax within 1.3x of flash SDPA, the "
-              "1° sphere layer faster than torch-harmonics' published H100 times (docs/benchmarks/gpu.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(), packages=("triton",),
+    description="Kernel targets on one CUDA device (Galerkin bandwidth and speed-up, weighted softmax against "
+                "flash SDPA, spherical neighbourhood attention at 1°), each checked against its reference first;",
+    claim="the kernel targets: Galerkin bandwidth and 2x speed-up, weighted softmax within 1.3x of flash SDPA, the "
+          "1° sphere layer faster than torch-harmonics' published H100 times (docs/benchmarks/gpu.md)",
 )

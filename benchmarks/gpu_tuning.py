@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .harness import Benchmark
+from .harness import module_benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION_NAMES = ("galerkin", "softmax", "neighborhood")
@@ -444,15 +444,11 @@ def main(argv: list[str] | None = None) -> None:
     print("RESULT " + json.dumps(SECTIONS[args.worker]()), flush=True)
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="gpu_tuning", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
-        packages=("triton",),
-        description="Launch-configuration sweep of the Triton kernels (Galerkin, weighted softmax, spherical "
-                    "neighbourhood) at the kernel targets' shapes, each candidate checked against the one in force;",
-        claim="the launch configurations of sciattn/*/_triton.py chosen from the sweep's checked candidates "
-              "(docs/benchmarks/gpu.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(), packages=("triton",),
+    description="Launch-configuration sweep of the Triton kernels (Galerkin, weighted softmax, spherical "
+                "neighbourhood) at the kernel targets' shapes, each candidate checked against the one in force;",
+    claim="the launch configurations of sciattn/*/_triton.py chosen from the sweep's checked candidates "
+          "(docs/benchmarks/gpu.md)",
 )
 
 

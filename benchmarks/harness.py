@@ -38,8 +38,8 @@ SUFFIX = ".jsonl"
 META_FIELDS = ("benchmark", "run_id", "date", "hardware", "versions", "command", "params", "quick", "row")
 
 __all__ = [
-    "Benchmark", "SchemaError", "register", "get", "names", "REGISTRY", "validate_row", "metadata",
-    "append_rows", "read_rows", "latest_run", "select", "parse_where", "int_param", "divisor_sizes_param", "markdown_table", "run_benchmark", "results_path", "plot_rows",
+    "Benchmark", "SchemaError", "module_benchmarks", "register", "get", "names", "REGISTRY", "validate_row", "metadata",
+    "append_rows", "read_rows", "committed_rows", "latest_run", "select", "parse_where", "int_param", "divisor_sizes_param", "markdown_table", "run_benchmark", "results_path", "plot_rows",
 ]
 
 
@@ -117,6 +117,18 @@ class Benchmark:
                 raise ValueError(f"--set {k}: expected one of the parameters {sorted(self.params)}, got {k!r}")
             params[k] = v
         return params
+
+
+# The module-level names a benchmark module defines by convention, per field of Benchmark.
+_MODULE_FIELDS = {"run": "run", "schema": "SCHEMA", "params": "PARAMS", "quick": "QUICK", "table": "table", "notes": "notes"}
+
+
+def module_benchmarks(namespace: dict[str, Any], **fields: Any) -> tuple[Benchmark]:
+    """``BENCHMARKS`` of a module that holds one benchmark laid out by the convention: named after the module,
+    with the module's ``run``, ``SCHEMA``, ``PARAMS``, ``QUICK``, ``table`` and ``notes`` (those it defines);
+    ``fields`` give the rest (``description``, ``claim``, ``packages``, ``plot``, ...). Call it with ``globals()``."""
+    found = {f: namespace[name] for f, name in _MODULE_FIELDS.items() if name in namespace}
+    return (Benchmark(name=namespace["__name__"].rsplit(".", 1)[-1], **{**found, **fields}),)
 
 
 REGISTRY: dict[str, Benchmark] = {}
@@ -219,6 +231,16 @@ def metadata(command: str, params: dict[str, Any], packages: tuple[str, ...] = (
 
 def results_path(name: str, results: Path | str = RESULTS) -> Path:
     return Path(results) / f"{name}{SUFFIX}"
+
+
+def committed_rows(name: str, results: Path | str = RESULTS) -> tuple[Benchmark, list[dict[str, Any]]]:
+    """Benchmark ``name`` and every record of its results file, each row validated against the schema
+    (:class:`SchemaError` naming the benchmark, the row and the field otherwise)."""
+    bench = get(name)
+    records = read_rows(results_path(name, results))
+    for i, r in enumerate(records):
+        validate_row(bench, r["row"], i)
+    return bench, records
 
 
 @contextlib.contextmanager

@@ -74,7 +74,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .harness import Benchmark, format_value
+from .harness import format_value, module_benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -741,13 +741,10 @@ def notes(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="kernels", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
-        packages=("triton",), plot=("N", "forward_backward_s", "backend"), log_axes=(True, True),
-        description="Attention backends (and dense SDPA for scale) against N: forward and forward+backward time, "
-                    "peak memory;",
-        claim="Galerkin and neighbourhood backends grow at most about linearly in N, the global weighted softmax "
-              "and dense SDPA about quadratically (docs/benchmarks/kernels.md)",
-    ),
+BENCHMARKS = module_benchmarks(
+    globals(), packages=("triton",), plot=("N", "forward_backward_s", "backend"), log_axes=(True, True),
+    description="Attention backends (and dense SDPA for scale) against N: forward and forward+backward time, "
+                "peak memory;",
+    claim="Galerkin and neighbourhood backends grow at most about linearly in N, the global weighted softmax "
+          "and dense SDPA about quadratically (docs/benchmarks/kernels.md)",
 )

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import time
 
-from .harness import Benchmark
+from .harness import module_benchmarks
 
 
 # ----------------------------------------------------------------------------- one layer, 1-D
@@ -323,12 +323,9 @@ def notes(records: list[dict]) -> str:
             "default `window_taper=\"linear\"` now implements.")
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="mano_fidelity", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
-        description="MANO against the published method at initialisation: block artefacts of one multipole layer "
-                    "and the operator's convergence with each remaining difference switched back;",
-        claim="the tapered default meets the edge-jump target (edge / inside ≤ 2) and converges under refinement; "
-              "each difference's effect (docs/fidelity.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(),
+    description="MANO against the published method at initialisation: block artefacts of one multipole layer "
+                "and the operator's convergence with each remaining difference switched back;",
+    claim="the tapered default meets the edge-jump target (edge / inside ≤ 2) and converges under refinement; "
+          "each difference's effect (docs/fidelity.md)",
 )

@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from ._timing import MALLOC_VARIABLES, malloc_note
-from .harness import RESULTS, Benchmark, latest_run, read_rows, results_path
+from .harness import RESULTS, latest_run, module_benchmarks, read_rows, results_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -564,15 +564,11 @@ def target_lines(rows: list[dict]) -> list[str]:
     return ([""] + out) if out else []
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="multipole_scaling", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
-        plot=("N", "forward_backward_s", "method"), log_axes=(True, True),
-        description="One attention layer (64 channels, 4 heads, batch 1) against grid size: multipole "
-                    "configurations, Galerkin and dense SDPA, time, peak memory and convergence;",
-        claim="time and memory exponents ≤ 1.15 for the default multipole layer (docs/fidelity.md, "
-              "docs/benchmarks/kernels.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(), plot=("N", "forward_backward_s", "method"), log_axes=(True, True),
+    description="One attention layer (64 channels, 4 heads, batch 1) against grid size: multipole "
+                "configurations, Galerkin and dense SDPA, time, peak memory and convergence;",
+    claim="time and memory exponents ≤ 1.15 for the default multipole layer (docs/fidelity.md, "
+          "docs/benchmarks/kernels.md)",
 )
 
 

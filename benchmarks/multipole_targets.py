@@ -29,7 +29,7 @@ import statistics
 import time
 from typing import Any
 
-from .harness import Benchmark, int_param
+from .harness import int_param, module_benchmarks
 
 METHODS = ("multipole", "multipole_sdpa", "galerkin", "spectral_conv")
 LABELS = {"multipole": "multipole, default (fused CPU kernels)", "multipole_sdpa": "multipole, default, SDPA path",
@@ -155,17 +155,13 @@ def notes(records: list[dict]) -> str:
     return "\n".join(out)
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="multipole_targets", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, notes=notes,
-        labels={"side": "grid side", "forward_ms": "forward (ms)", "forward_backward_ms": "forward+backward (ms)",
-                "ratio_forward": "default / this, forward", "ratio_forward_backward": "default / this, fwd+bwd",
-                "useful_gflop": "useful GFLOP", "flop_share": "share of matmul rate",
-                "matmul_gflops": "matmul GFLOP/s", "copy_gbs": "copy GB/s"},
-        packages=("neuraloperator",),
-        description="The default multipole layer against its SDPA path, the Galerkin layer and FNO's spectral conv, "
-                    "interleaved in one process (1 thread, fp32);",
-        claim="the grid kernels issue's targets: within 1.5x of Galerkin and 4x of SpectralConv, >= 25% of the "
-              "matmul rate (docs/benchmarks/kernels.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(), packages=("neuraloperator",),
+    labels={"side": "grid side", "forward_ms": "forward (ms)", "forward_backward_ms": "forward+backward (ms)",
+            "ratio_forward": "default / this, forward", "ratio_forward_backward": "default / this, fwd+bwd",
+            "useful_gflop": "useful GFLOP", "flop_share": "share of matmul rate",
+            "matmul_gflops": "matmul GFLOP/s", "copy_gbs": "copy GB/s"},
+    description="The default multipole layer against its SDPA path, the Galerkin layer and FNO's spectral conv, "
+                "interleaved in one process (1 thread, fp32);",
+    claim="the grid kernels issue's targets: within 1.5x of Galerkin and 4x of SpectralConv, >= 25% of the "
+          "matmul rate (docs/benchmarks/kernels.md)",
 )

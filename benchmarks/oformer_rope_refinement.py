@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .harness import Benchmark, divisor_sizes_param, int_param
+from .harness import divisor_sizes_param, int_param, module_benchmarks
 
 SCHEMA = {"label": "str", "rope_scales": "list", "decoder_rope_scale": "float", "quantity": "str", "n": "int",
           "error": "float"}
@@ -128,12 +128,9 @@ def notes(records: list[dict]) -> str:
             f"{p['reference']}² output; `attention l`: encoder layer l's attention term alone.")
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="oformer_rope_refinement", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
-        description="OFormer under grid refinement at initialisation, default rotary scales against the published "
-                    "res·[res, res/4, 1, 1];",
-        claim="with the published rotary frequencies the first layer's attention term does not converge until the "
-              "grid resolves them; with the default rope_scales every term converges (docs/operators/oformer.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(),
+    description="OFormer under grid refinement at initialisation, default rotary scales against the published "
+                "res·[res, res/4, 1, 1];",
+    claim="with the published rotary frequencies the first layer's attention term does not converge until the "
+          "grid resolves them; with the default rope_scales every term converges (docs/operators/oformer.md)",
 )

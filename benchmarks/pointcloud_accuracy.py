@@ -33,7 +33,8 @@ import math
 import time
 from pathlib import Path
 
-from .harness import ROOT, Benchmark, int_param
+from ._timing import best_time
+from .harness import ROOT, int_param, module_benchmarks
 
 RECIPE = dict(batch_size=4, lr=2e-3, weight_decay=1e-4, grad_clip=1.0,
               schedule="linear warm-up over 10% of the steps, then cosine to 0")
@@ -141,15 +142,6 @@ def run_task(label, train, test, cin, d, epochs, seed, models, log) -> list[dict
 
 
 # ------------------------------------------------------------------------------------ timing
-
-
-def best_time(fn, reps):
-    out = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return min(out)
 
 
 def _time_size(n, blocks, reps) -> dict:
@@ -389,12 +381,9 @@ PARAMS = {"tasks": list(TASKS), "models": list(MODELS), "n_points": 1024, "n_tra
 QUICK = {"n_points": 256, "n_train": 8, "n_test": 4, "epochs": 1, "epochs_car": 1, "fine_darcy": 64, "fine_ns": 32,
          "sizes": [1 << 10, 1 << 12], "reps": 2}
 
-BENCHMARKS = (
-    Benchmark(
-        name="pointcloud_accuracy", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
-        description="Point-cloud accuracy of full attention, BSA, Erwin and the Galerkin Transformer (irregular Darcy, "
-                    "irregular Navier–Stokes, mini_car) and one block's forward + backward time, one seed, CPU;",
-        claim="BSA within 5 % of full attention's test error on irregular Darcy at ≤ 1/4 of its block time at 2^14 "
-              "points (docs/benchmarks/point_clouds.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(),
+    description="Point-cloud accuracy of full attention, BSA, Erwin and the Galerkin Transformer (irregular Darcy, "
+                "irregular Navier–Stokes, mini_car) and one block's forward + backward time, one seed, CPU;",
+    claim="BSA within 5 % of full attention's test error on irregular Darcy at ≤ 1/4 of its block time at 2^14 "
+          "points (docs/benchmarks/point_clouds.md)",
 )

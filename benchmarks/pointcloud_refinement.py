@@ -34,7 +34,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .harness import ROOT, Benchmark, int_param
+from .harness import ROOT, int_param, module_benchmarks
 
 OPERATORS = ("erwin", "bsa_transformer")
 BALLS = ("points", "physical", "multiscale")  # an operator runs the ones of its ball_modes
@@ -250,13 +250,10 @@ PARAMS = {"sizes": [1024, 4096, 16384], "seed": 1, "operators": list(OPERATORS),
           "mixing": True, "mixing_points": 4096, "mixing_ball": 64}
 QUICK = {"sizes": [256, 1024, 2048], "epochs": 1, "n_train": 8, "n_test": 4, "mixing_points": 1024}
 
-BENCHMARKS = (
-    Benchmark(
-        name="pointcloud_refinement", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
-        description="Erwin and BSA point sets under refinement, published point-count balls against physical balls "
-                    "(and Erwin's multiscale balls), at initialisation and after training;",
-        claim="Erwin's physical and multiscale balls converge at first order at initialisation (e_4096 / e_1024 about "
-              "0.5) and keep the trained error at 4× the points, its point-count balls do not converge "
-              "(docs/fidelity.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(),
+    description="Erwin and BSA point sets under refinement, published point-count balls against physical balls "
+                "(and Erwin's multiscale balls), at initialisation and after training;",
+    claim="Erwin's physical and multiscale balls converge at first order at initialisation (e_4096 / e_1024 about "
+          "0.5) and keep the trained error at 4× the points, its point-count balls do not converge "
+          "(docs/fidelity.md)",
 )

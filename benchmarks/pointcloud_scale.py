@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from ._timing import MALLOC_VARIABLES, malloc_note
-from .harness import RESULTS, Benchmark, latest_run, read_rows, results_path
+from .harness import RESULTS, latest_run, module_benchmarks, read_rows, results_path
 from .multipole_scaling import fit_exponent
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -395,14 +395,10 @@ def notes(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="pointcloud_scale", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
-        plot=("N", "forward_s", "operator"), log_axes=(True, True),
-        description="Every point-set operator on 3-D uniform clouds up to 2^20 points: forward time and peak RSS "
-                    "(forward+backward up to 2^18), one thread, fp32;",
-        claim="every point-set operator's forward at 2^20 points within 16 GB peak RSS (docs/benchmarks/point_clouds.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(), plot=("N", "forward_s", "operator"), log_axes=(True, True),
+    description="Every point-set operator on 3-D uniform clouds up to 2^20 points: forward time and peak RSS "
+                "(forward+backward up to 2^18), one thread, fp32;",
+    claim="every point-set operator's forward at 2^20 points within 16 GB peak RSS (docs/benchmarks/point_clouds.md)",
 )
 
 

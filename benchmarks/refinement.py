@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .harness import Benchmark, int_param
+from .harness import int_param, module_benchmarks
 
 SCHEMA = {"operator": "str", "init": "str", "grading": "float", "n": "int", "points": "int", "rule": "str",
           "vs_finest": "float", "vs_continuum": "float"}
@@ -182,14 +182,10 @@ def notes(records: list[dict]) -> str:
             "`uniform`: the published equal-weight average.")
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="refinement", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK,
-        columns=COLUMNS, labels=LABELS, table=table, notes=notes,
-        description="Point-set operator on nested graded point sets under refinement, quadrature weights against the "
-                    "published uniform average;",
-        claim="quadrature weights converge to the continuum value, the uniform average keeps a bias "
-              "(docs/operators/transolver.md, linear_no.md, ono.md, gnot.md, oformer.md)",
-        plot=("points", "vs_continuum", "rule"), log_axes=(True, True),
-    ),
+BENCHMARKS = module_benchmarks(
+    globals(), columns=COLUMNS, labels=LABELS, plot=("points", "vs_continuum", "rule"), log_axes=(True, True),
+    description="Point-set operator on nested graded point sets under refinement, quadrature weights against the "
+                "published uniform average;",
+    claim="quadrature weights converge to the continuum value, the uniform average keeps a bias "
+          "(docs/operators/transolver.md, linear_no.md, ono.md, gnot.md, oformer.md)",
 )

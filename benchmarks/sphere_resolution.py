@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .harness import ROOT, Benchmark
+from .harness import ROOT, module_benchmarks
 
 CONFIG = ROOT / "examples" / "configs" / "shallow_water_spherical.toml"
 SWEEP = (8, 16, 32, 64)
@@ -289,12 +289,9 @@ def notes(records: list[dict]) -> str:
     return out
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="sphere_resolution", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
-        description="The sphere operators across resolutions: convergence at initialisation, per-grid setup cost, "
-                    "and the zero-shot resolution sweep of a trained spherical transformer;",
-        claim="both sphere operators converge under refinement at their defaults, and the trained spherical "
-              "transformer keeps its error zero-shot from 8 x 16 to 64 x 128 (docs/fidelity.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(),
+    description="The sphere operators across resolutions: convergence at initialisation, per-grid setup cost, "
+                "and the zero-shot resolution sweep of a trained spherical transformer;",
+    claim="both sphere operators converge under refinement at their defaults, and the trained spherical "
+          "transformer keeps its error zero-shot from 8 x 16 to 64 x 128 (docs/fidelity.md)",
 )

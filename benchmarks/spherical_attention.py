@@ -32,7 +32,7 @@ import subprocess
 import sys
 from typing import Any
 
-from .harness import ROOT, Benchmark
+from .harness import ROOT, module_benchmarks
 
 SLOW_S = 5.0  # a case whose first call takes longer is timed once
 
@@ -352,15 +352,11 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps(pair_worker(spec) if spec.get("pair") else case_worker(spec)), flush=True)
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="spherical_attention", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
-        packages=("torch-harmonics",),
-        description="One spherical attention layer (global and geodesic-disc neighbourhood) on the CPU: setup, "
-                    "forward and forward+backward time and peak memory, against torch-harmonics' layers;",
-        claim="on the CPU our neighbourhood layer is faster than torch-harmonics' (side-by-side ratio > 1) "
-              "(docs/benchmarks/sphere.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(), packages=("torch-harmonics",),
+    description="One spherical attention layer (global and geodesic-disc neighbourhood) on the CPU: setup, "
+                "forward and forward+backward time and peak memory, against torch-harmonics' layers;",
+    claim="on the CPU our neighbourhood layer is faster than torch-harmonics' (side-by-side ratio > 1) "
+          "(docs/benchmarks/sphere.md)",
 )
 
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from .harness import Benchmark
+from .harness import module_benchmarks
 
 STATEMENTS = {
     "python -c pass": "pass",
@@ -68,10 +68,7 @@ PARAMS = {"cases": [*STATEMENTS, *CLI], "repeats": 5}
 QUICK = {"cases": ["python -c pass", "import torch", "import sciattn"], "repeats": 1}
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="startup", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK,
-        description="Start-up time in a fresh interpreter (median of the repeats), against plain `import torch`;",
-        claim="import sciattn.train does not import neuraloperator (docs/install.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(),
+    description="Start-up time in a fresh interpreter (median of the repeats), against plain `import torch`;",
+    claim="import sciattn.train does not import neuraloperator (docs/install.md)",
 )

@@ -45,7 +45,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .harness import Benchmark
+from .harness import module_benchmarks
 
 VARS = ("phi", "vorticity", "divergence")
 SOLVER = dict(grid="equiangular", dt=600.0, n_steps_between=6)  # Δt = 1 h
@@ -475,13 +475,9 @@ def notes(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="swe_sphere", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, table=table, notes=notes,
-        packages=("neuraloperator", "torch-harmonics"),
-        description="Shallow water on the sphere, one-hour map and rollout: spherical transformer, planar "
-                    "transformer (equal parameters), SFNO and persistence;",
-        claim="spherical-nbhd's one-step rel. L2 ≥ 15% below planar-nbhd's at equal parameters, and its rollout "
-              "does not blow up (docs/benchmarks/sphere.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(), packages=("neuraloperator", "torch-harmonics"),
+    description="Shallow water on the sphere, one-hour map and rollout: spherical transformer, planar "
+                "transformer (equal parameters), SFNO and persistence;",
+    claim="spherical-nbhd's one-step rel. L2 ≥ 15% below planar-nbhd's at equal parameters, and its rollout "
+          "does not blow up (docs/benchmarks/sphere.md)",
 )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .harness import Benchmark
+from .harness import module_benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "warm_start_darcy.py"
@@ -92,13 +92,9 @@ def notes(records: list[dict]) -> str:
             f"{r['total_seconds']:.0f} s.")
 
 
-BENCHMARKS = (
-    Benchmark(
-        name="warm_start_darcy", run=run, schema=SCHEMA, params=PARAMS, quick=QUICK, columns=COLUMNS,
-        labels=LABELS, table=table, notes=notes,
-        description="CG iterations on the 64×64 Darcy system from zero and from a surrogate's zero-shot prediction "
-                    "(examples/warm_start_darcy.py);",
-        claim="the warm start converges to the same solution; it saves iterations at engineering tolerances, "
-              "hardly any at 1e-8 (docs/pipelines.md)",
-    ),
+BENCHMARKS = module_benchmarks(globals(), columns=COLUMNS, labels=LABELS,
+    description="CG iterations on the 64×64 Darcy system from zero and from a surrogate's zero-shot prediction "
+                "(examples/warm_start_darcy.py);",
+    claim="the warm start converges to the same solution; it saves iterations at engineering tolerances, "
+          "hardly any at 1e-8 (docs/pipelines.md)",
 )

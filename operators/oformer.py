@@ -22,6 +22,8 @@ Galerkin-type attention, per head of width ``d`` (``q, k, v`` Linear without bia
     q, k <- RoPE(q, x), RoPE(k, x)
     (GA h)(x_i) = ∫ q(x_i) k(y)ᵀ v(y) dμ(y)  ≈  q_i Σ_j w_j k_jᵀ v_j        (d × d, no softmax)
 
+computed by :func:`sciattn.galerkin_attention` (the Galerkin family's functional, with its backends).
+
 The published code divides ``kᵀv`` by the point count (``w_j = 1/N``, Pattern A); here ``w`` are the grid's cell
 volumes or the given point weights, zero on padding, so the layer is the same quadrature on any mesh. The
 cross-attention weights the *source* (key/value) points; the queries need none. neuraloperator's port instead
@@ -59,6 +61,7 @@ import math
 import torch
 from torch import nn
 
+from sciattn import galerkin_attention
 from sciattn._checks import check_choice, check_dim, check_finite, check_positive_int, check_rank
 
 from ._token_inputs import grid_tokens, point_tokens, to_grid, zero_padding
@@ -122,9 +125,9 @@ class _GalerkinAttention(nn.Module):
         k = _point_norm(self.k(z).reshape(b, nk, self.n_heads, self.dim_head))
         v = _point_norm(self.v(z).reshape(b, nk, self.n_heads, self.dim_head))
         q, k = rotary(q, pos_q, self.rope_scale), rotary(k, pos_k, self.rope_scale)
-        # two operands only: a three-operand einsum goes through opt_einsum, which fixes the sizes on export
-        kv = torch.einsum("bjhc,bjhe->bhce", k * w[:, :, None, None], v)
-        return self.out(torch.einsum("bihc,bhce->bihe", q, kv).reshape(b, nq, -1))
+        # the family's functional (its backends and weight checks): heads first, (B, H, N, d)
+        z = galerkin_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), weights=w)
+        return self.out(z.transpose(1, 2).reshape(b, nq, -1))
 
 
 def _project_out(published: bool, n_heads: int, dim_head: int, width: int) -> bool:

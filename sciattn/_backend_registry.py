@@ -14,9 +14,22 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ._capabilities import has_triton, triton_interpreter_enabled
+from ._capabilities import has_flex_attention, has_triton, triton_interpreter_enabled
 
-__all__ = ["Backend", "BackendError", "register_backend", "triton_backend", "backends_for", "registered_ops", "canonical_op"]
+__all__ = [
+    "Backend",
+    "BackendError",
+    "register_backend",
+    "torch_backend",
+    "sdpa_backend",
+    "triton_backend",
+    "standard_tolerances",
+    "flex_unavailable",
+    "FLOAT_DTYPES",
+    "backends_for",
+    "registered_ops",
+    "canonical_op",
+]
 
 class BackendError(ValueError):
     """No backend (or not the requested one) can run an operation on the given inputs."""
@@ -101,6 +114,43 @@ class Backend:
 _REGISTRY: dict[str, list[Backend]] = {}
 
 TRITON_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+# (rtol, atol) against the float64 reference of a backend that computes in the input's dtype with PyTorch's
+# own kernels (matmul, SDPA); the tests generated from the registry read them per backend.
+_STANDARD_TOLERANCES = {
+    torch.float64: (1e-12, 1e-12),
+    torch.float32: (1e-5, 1e-6),
+    torch.float16: (2e-2, 2e-3),
+    torch.bfloat16: (5e-2, 1e-2),
+}
+
+
+def standard_tolerances(*dtypes: torch.dtype) -> dict[torch.dtype, tuple[float, float]]:
+    """The standard ``(rtol, atol)`` of each of ``dtypes`` (no dtypes: all four, float64 first)."""
+    return {d: _STANDARD_TOLERANCES[d] for d in dtypes or _STANDARD_TOLERANCES}
+
+
+def flex_unavailable() -> str | None:
+    """The availability probe of the ``flex`` backends: why ``flex_attention`` cannot run here, or None."""
+    return None if has_flex_attention() else "torch.nn.attention.flex_attention is not available"
+
+
+def torch_backend(
+    op: str,
+    name: str,
+    fn: Callable,
+    *,
+    priority: int = 0,
+    tolerances: dict[torch.dtype, tuple[float, float]] | None = None,
+    **capabilities,
+) -> Backend:
+    """A backend written in PyTorch (a reference, a chunked or an SDPA/flex path): any device and floating dtype
+    unless ``capabilities`` (the other fields of :class:`Backend`) narrow them; ``tolerances`` default to the
+    standard float64 and float32 ones."""
+    if tolerances is None:
+        tolerances = standard_tolerances(torch.float64, torch.float32)
+    return Backend(op=op, name=name, fn=fn, priority=priority, tolerances=tolerances, **capabilities)
 
 
 def triton_backend(
@@ -122,6 +172,12 @@ def triton_backend(
         available=lambda: missing,
         tolerances=tolerances,
     )
+
+
+def sdpa_backend(op: str, fn: Callable, *, priority: int = 10) -> Backend:
+    """The declaration shared by the backends that run PyTorch's fused ``scaled_dot_product_attention`` over
+    blocks (balls, windows; :mod:`sciattn._blocked_sdpa`): any device, every floating dtype, standard tolerances."""
+    return torch_backend(op, "sdpa", fn, priority=priority, dtypes=FLOAT_DTYPES, tolerances=standard_tolerances())
 
 
 def register_backend(backend: Backend) -> Backend:

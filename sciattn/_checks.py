@@ -24,6 +24,7 @@ __all__ = [
     "check_min_grid",
     "check_dim",
     "check_positive_int",
+    "check_heads",
     "check_positive_float",
     "check_backend_name",
     "check_choice",
@@ -105,6 +106,14 @@ def check_positive_int(name: str, value: object) -> int:
     if value <= 0:
         raise ValueError(f"{name}: expected a positive int, got {value}")
     return value
+
+
+def check_heads(name: str, width: object, n_heads: object) -> None:
+    """A layer's ``width`` (argument ``name``) and ``n_heads``: positive ints, ``n_heads`` dividing ``width``."""
+    check_positive_int(name, width)
+    check_positive_int("n_heads", n_heads)
+    if width % n_heads:
+        raise ValueError(f"n_heads: expected a divisor of {name}={width}, got {n_heads}")
 
 
 def check_positive_float(name: str, value: object) -> float:

@@ -22,6 +22,17 @@ def _seed():
 
 
 @pytest.fixture
+def one_thread():
+    """One intra-op thread for the test (then the previous count): on the shared 2-core CI machine, oversubscribed
+    threads make small models and tiny transforms crawl. A module opts in with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def shared_data() -> Path:
     """The read-only real benchmark files; skips when the folder is absent."""
     if not (SHARED_DATA / "darcy_train_16.pt").is_file():

@@ -29,17 +29,28 @@ import warnings
 
 import torch
 
-from .._backend_registry import Backend, register_backend
+from .._attention_inputs import (
+    check_key_weights_and_mask,
+    check_kv_like_q,
+    choose_backend,
+    prepare_key_logweights,
+    zero_padding,
+)
+from .._backend_registry import (
+    FLOAT_DTYPES,
+    flex_unavailable,
+    register_backend,
+    sdpa_backend,
+    standard_tolerances,
+    torch_backend,
+)
 from .._blocked_sdpa import blocked_sdpa
-from .._capabilities import has_flex_attention
 from .._checks import (
     check_attention_dtypes,
     check_positive_int,
-    check_quadrature_weights,
     check_rank,
     check_tensor,
 )
-from .._dispatch import select_backend
 from .reference import ball_distances, ball_reference
 
 __all__ = ["ball_attention", "prepare_key_logweights"]
@@ -47,27 +58,6 @@ __all__ = ["ball_attention", "prepare_key_logweights"]
 
 def _shape(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(t.shape)
-
-
-def prepare_key_logweights(
-    weights: torch.Tensor | None, mask: torch.Tensor | None, shape: tuple[int, int], dtype, device
-) -> torch.Tensor:
-    """``(B, P)`` log quadrature weights of the keys, ``-inf`` for padding and zero weights.
-
-    ``weights``: ``(P,)`` or ``(B, P)`` non-negative (None: uniform); ``mask``: ``(B, P)`` bool.
-    """
-    b, p = shape
-    if weights is None:
-        logw = torch.zeros(b, p, dtype=dtype, device=device)
-    else:
-        w = weights.to(dtype=dtype, device=device).expand(b, p)
-        check_quadrature_weights("weights", w, mask)
-        if mask is not None:
-            w = torch.where(mask, w, torch.ones((), dtype=dtype, device=device))
-        logw = torch.log(w)
-    if mask is not None:
-        logw = torch.where(mask, logw, torch.full((), -math.inf, dtype=dtype, device=device))
-    return logw
 
 
 def ball_attention(
@@ -115,10 +105,7 @@ def ball_attention(
     check_rank("q", q, 4, "(B, H, P, D)")
     check_rank("k", k, 4, f"(B, H, P, D) like q {_shape(q)}")
     check_rank("v", v, 4, "(B, H, P, E)")
-    if k.shape != q.shape:
-        raise ValueError(f"k: expected the shape of q {_shape(q)}, got {_shape(k)}")
-    if v.shape[:-1] != q.shape[:-1]:
-        raise ValueError(f"v: expected shape {_shape(q)[:-1] + ('E',)} matching q, got {_shape(v)}")
+    check_kv_like_q(q, k, v)
     b, h, p, _ = q.shape
     check_positive_int("ball_size", ball_size)
     if p == 0 or p % ball_size:
@@ -126,31 +113,17 @@ def ball_attention(
     check_rank("pos", pos, 3, "(B, P, d)")
     if _shape(pos)[:2] != (b, p):
         raise ValueError(f"pos: expected shape {(b, p, 'd')} matching q, got {_shape(pos)}")
-    if mask is not None:
-        check_tensor("mask", mask)
-        if _shape(mask) != (b, p):
-            raise ValueError(f"mask: expected shape {(b, p)} matching q, got {_shape(mask)}")
-        if mask.dtype != torch.bool:
-            raise TypeError(f"mask: expected dtype torch.bool, got {mask.dtype}")
-    if weights is not None:
-        check_tensor("weights", weights)
-        if _shape(weights) not in ((p,), (b, p)):
-            raise ValueError(f"weights: expected shape {(p,)} or {(b, p)} matching q, got {_shape(weights)}")
+    check_key_weights_and_mask(weights, mask, b, p, "q")
     if sigma is not None:
         check_tensor("sigma", sigma)
         if _shape(sigma) != (h,):
             raise ValueError(f"sigma: expected shape {(h,)} (one scale per head), got {_shape(sigma)}")
-    chosen = select_backend(
-        "ball", backend, device=q.device, dtype=q.dtype, head_dim=max(q.shape[-1], v.shape[-1]),
-        has_mask=mask is not None, has_weights=weights is not None,
-    )
-    logw = prepare_key_logweights(weights, mask, (b, p), q.dtype, q.device)
+    chosen = choose_backend("ball", backend, q, v, mask=mask, weights=weights)  # as before: no requires_grad
+    logw = prepare_key_logweights(weights, mask, (b, p), q.dtype, q.device, check=True)
     pos = pos.to(q.dtype)
     if mask is not None:
-        zero = torch.zeros((), dtype=q.dtype, device=q.device)
-        keep = mask[:, None, :, None]
-        q, k, v = (torch.where(keep, t, zero) for t in (q, k, v))
-        pos = torch.where(mask[..., None], pos, zero)
+        q, k, v = zero_padding(mask[:, None, :, None], q, k, v)
+        (pos,) = zero_padding(mask[..., None], pos)
     sc = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     return chosen.fn(q, k, v, pos, logw, sigma, ball_size, sc)
 
@@ -234,23 +207,11 @@ def ball_flex(q, k, v, pos, logw, sigma, ball_size, scale):
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
 
 
-def _flex_missing() -> str | None:
-    return None if has_flex_attention() else "torch.nn.attention.flex_attention is not available"
-
-
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-register_backend(Backend(
-    op="ball", name="reference", fn=ball_reference, priority=0,
-    tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
-))
-register_backend(Backend(
-    op="ball", name="sdpa", fn=ball_sdpa, priority=10, dtypes=_FLOATS,
-    tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6), torch.float16: (2e-2, 2e-3),
-                torch.bfloat16: (5e-2, 1e-2)},
-))
-register_backend(Backend(
-    op="ball", name="flex", fn=ball_flex, priority=5, dtypes=_FLOATS, available=_flex_missing,
-    tolerances={torch.float64: (1e-10, 1e-11), torch.float32: (1e-5, 1e-6), torch.float16: (2e-2, 2e-3),
-                torch.bfloat16: (5e-2, 1e-2)},
-))
+register_backend(torch_backend("ball", "reference", ball_reference))
+register_backend(sdpa_backend("ball", ball_sdpa))
+register_backend(
+    torch_backend(
+        "ball", "flex", ball_flex, priority=5, dtypes=FLOAT_DTYPES, available=flex_unavailable,
+        tolerances={**standard_tolerances(), torch.float64: (1e-10, 1e-11)},
+    )
+)

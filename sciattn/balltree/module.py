@@ -30,6 +30,7 @@ from .._checks import (
     check_dim,
     check_finite_at,
     check_floating,
+    check_heads,
     check_input_dtype,
     check_positive_int,
     check_rank,
@@ -96,10 +97,7 @@ class BallAttention(nn.Module):
         backend: str | None = None,
     ) -> None:
         super().__init__()
-        check_positive_int("dim", dim)
-        check_positive_int("n_heads", n_heads)
-        if dim % n_heads:
-            raise ValueError(f"n_heads: expected a divisor of dim={dim}, got {n_heads}")
+        check_heads("dim", dim, n_heads)
         check_positive_int("spatial_dims", spatial_dims)
         if ball_diameter is not None:
             if ball_size is not None:

@@ -42,8 +42,9 @@ import math
 import torch
 from torch import nn
 
+from .._attention_inputs import prepare_key_logweights
 from .._checks import check_positive_int
-from .functional import ball_attention, prepare_key_logweights
+from .functional import ball_attention
 from .module import BallAttention
 from .physical import check_length
 from .tree import ball_centers, check_power_of_two
@@ -257,7 +258,7 @@ class BallSparseAttention(BallAttention):
         zero = torch.zeros((), dtype=h.dtype, device=h.device)
         q, k, v = (torch.where(mask[:, None, :, None], t, zero) for t in (q, k, v))
         pos = torch.where(mask[..., None], pos, zero)
-        logw = prepare_key_logweights(weights, mask, (bsz, p), h.dtype, h.device)
+        logw = prepare_key_logweights(weights, mask, (bsz, p), h.dtype, h.device, check=True)
         logq = torch.where(mask, zero, torch.full((), -math.inf, dtype=h.dtype, device=h.device))
         win = self.window if self.ball_diameter is None else None
         if win is None or p <= win:

@@ -7,7 +7,11 @@ import math
 
 import torch
 
-from .._backend_registry import Backend, register_backend
+from .._attention_inputs import choose_backend, zero_padding
+from .._backend_registry import (
+    register_backend,
+    torch_backend,
+)
 from .._checks import (
     check_attention_dtypes,
     check_quadrature_weights,
@@ -15,7 +19,6 @@ from .._checks import (
     check_tensor,
     values_checkable,
 )
-from .._dispatch import select_backend
 from .reference import codomain_logits_reference, codomain_reference
 
 __all__ = ["codomain_attention", "codomain_logits"]
@@ -126,9 +129,7 @@ def _weights(weights, shape, like, reduce, validate=True):
 
 
 def _zero_absent(t, var_mask):
-    if var_mask is None:
-        return t
-    return torch.where(var_mask[:, None, :, None, None], t, torch.zeros((), dtype=t.dtype, device=t.device))
+    return t if var_mask is None else zero_padding(var_mask[:, None, :, None, None], t)[0]
 
 
 def codomain_attention(
@@ -191,17 +192,8 @@ def codomain_attention(
     """
     _check_inputs(q, k, v, weights, var_mask, group, validate)
     b, h, nv, n, d = k.shape
-    chosen = select_backend(
-        "codomain",
-        backend,
-        device=q.device,
-        dtype=q.dtype,
-        head_dim=max(d, v.shape[-1]),
-        has_mask=var_mask is not None,
-        has_weights=weights is not None,
-        requires_grad=torch.is_grad_enabled() and any(
-            isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, weights, temperature)
-        ),
+    chosen = choose_backend(
+        "codomain", backend, q, v, mask=var_mask, weights=weights, grad_inputs=(q, k, v, weights, temperature)
     )
     reduce = _reducer(group)
     w = _weights(weights, (b, n), q, reduce, validate)
@@ -234,12 +226,4 @@ def codomain_logits(
     return logits
 
 
-register_backend(
-    Backend(
-        op="codomain",
-        name="reference",
-        fn=codomain_reference,
-        priority=0,
-        tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
-    )
-)
+register_backend(torch_backend("codomain", "reference", codomain_reference))

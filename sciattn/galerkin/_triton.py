@@ -32,30 +32,27 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.language.standard import _sum_combine
+
+from .._triton_helpers import MAX_HEAD_DIM, for_current_mode
+from .._triton_helpers import block_size as _block
 
 __all__ = ["INTERPRETED", "MAX_HEAD_DIM", "galerkin_forward", "galerkin_backward"]
 
-MAX_HEAD_DIM = 128
-
-
-@triton.jit
-def _sum(x, axis: tl.constexpr):
-    """``tl.sum`` written as the reduction it is, so that the kernels also run under the interpreter
-    when triton itself was imported before ``TRITON_INTERPRET=1`` was set (``tl.sum`` and
-    ``tl.zeros`` are then compiled-mode functions; the interpreter sums ``_sum_combine`` with numpy)."""
-    return tl.reduce(x, axis, _sum_combine)
-
-
-# Whether TRITON_INTERPRET=1 was set when these kernels were decorated (it cannot change later).
-INTERPRETED = type(_sum).__name__ == "InterpretedFunction"
+_helpers = for_current_mode()  # the shared helpers (sciattn/_triton_helpers.py), in the mode of the kernels below
+INTERPRETED, _sum, _max, _tile, _batch_head = _helpers.jit_helpers()
 
 
 @triton.jit
 def _load_rows(ptr, base, offs, row_stride, col_stride, ok, cols, ncols):
     """A (rows × cols) tile in fp32; masked-off rows and columns read as 0, never from memory."""
-    p = ptr + base + offs.to(tl.int64)[:, None] * row_stride + cols[None, :] * col_stride
-    return tl.load(p, mask=ok[:, None] & (cols[None, :] < ncols), other=0.0).to(tl.float32)
+    return _tile(ptr, base, offs, ok, row_stride, cols, ncols, col_stride).to(tl.float32)
+
+
+@triton.jit
+def _program_rows(s, rows_per_prog, N):
+    """``[start, end)``: the rows of the ``s``-th program of a row-split kernel over ``N`` rows."""
+    start = s * rows_per_prog
+    return start, tl.minimum(start + rows_per_prog, N)
 
 
 @triton.jit
@@ -106,21 +103,17 @@ def _kv_kernel(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
 ):
     s = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    bh, b, h = _batch_head(H)
     cd = tl.arange(0, BLOCK_D)
     ce = tl.arange(0, BLOCK_E)
     kbase = b * skb + h * skh
     vbase = b * svb + h * svh
     acc = tl.full((BLOCK_D, BLOCK_E), 0.0, tl.float32)
-    start = s * rows_per_prog
-    end = tl.minimum(start + rows_per_prog, NK)
+    start, end = _program_rows(s, rows_per_prog, NK)
     for n0 in range(start, end, BLOCK_N):
         offs = n0 + tl.arange(0, BLOCK_N)
         ok, w = _row_mask(MASK, W, b, offs, NK, smb, smn, swb, swn, HAS_MASK)
-        kt = _load_rows(K, kbase, offs, skn, skd, ok, cd, D)
-        vt = _load_rows(V, vbase, offs, svn, sve, ok, ce, E)
+        kt, vt = _load_rows(K, kbase, offs, skn, skd, ok, cd, D), _load_rows(V, vbase, offs, svn, sve, ok, ce, E)
         if HAS_NORM:
             kt, _kx, _kr = _layer_norm(kt, cd, DN, KG + h * DN, KB + h * DN, eps)
             vt, _vx, _vr = _layer_norm(vt, ce, EN, VG + h * EN, VB + h * EN, eps)
@@ -139,15 +132,12 @@ def _qm_kernel(
     PREC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
 ):
     s = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    bh, b, h = _batch_head(H)
     cd = tl.arange(0, BLOCK_D)
     ce = tl.arange(0, BLOCK_E)
     mptr = M + (bh.to(tl.int64) * D + cd[:, None]) * E + ce[None, :]
     m = tl.load(mptr, mask=(cd[:, None] < D) & (ce[None, :] < E), other=0.0)
-    start = s * rows_per_prog
-    end = tl.minimum(start + rows_per_prog, NQ)
+    start, end = _program_rows(s, rows_per_prog, NQ)
     for n0 in range(start, end, BLOCK_N):
         offs = n0 + tl.arange(0, BLOCK_N)
         ok = offs < NQ
@@ -165,16 +155,13 @@ def _dq_dm_kernel(
     PREC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
 ):
     s = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    bh, b, h = _batch_head(H)
     cd = tl.arange(0, BLOCK_D)
     ce = tl.arange(0, BLOCK_E)
     de = (cd[:, None] < D) & (ce[None, :] < E)
     m = tl.load(M + (bh.to(tl.int64) * D + cd[:, None]) * E + ce[None, :], mask=de, other=0.0)
     acc = tl.full((BLOCK_D, BLOCK_E), 0.0, tl.float32)
-    start = s * rows_per_prog
-    end = tl.minimum(start + rows_per_prog, NQ)
+    start, end = _program_rows(s, rows_per_prog, NQ)
     for n0 in range(start, end, BLOCK_N):
         offs = n0 + tl.arange(0, BLOCK_N)
         ok = offs < NQ
@@ -198,9 +185,7 @@ def _dkv_kernel(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
 ):
     s = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    bh, b, h = _batch_head(H)
     cd = tl.arange(0, BLOCK_D)
     ce = tl.arange(0, BLOCK_E)
     kbase = b * skb + h * skh
@@ -211,13 +196,11 @@ def _dkv_kernel(
     dkb = tl.full((BLOCK_D,), 0.0, tl.float32)
     dvg = tl.full((BLOCK_E,), 0.0, tl.float32)
     dvb = tl.full((BLOCK_E,), 0.0, tl.float32)
-    start = s * rows_per_prog
-    end = tl.minimum(start + rows_per_prog, NK)
+    start, end = _program_rows(s, rows_per_prog, NK)
     for n0 in range(start, end, BLOCK_N):
         offs = n0 + tl.arange(0, BLOCK_N)
         ok, w = _row_mask(MASK, W, b, offs, NK, smb, smn, swb, swn, HAS_MASK)
-        kt = _load_rows(K, kbase, offs, skn, skd, ok, cd, D)
-        vt = _load_rows(V, vbase, offs, svn, sve, ok, ce, E)
+        kt, vt = _load_rows(K, kbase, offs, skn, skd, ok, cd, D), _load_rows(V, vbase, offs, svn, sve, ok, ce, E)
         if HAS_NORM:
             kn, kx, kr = _layer_norm(kt, cd, DN, KG + h * DN, KB + h * DN, eps)
             vn, vx, vr = _layer_norm(vt, ce, EN, VG + h * EN, VB + h * EN, eps)
@@ -253,10 +236,6 @@ def _dkv_kernel(
 
 # ----------------------------------------------------------------------------------------------
 # Launchers
-
-
-def _block(n: int) -> int:
-    return max(16, triton.next_power_of_2(n))
 
 
 def _precision(dtype: torch.dtype, width: int) -> str:
@@ -310,11 +289,7 @@ def _splits(n: int, block: int, bh: int, device: torch.device) -> tuple[int, int
 
 
 def _check_device(t: torch.Tensor) -> None:
-    if t.device.type != "cuda" and not INTERPRETED:
-        raise RuntimeError(
-            f"q: the triton Galerkin kernels need CUDA tensors, got device {t.device.type}; for CPU tensors set "
-            "TRITON_INTERPRET=1 before sciattn.galerkin._triton is first imported"
-        )
+    _helpers.check_device(t, "Galerkin", __name__, INTERPRETED)
 
 
 def _check_shapes(q, k, v, w, mask, kg, vg, dz=None, m=None) -> None:

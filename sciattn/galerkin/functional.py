@@ -8,15 +8,13 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from .._backend_registry import Backend, register_backend, triton_backend
-from .._checks import (
-    check_attention_dtypes,
-    check_quadrature_weights,
-    check_rank,
-    check_tensor,
-    sanitize_padded_rows,
+from .._attention_inputs import check_key_weights_and_mask, check_qkv, choose_backend, zero_padding
+from .._backend_registry import (
+    register_backend,
+    torch_backend,
+    triton_backend,
 )
-from .._dispatch import select_backend
+from .._checks import check_attention_dtypes, check_quadrature_weights, check_tensor, sanitize_padded_rows
 from ..domain import normalized_weights
 from ._ops import galerkin_triton
 from .chunked import galerkin_chunked
@@ -132,41 +130,12 @@ def galerkin_attention(
         ``(B, H, Nq, E)``.
     """
     check_attention_dtypes(q, k, v, weights=weights)
-    check_rank("q", q, 4, "(B, H, Nq, D)")
-    check_rank("k", k, 4, "(B, H, Nk, D)")
-    check_rank("v", v, 4, "(B, H, Nk, E)")
-    b, h, nk, d = k.shape
-    if q.shape[0] != b or q.shape[1] != h or q.shape[3] != d:
-        raise ValueError(
-            f"q: expected shape (B={b}, H={h}, Nq, D={d}) to match k {tuple(k.shape)}, got {tuple(q.shape)}"
-        )
-    if tuple(v.shape[:3]) != (b, h, nk):
-        raise ValueError(f"v: expected shape (B={b}, H={h}, Nk={nk}, E) to match k, got {tuple(v.shape)}")
-    if nk == 0:
-        raise ValueError("k: expected at least one key/value point, got Nk=0")
-    if weights is not None:
-        check_tensor("weights", weights)
-        if weights.shape not in ((nk,), (b, nk)):
-            raise ValueError(
-                f"weights: expected shape ({nk},) or ({b}, {nk}) matching the key/value points, got {tuple(weights.shape)}"
-            )
-    if mask is not None:
-        if tuple(mask.shape) != (b, nk):
-            raise ValueError(f"mask: expected shape ({b}, {nk}) matching the key/value points, got {tuple(mask.shape)}")
-        if mask.dtype != torch.bool:
-            raise TypeError(f"mask: expected dtype torch.bool, got {mask.dtype}")
+    b, h, nk, d = check_qkv(q, k, v)
+    check_key_weights_and_mask(weights, mask, b, nk, "the key/value points")
     norm = None if kv_norm is None else _check_kv_norm(kv_norm, h, d, v.shape[-1])
     check_quadrature_weights("weights", weights, mask, need_mass=True)
-    chosen = select_backend(
-        "galerkin",
-        backend,
-        device=q.device,
-        dtype=q.dtype,
-        head_dim=max(d, v.shape[-1]),
-        has_mask=mask is not None,
-        has_weights=weights is not None,
-        requires_grad=torch.is_grad_enabled()
-        and any(t is not None and t.requires_grad for t in (q, k, v, weights, *(norm[:4] if norm else ()))),
+    chosen = choose_backend(
+        "galerkin", backend, q, v, mask=mask, weights=weights, grad_inputs=(q, k, v, weights, *(norm[:4] if norm else ()))
     )
     wdtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     w = normalized_weights(weights, mask, (b, nk), wdtype, q.device)
@@ -178,37 +147,20 @@ def galerkin_attention(
 def _reference_backend(q, k, v, w, mask, norm):
     """Zero the padding, LayerNorm (if asked), then the plain-PyTorch quadrature."""
     if mask is not None:
-        keep = mask[:, None, :, None]
-        k = torch.where(keep, k, torch.zeros((), dtype=k.dtype, device=k.device))
-        v = torch.where(keep, v, torch.zeros((), dtype=v.dtype, device=v.device))
+        k, v = zero_padding(mask[:, None, :, None], k, v)
     if norm is not None:
         k = head_layer_norm(k, norm.k_weight, norm.k_bias, norm.eps)
         v = head_layer_norm(v, norm.v_weight, norm.v_bias, norm.eps)
     return galerkin_reference(q, k, v, w.to(q.dtype))
 
 
-register_backend(
-    Backend(
-        op="galerkin",
-        name="reference",
-        fn=_reference_backend,
-        priority=0,
-        tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
-    )
-)
+register_backend(torch_backend("galerkin", "reference", _reference_backend))
 
 
 # Plain PyTorch in cache-sized chunks with an explicit backward (chunked.py): the automatic choice on the CPU.
+# Plain torch ops; widen to CUDA once timed there (triton is the CUDA path).
 register_backend(
-    Backend(
-        op="galerkin",
-        name="chunked",
-        fn=galerkin_chunked,
-        priority=5,
-        devices=("cpu",),  # plain torch ops; widen to CUDA once timed there (triton is the CUDA path)
-        dtypes=(torch.float32, torch.float64),
-        tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
-    )
+    torch_backend("galerkin", "chunked", galerkin_chunked, priority=5, devices=("cpu",), dtypes=(torch.float32, torch.float64))
 )
 
 

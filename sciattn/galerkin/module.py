@@ -35,9 +35,9 @@ from .._checks import (
     check_dim,
     check_finite_at,
     check_floating,
+    check_heads,
     check_input_dtype,
     check_positive_float,
-    check_positive_int,
     check_rank,
 )
 from .functional import KVNorm, galerkin_attention, head_layer_norm
@@ -95,11 +95,8 @@ class GalerkinAttention(nn.Module):
         backend: str | None = None,
     ) -> None:
         super().__init__()
-        check_positive_int("d_model", d_model)
-        check_positive_int("n_heads", n_heads)
+        check_heads("d_model", d_model, n_heads)
         check_choice("attention_type", attention_type, ATTENTION_TYPES)
-        if d_model % n_heads:
-            raise ValueError(f"n_heads: expected a divisor of d_model={d_model}, got {n_heads}")
         if pos_dim < 0:
             raise ValueError(f"pos_dim: expected a non-negative int, got {pos_dim}")
         check_positive_float("norm_eps", norm_eps)

@@ -23,18 +23,22 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from .._backend_registry import Backend, register_backend
+from .._attention_inputs import check_kv_like_q, choose_backend, prepare_key_logweights, zero_padding
+from .._backend_registry import (
+    FLOAT_DTYPES,
+    flex_unavailable,
+    register_backend,
+    sdpa_backend,
+    torch_backend,
+)
 from .._blocked_sdpa import blocked_sdpa
-from .._capabilities import has_flex_attention
 from .._checks import (
     check_attention_dtypes,
     check_per_axis_ints,
-    check_quadrature_weights,
     check_rank,
     check_tensor,
     sanitize_padded_rows,
 )
-from .._dispatch import select_backend
 from .reference import from_windows, to_windows, window_reference
 
 __all__ = ["window_attention", "normalize_window"]
@@ -107,10 +111,7 @@ def window_attention(
     check_rank("q", q, (4, 5, 6), "(B, H, *n, D) with 1 to 3 spatial axes")
     check_rank("k", k, q.dim(), f"(B, H, *n, D) like q {_shape(q)}")
     check_rank("v", v, q.dim(), f"(B, H, *n, E) like q {_shape(q)}")
-    if k.shape != q.shape:
-        raise ValueError(f"k: expected the shape of q {_shape(q)}, got {_shape(k)}")
-    if v.shape[:-1] != q.shape[:-1]:
-        raise ValueError(f"v: expected shape {_shape(q)[:-1] + ('E',)} matching q, got {_shape(v)}")
+    check_kv_like_q(q, k, v)
     b, h = q.shape[:2]
     grid = tuple(q.shape[2:-1])
     if min(grid) == 0:
@@ -132,34 +133,12 @@ def window_attention(
         check_tensor("bias", bias)
         if _shape(bias) not in ((h, p, p), (b, h, p, p)):
             raise ValueError(f"bias: expected shape {(h, p, p)} or {(b, h, p, p)} for window {win}, got {_shape(bias)}")
-    chosen = select_backend(
-        "multipole",
-        backend,
-        device=q.device,
-        dtype=q.dtype,
-        head_dim=max(q.shape[-1], v.shape[-1]),
-        has_mask=mask is not None,
-        has_weights=weights is not None,
-        requires_grad=torch.is_grad_enabled()
-        and any(t is not None and t.requires_grad for t in (q, k, v, weights, bias)),
-    )
-
+    chosen = choose_backend("multipole", backend, q, v, mask=mask, weights=weights, grad_inputs=(q, k, v, weights, bias))
     # Admissible keys and their log-weights, (B, *n); -inf excludes a key.
-    valid = None if mask is None else mask
-    if weights is not None:
-        w = weights.to(dtype=q.dtype, device=q.device).expand(b, *grid)
-        if validate:
-            check_quadrature_weights("weights", w, valid)
-        if valid is not None:
-            w = torch.where(valid, w, torch.ones((), dtype=w.dtype, device=w.device))
-        logw = torch.log(w)
-    else:
-        logw = torch.zeros((b, *grid), dtype=q.dtype, device=q.device)
-    if valid is not None:
-        logw = torch.where(valid, logw, torch.full((), -math.inf, dtype=q.dtype, device=q.device))
-        keep = valid.reshape(b, 1, *grid, 1)
-        zero = torch.zeros((), dtype=q.dtype, device=q.device)
-        k, v = torch.where(keep, k, zero), torch.where(keep, v, zero)
+    logw = prepare_key_logweights(weights, mask, (b, *grid), q.dtype, q.device, check=validate)
+    if mask is not None:
+        keep = mask.reshape(b, 1, *grid, 1)
+        k, v = zero_padding(keep, k, v)
         q = sanitize_padded_rows(q, keep)  # a masked cell's query row: NaN/inf read as 0, so no 0·NaN gradient
 
     pads = [(-n) % w for n, w in zip(grid, win)]
@@ -234,41 +213,11 @@ def window_flex(
     return torch.where(empty[:, None, :, None, None], torch.zeros((), dtype=out.dtype, device=out.device), out)
 
 
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
+register_backend(torch_backend("multipole", "reference", window_reference))
+register_backend(sdpa_backend("multipole", window_sdpa))
 register_backend(
-    Backend(
-        op="multipole",
-        name="reference",
-        fn=window_reference,
-        priority=0,
-        tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
-    )
-)
-register_backend(
-    Backend(
-        op="multipole",
-        name="sdpa",
-        fn=window_sdpa,
-        priority=10,
-        dtypes=_FLOATS,
-        tolerances={
-            torch.float64: (1e-12, 1e-12),
-            torch.float32: (1e-5, 1e-6),
-            torch.float16: (2e-2, 2e-3),
-            torch.bfloat16: (5e-2, 1e-2),
-        },
-    )
-)
-register_backend(
-    Backend(
-        op="multipole",
-        name="flex",
-        fn=window_flex,
-        priority=5,
-        dtypes=_FLOATS,
-        backward_devices=("cuda",),
-        available=lambda: None if has_flex_attention() else "torch.nn.attention.flex_attention is not available",
-        tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
+    torch_backend(
+        "multipole", "flex", window_flex, priority=5, dtypes=FLOAT_DTYPES, backward_devices=("cuda",),
+        available=flex_unavailable,
     )
 )

@@ -98,8 +98,8 @@ from torch import nn
 from .._checks import (
     check_dim,
     check_finite,
+    check_heads,
     check_input_dtype,
-    check_positive_int,
     check_quadrature_weights,
     check_rank,
     check_tensor,
@@ -182,10 +182,7 @@ class MultipoleAttention(InputPyramid, nn.Module):
         spec: MultipoleSpec | None = None,
     ) -> None:
         super().__init__()
-        check_positive_int("dim", dim)
-        check_positive_int("n_heads", n_heads)
-        if dim % n_heads:
-            raise ValueError(f"n_heads: expected a divisor of dim={dim}, got {n_heads}")
+        check_heads("dim", dim, n_heads)
         if isinstance(rel_pos_bias, bool) or not isinstance(rel_pos_bias, int) or rel_pos_bias < 0:
             raise ValueError(f"rel_pos_bias: expected an int >= 0 (0 = off), got {rel_pos_bias!r}")
         for name, flag in (("gate", gate), ("qk_norm", qk_norm)):

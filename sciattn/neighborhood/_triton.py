@@ -43,26 +43,15 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton import knobs
+
+from .._triton_helpers import MAX_HEAD_DIM, for_current_mode
+from .._triton_helpers import block_size as _block
+from .._triton_helpers import check_grid as _check_grid
 
 __all__ = ["INTERPRETED", "MAX_HEAD_DIM", "neighborhood_forward", "neighborhood_backward"]
 
-INTERPRETED = bool(knobs.runtime.interpret)  # fixed when the kernels below are decorated
-MAX_HEAD_DIM = 128
-
-
-# ``tl.sum`` / ``tl.max`` are themselves ``@triton.jit`` functions, fixed as compiled-only if triton
-# was imported before ``TRITON_INTERPRET=1`` was set, and then unusable inside an interpreted
-# kernel. The builtin ``tl.reduce`` with the same standard combine functions compiles to the same
-# code and runs under the interpreter whatever the import order.
-@triton.jit
-def _sum(x, axis: tl.constexpr):
-    return tl.reduce(x, axis, tl.standard._sum_combine)
-
-
-@triton.jit
-def _max(x, axis: tl.constexpr):
-    return tl.reduce(x, axis, tl.standard._elementwise_max)
+_helpers = for_current_mode()  # the shared helpers (sciattn/_triton_helpers.py), in the mode of the kernels below
+INTERPRETED, _sum, _max, _tile, _batch_head = _helpers.jit_helpers()
 
 
 @triton.jit
@@ -74,8 +63,27 @@ def _row(ptr, base, cols, ncols, col_stride):
 @triton.jit
 def _gather(ptr, base, idx, ok, row_stride, cols, ncols, col_stride):
     """Rows ``idx`` of a (N, C) slab as an fp32 (BLOCK_N × BLOCK_C) tile; masked rows read 0."""
-    p = ptr + base + idx.to(tl.int64)[:, None] * row_stride + cols[None, :] * col_stride
-    return tl.load(p, mask=ok[:, None] & (cols[None, :] < ncols), other=0.0).to(tl.float32)
+    return _tile(ptr, base, idx, ok, row_stride, cols, ncols, col_stride).to(tl.float32)
+
+
+@triton.jit
+def _csr_row(ROWS, r):
+    """``[start, end)`` of row ``r`` of a CSR index (int64)."""
+    return tl.load(ROWS + r).to(tl.int64), tl.load(ROWS + r + 1).to(tl.int64)
+
+
+@triton.jit
+def _neighbours(COLS, e0, end, BLOCK_N: tl.constexpr):
+    """``(ok, idx)``: the next ``BLOCK_N`` entries of a CSR row from ``e0`` (``idx`` 0 where not ``ok``)."""
+    offs = e0 + tl.arange(0, BLOCK_N)
+    ok = offs < end
+    return ok, tl.load(COLS + offs, mask=ok, other=0)
+
+
+@triton.jit
+def _log_weights(LOGW, base, idx, ok, stride):
+    """``log w`` of the keys ``idx`` in fp32, ``-inf`` where not ``ok``."""
+    return tl.load(LOGW + base + idx.to(tl.int64) * stride, mask=ok, other=float("-inf")).to(tl.float32)
 
 
 @triton.jit
@@ -86,23 +94,18 @@ def _fwd_kernel(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
 ):
     i = tl.program_id(0).to(tl.int64)
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    bh, b, h = _batch_head(H)
     cd = tl.arange(0, BLOCK_D)
     ce = tl.arange(0, BLOCK_E)
-    start = tl.load(ROWS + i).to(tl.int64)
-    end = tl.load(ROWS + i + 1).to(tl.int64)
+    start, end = _csr_row(ROWS, i)
     q = _row(Q, b * sqb + h * sqh + i * sqn, cd, D, sqd)
     m_i = tl.full((), float("-inf"), dtype=tl.float32)
     l_i = tl.full((), 0.0, dtype=tl.float32)
     acc = tl.full((BLOCK_E,), 0.0, dtype=tl.float32)
     for e0 in range(start, end, BLOCK_N):
-        offs = e0 + tl.arange(0, BLOCK_N)
-        ok = offs < end
-        j = tl.load(COLS + offs, mask=ok, other=0)
+        ok, j = _neighbours(COLS, e0, end, BLOCK_N)
         k = _gather(K, b * skb + h * skh, j, ok, skn, cd, D, skd)
-        lw = tl.load(LOGW + b * slb + j.to(tl.int64) * sln, mask=ok, other=float("-inf")).to(tl.float32)
+        lw = _log_weights(LOGW, b * slb, j, ok, sln)
         s = tl.where(ok, _sum(k * q[None, :], 1) * scale + lw, float("-inf"))
         m_new = tl.maximum(m_i, _max(s, 0))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no live neighbour yet
@@ -127,25 +130,20 @@ def _dq_kernel(
     ATOMIC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
 ):
     i = tl.program_id(0).to(tl.int64)
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    bh, b, h = _batch_head(H)
     cd = tl.arange(0, BLOCK_D)
     ce = tl.arange(0, BLOCK_E)
-    start = tl.load(ROWS + i).to(tl.int64)
-    end = tl.load(ROWS + i + 1).to(tl.int64)
+    start, end = _csr_row(ROWS, i)
     q = _row(Q, b * sqb + h * sqh + i * sqn, cd, D, sqd)
     do = _row(DO, b * sdb + h * sdh + i * sdn, ce, E, sde)
     lse = tl.load(LSE + bh.to(tl.int64) * NQ + i)
     delta = tl.load(DELTA + bh.to(tl.int64) * NQ + i)
     dq = tl.full((BLOCK_D,), 0.0, dtype=tl.float32)
     for e0 in range(start, end, BLOCK_N):
-        offs = e0 + tl.arange(0, BLOCK_N)
-        ok = offs < end
-        j = tl.load(COLS + offs, mask=ok, other=0)
+        ok, j = _neighbours(COLS, e0, end, BLOCK_N)
         k = _gather(K, b * skb + h * skh, j, ok, skn, cd, D, skd)
         v = _gather(V, b * svb + h * svh, j, ok, svn, ce, E, sve)
-        lw = tl.load(LOGW + b * slb + j.to(tl.int64) * sln, mask=ok, other=float("-inf")).to(tl.float32)
+        lw = _log_weights(LOGW, b * slb, j, ok, sln)
         s = _sum(k * q[None, :], 1) * scale + lw
         p = tl.where(ok, tl.exp(s - lse), 0.0)
         ds = p * (_sum(v * do[None, :], 1) - delta)
@@ -168,13 +166,10 @@ def _dkdv_kernel(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
 ):
     j = tl.program_id(0).to(tl.int64)
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    bh, b, h = _batch_head(H)
     cd = tl.arange(0, BLOCK_D)
     ce = tl.arange(0, BLOCK_E)
-    start = tl.load(TROWS + j).to(tl.int64)
-    end = tl.load(TROWS + j + 1).to(tl.int64)
+    start, end = _csr_row(TROWS, j)
     k = _row(K, b * skb + h * skh + j * skn, cd, D, skd)
     v = _row(V, b * svb + h * svh + j * svn, ce, E, sve)
     lw = tl.load(LOGW + b * slb + j * sln).to(tl.float32)
@@ -182,9 +177,8 @@ def _dkdv_kernel(
     dv = tl.full((BLOCK_E,), 0.0, dtype=tl.float32)
     dlw = tl.full((BLOCK_N,), 0.0, dtype=tl.float32)
     for e0 in range(start, end, BLOCK_N):
-        offs = e0 + tl.arange(0, BLOCK_N)
-        ok = offs < end
-        i = tl.load(TCOLS + offs, mask=ok, other=0).to(tl.int64)
+        ok, i = _neighbours(TCOLS, e0, end, BLOCK_N)
+        i = i.to(tl.int64)
         q = _gather(Q, b * sqb + h * sqh, i, ok, sqn, cd, D, sqd)
         do = _gather(DO, b * sdb + h * sdh, i, ok, sdn, ce, E, sde)
         lse = tl.load(LSE + bh.to(tl.int64) * NQ + i, mask=ok, other=0.0)
@@ -205,10 +199,6 @@ def _dkdv_kernel(
 # Launchers
 
 
-def _block(n: int) -> int:
-    return max(16, triton.next_power_of_2(n))
-
-
 def _config(bd: int, be: int, kernel: str) -> tuple[int, int]:
     """(neighbours per step, warps). Head tiles up to 64 wide: the fastest of the sweep in
     ``benchmarks/results/gpu_tuning.jsonl`` (H200, 1° sphere, fp32, 64 channels; a query meets 10-40
@@ -220,16 +210,7 @@ def _config(bd: int, be: int, kernel: str) -> tuple[int, int]:
 
 
 def _check_device(t: torch.Tensor) -> None:
-    if t.device.type != "cuda" and not INTERPRETED:
-        raise RuntimeError(
-            f"q: the triton neighbourhood kernels need CUDA tensors, got device {t.device.type}; for CPU "
-            "tensors set TRITON_INTERPRET=1 before sciattn.neighborhood._triton is first imported"
-        )
-
-
-def _check_grid(bh: int) -> None:
-    if bh > 65535:
-        raise ValueError(f"q: expected batch × heads <= 65535 (the CUDA grid limit of these kernels), got {bh}")
+    _helpers.check_device(t, "neighbourhood", __name__, INTERPRETED)
 
 
 def neighborhood_forward(q, k, v, log_w, row_offsets, col_indices, scale):

@@ -32,15 +32,20 @@ import math
 
 import torch
 
-from .._backend_registry import Backend, register_backend, triton_backend
-from .._checks import (
-    check_attention_dtypes,
-    check_quadrature_weights,
-    check_rank,
-    check_tensor,
-    sanitize_padded_rows,
+from .._attention_inputs import (
+    check_key_weights_and_mask,
+    check_qkv,
+    choose_backend,
+    mask_padding,
+    prepare_key_logweights,
 )
-from .._dispatch import select_backend
+from .._backend_registry import (
+    register_backend,
+    standard_tolerances,
+    torch_backend,
+    triton_backend,
+)
+from .._checks import check_attention_dtypes, check_quadrature_weights
 from ._ops import neighborhood_triton
 from ._sparse import neighborhood_sparse
 from .csr import check_csr
@@ -86,68 +91,28 @@ def neighborhood_attention(
         ``(B, H, Nq, E)``; a query with no live neighbour gets zeros.
     """
     check_attention_dtypes(q, k, v, weights=weights)
-    check_rank("q", q, 4, "(B, H, Nq, D)")
-    check_rank("k", k, 4, "(B, H, Nk, D)")
-    check_rank("v", v, 4, "(B, H, Nk, E)")
-    b, h, nk, d = k.shape
+    b, h, nk, d = check_qkv(q, k, v, need_keys=False)
     nq = q.shape[2]
-    if q.shape[0] != b or q.shape[1] != h or q.shape[3] != d:
-        raise ValueError(f"q: expected shape (B={b}, H={h}, Nq, D={d}) to match k {tuple(k.shape)}, got {tuple(q.shape)}")
-    if tuple(v.shape[:3]) != (b, h, nk):
-        raise ValueError(f"v: expected shape (B={b}, H={h}, Nk={nk}, E) to match k, got {tuple(v.shape)}")
-    if weights is not None and tuple(check_tensor("weights", weights).shape) not in ((nk,), (b, nk)):
-        raise ValueError(f"weights: expected shape ({nk},) or ({b}, {nk}) matching the keys, got {tuple(weights.shape)}")
-    if mask is not None:
-        if tuple(mask.shape) != (b, nk):
-            raise ValueError(f"mask: expected shape ({b}, {nk}) matching the keys, got {tuple(mask.shape)}")
-        if mask.dtype != torch.bool:
-            raise TypeError(f"mask: expected dtype torch.bool, got {mask.dtype}")
+    check_key_weights_and_mask(weights, mask, b, nk)
     if validate:
         check_csr(row_offsets, col_indices, nq, nk)
         check_quadrature_weights("weights", weights, mask)
-    chosen = select_backend(
-        "neighborhood",
-        backend,
-        device=q.device,
-        dtype=q.dtype,
-        head_dim=max(d, v.shape[-1]),
-        has_mask=mask is not None,
-        has_weights=weights is not None,
-        requires_grad=torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, weights)),
-    )
+    chosen = choose_backend("neighborhood", backend, q, v, mask=mask, weights=weights, grad_inputs=(q, k, v, weights))
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-    if weights is None:
-        log_w = torch.zeros(b, nk, dtype=acc, device=q.device)
-    else:
-        w = weights.to(acc).expand(b, nk)
-        if mask is not None:  # padded weights are never read, so NaN there cannot reach a gradient
-            w = torch.where(mask, w, torch.ones((), dtype=acc, device=w.device))
-        log_w = torch.log(w)
+    log_w = prepare_key_logweights(weights, mask, (b, nk), acc, q.device)
     if mask is not None:
-        log_w = torch.where(mask, log_w, torch.full_like(log_w, -math.inf))
-        keep = mask[:, None, :, None]
-        k = torch.where(keep, k, torch.zeros((), dtype=k.dtype, device=k.device))
-        v = torch.where(keep, v, torch.zeros((), dtype=v.dtype, device=v.device))
-        if nq == nk:  # self-attention layout: the mask indexes the queries too
-            q = sanitize_padded_rows(q, keep)
+        q, k, v = mask_padding(q, k, v, mask)
     return chosen.fn(q, k, v, log_w, row_offsets, col_indices, scale)
 
 
-register_backend(
-    Backend(
-        op="neighborhood",
-        name="reference",
-        fn=neighborhood_reference,
-        priority=0,
-        tolerances={
-            torch.float64: (1e-12, 1e-12),
-            torch.float32: (1e-5, 1e-6),
-            torch.float16: (1e-2, 1e-3),
-            torch.bfloat16: (5e-2, 1e-2),
-        },
-    )
-)
+# The plain-PyTorch backends (float64 to 1e-12); their half-precision tolerances are their own.
+_TORCH_TOLERANCES = {
+    **standard_tolerances(torch.float64, torch.float32),
+    torch.float16: (1e-2, 1e-3),
+    torch.bfloat16: (5e-2, 1e-2),
+}
+register_backend(torch_backend("neighborhood", "reference", neighborhood_reference, tolerances=_TORCH_TOLERANCES))
 
 _TRITON_TOLERANCES = {torch.float32: (1e-4, 1e-5), torch.float16: (1e-2, 2e-3), torch.bfloat16: (5e-2, 1e-2)}
 
@@ -155,18 +120,7 @@ _TRITON_TOLERANCES = {torch.float32: (1e-4, 1e-5), torch.float16: (1e-2, 2e-3), 
 # interpreter (TRITON_INTERPRET=1 before their first use) and only when forced with
 # backend="triton"; the automatic choice on CPU stays the reference (interpreter_devices).
 register_backend(triton_backend("neighborhood", neighborhood_triton, priority=10, tolerances=_TRITON_TOLERANCES))
+# Above the reference, below triton: the default on CPU. Plain torch sparse ops; widen to CUDA once checked on a GPU.
 register_backend(
-    Backend(
-        op="neighborhood",
-        name="sparse",
-        fn=neighborhood_sparse,
-        priority=5,  # above the reference, below triton: the default on CPU
-        devices=("cpu",),  # plain torch sparse ops; widen to CUDA once checked on a GPU
-        tolerances={
-            torch.float64: (1e-12, 1e-12),
-            torch.float32: (1e-5, 1e-6),
-            torch.float16: (1e-2, 1e-3),
-            torch.bfloat16: (5e-2, 1e-2),
-        },
-    )
+    torch_backend("neighborhood", "sparse", neighborhood_sparse, priority=5, devices=("cpu",), tolerances=_TORCH_TOLERANCES)
 )

@@ -40,33 +40,15 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton import knobs
+
+from .._triton_helpers import MAX_HEAD_DIM, for_current_mode
+from .._triton_helpers import block_size as _block
+from .._triton_helpers import check_grid as _check_grid
 
 __all__ = ["INTERPRETED", "MAX_HEAD_DIM", "softmax_forward", "softmax_backward"]
 
-INTERPRETED = bool(knobs.runtime.interpret)  # fixed when the kernels below are decorated
-MAX_HEAD_DIM = 128
-
-
-# ``tl.sum`` / ``tl.max`` are themselves ``@triton.jit`` functions, fixed as compiled-only if triton
-# was imported before ``TRITON_INTERPRET=1`` was set, and then unusable inside an interpreted
-# kernel. The builtin ``tl.reduce`` with the same standard combine functions compiles to the same
-# code and runs under the interpreter whatever the import order.
-@triton.jit
-def _sum(x, axis: tl.constexpr):
-    return tl.reduce(x, axis, tl.standard._sum_combine)
-
-
-@triton.jit
-def _max(x, axis: tl.constexpr):
-    return tl.reduce(x, axis, tl.standard._elementwise_max)
-
-
-@triton.jit
-def _tile(ptr, base, rows, ok, row_stride, cols, ncols, col_stride):
-    """A (rows × cols) tile in storage dtype; masked-off rows/columns are 0 and never read."""
-    p = ptr + base + rows.to(tl.int64)[:, None] * row_stride + cols[None, :] * col_stride
-    return tl.load(p, mask=ok[:, None] & (cols[None, :] < ncols), other=0.0)
+_helpers = for_current_mode()  # the shared helpers (sciattn/_triton_helpers.py), in the mode of the kernels below
+INTERPRETED, _sum, _max, _tile, _batch_head = _helpers.jit_helpers()
 
 
 @triton.jit
@@ -105,6 +87,32 @@ def _logits(q, k, lw, ok_n, scale, dist, lam, HAS_DIST: tl.constexpr, PREC: tl.c
 
 
 @triton.jit
+def _key_block(K, V, LOGW, b, h, offs_n, ok_n, cd, ce, D, E, skb, skh, skn, skd, svb, svh, svn, sve, slb, sln):
+    """Keys and values (storage dtype) and log-weights (fp32; ``-inf`` beyond ``Nk``) of the key rows ``offs_n``."""
+    k = _tile(K, b * skb + h * skh, offs_n, ok_n, skn, cd, D, skd)
+    v = _tile(V, b * svb + h * svh, offs_n, ok_n, svn, ce, E, sve)
+    lw = tl.load(LOGW + b * slb + offs_n.to(tl.int64) * sln, mask=ok_n, other=float("-inf")).to(tl.float32)
+    return k, v, lw
+
+
+@triton.jit
+def _head_scale(LAM, h, HAS_DIST: tl.constexpr):
+    """``λ_h`` of the distance bias (fp32), or 0 without one."""
+    lam = 0.0
+    if HAS_DIST:
+        lam = tl.load(LAM + h).to(tl.float32)
+    return lam
+
+
+@triton.jit
+def _row_stats(LSE, DELTA, bh, NQ, offs_m, ok_m):
+    """The saved ``lse_i`` and ``Δ_i = dO_i·o_i`` of the query rows ``offs_m`` (fp32)."""
+    lse = tl.load(LSE + bh.to(tl.int64) * NQ + offs_m, mask=ok_m, other=0.0)
+    delta = tl.load(DELTA + bh.to(tl.int64) * NQ + offs_m, mask=ok_m, other=0.0)
+    return lse, delta
+
+
+@triton.jit
 def _fwd_kernel(
     Q, K, V, LOGW, QP, KP, LAM, OUT, LSE,
     H, NQ, NK, D, E, scale,
@@ -114,26 +122,20 @@ def _fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    bh, b, h = _batch_head(H)
     cd = tl.arange(0, BLOCK_D)
     ce = tl.arange(0, BLOCK_E)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     ok_m = offs_m < NQ
     q = _tile(Q, b * sqb + h * sqh, offs_m, ok_m, sqn, cd, D, sqd)
-    lam = 0.0
-    if HAS_DIST:
-        lam = tl.load(LAM + h).to(tl.float32)
+    lam = _head_scale(LAM, h, HAS_DIST)
     m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     l_i = tl.full((BLOCK_M,), 0.0, dtype=tl.float32)
     acc = tl.full((BLOCK_M, BLOCK_E), 0.0, dtype=tl.float32)
     for n0 in range(0, NK, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         ok_n = offs_n < NK
-        k = _tile(K, b * skb + h * skh, offs_n, ok_n, skn, cd, D, skd)
-        v = _tile(V, b * svb + h * svh, offs_n, ok_n, svn, ce, E, sve)
-        lw = tl.load(LOGW + b * slb + offs_n.to(tl.int64) * sln, mask=ok_n, other=float("-inf")).to(tl.float32)
+        k, v, lw = _key_block(K, V, LOGW, b, h, offs_n, ok_n, cd, ce, D, E, skb, skh, skn, skd, svb, svh, svn, sve, slb, sln)
         dist = 0.0
         if HAS_DIST:
             dist = _distance(QP, KP, b * sqpb, b * skpb, offs_m, ok_m, offs_n, ok_n, sqpn, sqpp, skpn, skpp, NPOS)
@@ -164,20 +166,14 @@ def _dkdv_kernel(
     BLOCK_P: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    bh, b, h = _batch_head(H)
     cd = tl.arange(0, BLOCK_D)
     ce = tl.arange(0, BLOCK_E)
     cp = tl.arange(0, BLOCK_P)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     ok_n = offs_n < NK
-    k = _tile(K, b * skb + h * skh, offs_n, ok_n, skn, cd, D, skd)
-    v = _tile(V, b * svb + h * svh, offs_n, ok_n, svn, ce, E, sve)
-    lw = tl.load(LOGW + b * slb + offs_n.to(tl.int64) * sln, mask=ok_n, other=float("-inf")).to(tl.float32)
-    lam = 0.0
-    if HAS_DIST:
-        lam = tl.load(LAM + h).to(tl.float32)
+    k, v, lw = _key_block(K, V, LOGW, b, h, offs_n, ok_n, cd, ce, D, E, skb, skh, skn, skd, svb, svh, svn, sve, slb, sln)
+    lam = _head_scale(LAM, h, HAS_DIST)
     dk = tl.full((BLOCK_N, BLOCK_D), 0.0, dtype=tl.float32)
     dv = tl.full((BLOCK_N, BLOCK_E), 0.0, dtype=tl.float32)
     dlw = tl.full((BLOCK_N,), 0.0, dtype=tl.float32)
@@ -188,8 +184,7 @@ def _dkdv_kernel(
         ok_m = offs_m < NQ
         q = _tile(Q, b * sqb + h * sqh, offs_m, ok_m, sqn, cd, D, sqd)
         do = _tile(DO, b * sdb + h * sdh, offs_m, ok_m, sdn, ce, E, sde)
-        lse = tl.load(LSE + bh.to(tl.int64) * NQ + offs_m, mask=ok_m, other=0.0)
-        delta = tl.load(DELTA + bh.to(tl.int64) * NQ + offs_m, mask=ok_m, other=0.0)
+        lse, delta = _row_stats(LSE, DELTA, bh, NQ, offs_m, ok_m)
         dist = 0.0
         if HAS_DIST:
             dist = _distance(QP, KP, b * sqpb, b * skpb, offs_m, ok_m, offs_n, ok_n, sqpn, sqpp, skpn, skpp, NPOS)
@@ -229,9 +224,7 @@ def _dq_kernel(
     BLOCK_P: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    bh, b, h = _batch_head(H)
     cd = tl.arange(0, BLOCK_D)
     ce = tl.arange(0, BLOCK_E)
     cp = tl.arange(0, BLOCK_P)
@@ -239,19 +232,14 @@ def _dq_kernel(
     ok_m = offs_m < NQ
     q = _tile(Q, b * sqb + h * sqh, offs_m, ok_m, sqn, cd, D, sqd)
     do = _tile(DO, b * sdb + h * sdh, offs_m, ok_m, sdn, ce, E, sde)
-    lse = tl.load(LSE + bh.to(tl.int64) * NQ + offs_m, mask=ok_m, other=0.0)
-    delta = tl.load(DELTA + bh.to(tl.int64) * NQ + offs_m, mask=ok_m, other=0.0)
-    lam = 0.0
-    if HAS_DIST:
-        lam = tl.load(LAM + h).to(tl.float32)
+    lse, delta = _row_stats(LSE, DELTA, bh, NQ, offs_m, ok_m)
+    lam = _head_scale(LAM, h, HAS_DIST)
     dq = tl.full((BLOCK_M, BLOCK_D), 0.0, dtype=tl.float32)
     dqp = tl.full((BLOCK_M, BLOCK_P), 0.0, dtype=tl.float32)
     for n0 in range(0, NK, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         ok_n = offs_n < NK
-        k = _tile(K, b * skb + h * skh, offs_n, ok_n, skn, cd, D, skd)
-        v = _tile(V, b * svb + h * svh, offs_n, ok_n, svn, ce, E, sve)
-        lw = tl.load(LOGW + b * slb + offs_n.to(tl.int64) * sln, mask=ok_n, other=float("-inf")).to(tl.float32)
+        k, v, lw = _key_block(K, V, LOGW, b, h, offs_n, ok_n, cd, ce, D, E, skb, skh, skn, skd, svb, svh, svn, sve, slb, sln)
         dist = 0.0
         if HAS_DIST:
             dist = _distance(QP, KP, b * sqpb, b * skpb, offs_m, ok_m, offs_n, ok_n, sqpn, sqpp, skpn, skpp, NPOS)
@@ -276,10 +264,6 @@ def _dq_kernel(
 
 # ----------------------------------------------------------------------------------------------
 # Launchers
-
-
-def _block(n: int) -> int:
-    return max(16, triton.next_power_of_2(n))
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -313,16 +297,7 @@ def _config(dtype: torch.dtype, bd: int, be: int, kernel: str) -> tuple[int, int
 
 
 def _check_device(t: torch.Tensor) -> None:
-    if t.device.type != "cuda" and not INTERPRETED:
-        raise RuntimeError(
-            f"q: the triton weighted-softmax kernels need CUDA tensors, got device {t.device.type}; for CPU "
-            "tensors set TRITON_INTERPRET=1 before sciattn.weighted_softmax._triton is first imported"
-        )
-
-
-def _check_grid(bh: int) -> None:
-    if bh > 65535:
-        raise ValueError(f"q: expected batch × heads <= 65535 (the CUDA grid limit of these kernels), got {bh}")
+    _helpers.check_device(t, "weighted-softmax", __name__, INTERPRETED)
 
 
 def _dist_args(q, q_pos, k_pos, distance_scale):

@@ -38,16 +38,22 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .._backend_registry import Backend, register_backend, triton_backend
-from .._capabilities import has_flex_attention
-from .._checks import (
-    check_attention_dtypes,
-    check_quadrature_weights,
-    check_rank,
-    check_tensor,
-    sanitize_padded_rows,
+from .._attention_inputs import (
+    check_key_weights_and_mask,
+    check_qkv,
+    choose_backend,
+    mask_padding,
+    prepare_key_logweights,
+    zero_padding,
 )
-from .._dispatch import select_backend
+from .._backend_registry import (
+    flex_unavailable,
+    register_backend,
+    standard_tolerances,
+    torch_backend,
+    triton_backend,
+)
+from .._checks import check_attention_dtypes, check_quadrature_weights, check_rank, sanitize_padded_rows
 from ._ops import weighted_softmax_triton
 from .chunked import weighted_softmax_chunked
 from .reference import distance_bias, weighted_softmax_reference
@@ -57,24 +63,9 @@ __all__ = ["weighted_softmax_attention"]
 
 def _check_inputs(q, k, v, weights, mask, q_pos, k_pos, distance_scale):
     check_attention_dtypes(q, k, v, weights=weights, q_pos=q_pos, k_pos=k_pos, distance_scale=distance_scale)
-    check_rank("q", q, 4, "(B, H, Nq, D)")
-    check_rank("k", k, 4, "(B, H, Nk, D)")
-    check_rank("v", v, 4, "(B, H, Nk, E)")
-    b, h, nk, d = k.shape
+    b, h, nk, d = check_qkv(q, k, v)
     nq = q.shape[2]
-    if q.shape[0] != b or q.shape[1] != h or q.shape[3] != d:
-        raise ValueError(f"q: expected shape (B={b}, H={h}, Nq, D={d}) to match k {tuple(k.shape)}, got {tuple(q.shape)}")
-    if tuple(v.shape[:3]) != (b, h, nk):
-        raise ValueError(f"v: expected shape (B={b}, H={h}, Nk={nk}, E) to match k, got {tuple(v.shape)}")
-    if nk == 0:
-        raise ValueError("k: expected at least one key/value point, got Nk=0")
-    if weights is not None and tuple(check_tensor("weights", weights).shape) not in ((nk,), (b, nk)):
-        raise ValueError(f"weights: expected shape ({nk},) or ({b}, {nk}) matching the keys, got {tuple(weights.shape)}")
-    if mask is not None:
-        if tuple(mask.shape) != (b, nk):
-            raise ValueError(f"mask: expected shape ({b}, {nk}) matching the keys, got {tuple(mask.shape)}")
-        if mask.dtype != torch.bool:
-            raise TypeError(f"mask: expected dtype torch.bool, got {mask.dtype}")
+    check_key_weights_and_mask(weights, mask, b, nk)
     check_quadrature_weights("weights", weights, mask)
     given = [t is not None for t in (q_pos, k_pos, distance_scale)]
     if any(given) and not all(given):
@@ -133,38 +124,18 @@ def weighted_softmax_attention(
     """
     _check_inputs(q, k, v, weights, mask, q_pos, k_pos, distance_scale)
     b, h, nk, d = k.shape
-    chosen = select_backend(
-        "weighted_softmax",
-        backend,
-        device=q.device,
-        dtype=q.dtype,
-        head_dim=max(d, v.shape[-1]),
-        has_mask=mask is not None,
-        has_weights=weights is not None,
-        requires_grad=torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (q, k, v, weights, q_pos, k_pos, distance_scale)
-        ),
+    chosen = choose_backend(
+        "weighted_softmax", backend, q, v, mask=mask, weights=weights,
+        grad_inputs=(q, k, v, weights, q_pos, k_pos, distance_scale),
     )
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-    if weights is None:
-        log_w = torch.zeros(b, nk, dtype=acc, device=q.device)
-    else:
-        w = weights.to(acc).expand(b, nk)
-        if mask is not None:  # padded weights are never read, so NaN there cannot reach a gradient
-            w = torch.where(mask, w, torch.ones((), dtype=acc, device=w.device))
-        log_w = torch.log(w)
+    log_w = prepare_key_logweights(weights, mask, (b, nk), acc, q.device)
     if mask is not None:
-        log_w = torch.where(mask, log_w, torch.full_like(log_w, -math.inf))
-        keep = mask[:, None, :, None]
-        k = torch.where(keep, k, torch.zeros((), dtype=k.dtype, device=k.device))
-        v = torch.where(keep, v, torch.zeros((), dtype=v.dtype, device=v.device))
-        if k_pos is not None:
-            k_pos = torch.where(mask[..., None], k_pos, torch.zeros((), dtype=k_pos.dtype, device=k_pos.device))
-        if q.shape[2] == nk:  # self-attention layout: the mask indexes the queries too
-            q = sanitize_padded_rows(q, keep)
-            if q_pos is not None:
-                q_pos = sanitize_padded_rows(q_pos, mask[..., None])
+        q, k, v = mask_padding(q, k, v, mask)
+        (k_pos,) = zero_padding(mask[..., None], k_pos)
+        if q_pos is not None and q.shape[2] == nk:  # self-attention layout: the mask indexes the queries too
+            q_pos = sanitize_padded_rows(q_pos, mask[..., None])
     return chosen.fn(q, k, v, log_w, scale, q_pos, k_pos, distance_scale)
 
 
@@ -207,47 +178,26 @@ def _flex(q, k, v, log_w, scale, q_pos, k_pos, distance_scale):
 
 
 register_backend(
-    Backend(
-        op="weighted_softmax",
-        name="sdpa",
-        fn=_sdpa,
-        priority=10,
-        tolerances={torch.float32: (1e-5, 1e-6), torch.float16: (2e-2, 2e-3), torch.bfloat16: (5e-2, 1e-2)},
+    torch_backend(
+        "weighted_softmax", "sdpa", _sdpa, priority=10,
+        tolerances=standard_tolerances(torch.float32, torch.float16, torch.bfloat16),
     )
 )
 # PyTorch's fused CPU attention by query chunks with an explicit chunked backward (chunked.py): the automatic
 # choice on the CPU, where sdpa stores (B, H, Nq, Nk) scores to differentiate a distance bias.
 register_backend(
-    Backend(
-        op="weighted_softmax",
-        name="chunked",
-        fn=weighted_softmax_chunked,
-        priority=11,
-        devices=("cpu",),
+    torch_backend(
+        "weighted_softmax", "chunked", weighted_softmax_chunked, priority=11, devices=("cpu",),
         dtypes=(torch.float32, torch.float64),
-        tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
     )
 )
 register_backend(
-    Backend(
-        op="weighted_softmax",
-        name="flex",
-        fn=_flex,
-        priority=5,
-        backward_devices=("cuda",),
-        available=lambda: None if has_flex_attention() else "torch.nn.attention.flex_attention is not available",
-        tolerances={torch.float32: (1e-5, 1e-6)},
+    torch_backend(
+        "weighted_softmax", "flex", _flex, priority=5, backward_devices=("cuda",), available=flex_unavailable,
+        tolerances=standard_tolerances(torch.float32),
     )
 )
-register_backend(
-    Backend(
-        op="weighted_softmax",
-        name="reference",
-        fn=weighted_softmax_reference,
-        priority=0,
-        tolerances={torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-6)},
-    )
-)
+register_backend(torch_backend("weighted_softmax", "reference", weighted_softmax_reference))
 
 
 # bf16: d(distance_scale) sums dS_ij·‖p_i − p_j‖ over every (b, i, j), and Σ_j dS_ij = 0 per row, so

@@ -35,8 +35,6 @@ def test_missing_data_is_refused_naming_the_parameter(tmp_path):
 
 
 def test_committed_rows_validate_and_render():
-    records = harness.latest_run(harness.read_rows(harness.results_path("burgers_match")), full=True)
-    bench = harness.get("burgers_match")
-    for i, r in enumerate(records):
-        harness.validate_row(bench, r["row"], i)
+    bench, records = harness.committed_rows("burgers_match")
+    records = harness.latest_run(records, full=True)
     assert "| train | matched (neuralop_burgers) |" in harness.markdown_table(bench, records)

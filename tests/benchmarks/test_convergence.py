@@ -25,8 +25,6 @@ def test_small_run_rows_carry_the_errors_ratio_and_verdict(tmp_path):
 
 
 def test_committed_rows_validate_and_render():
-    records = harness.latest_run(harness.read_rows(harness.results_path("convergence")), full=True)
-    bench = harness.get("convergence")
-    for i, r in enumerate(records):
-        harness.validate_row(bench, r["row"], i)
+    bench, records = harness.committed_rows("convergence")
+    records = harness.latest_run(records, full=True)
     assert "cases meet it" in harness.markdown_table(bench, records)

@@ -41,8 +41,6 @@ def test_rows_of_copies_the_run_values_into_each_resolution():
 
 
 def test_committed_rows_validate_and_render():
-    records = harness.latest_run(harness.read_rows(harness.results_path("darcy16_sweep")), full=True)
-    bench = harness.get("darcy16_sweep")
-    for i, r in enumerate(records):
-        harness.validate_row(bench, r["row"], i)
+    bench, records = harness.committed_rows("darcy16_sweep")
+    records = harness.latest_run(records, full=True)
     assert "Verdict:" in harness.markdown_table(bench, records)

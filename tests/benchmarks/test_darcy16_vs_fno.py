@@ -45,10 +45,7 @@ def test_generated_files_have_the_neuralop_layout_and_the_training_mean(tmp_path
 
 
 def test_committed_rows_validate_and_render():
-    b = harness.get("darcy16_vs_fno")
-    records = harness.read_rows(harness.results_path("darcy16_vs_fno"))
-    for i, r in enumerate(records):
-        harness.validate_row(b, r["row"], i)
+    b, records = harness.committed_rows("darcy16_vs_fno")
     run = harness.latest_run(records, full=True)
     text = harness.markdown_table(b, run)
     gt = [r["row"]["rel_l2"] for r in run if r["row"]["model"] == bench.GT]

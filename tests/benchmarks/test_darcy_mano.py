@@ -41,10 +41,7 @@ def test_real_part_trains_on_the_first_samples(tmp_path):
 
 
 def test_committed_rows_validate_and_say_which_mano():
-    b = harness.get("darcy_mano")
-    records = harness.read_rows(harness.results_path("darcy_mano"))
-    for i, r in enumerate(records):
-        harness.validate_row(b, r["row"], i)
+    b, records = harness.committed_rows("darcy_mano")
     text = harness.markdown_table(b, harness.latest_run(records, full=True))
     assert "Real neuraloperator 16×16 files" in text and "Built-in solver" in text
     legacy = [r for r in records if r["run_id"] == "legacy-darcy_mano"]

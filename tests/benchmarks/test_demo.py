@@ -41,8 +41,6 @@ def test_quick_budget_trains_and_evaluates_at_three_resolutions(tmp_path):
 
 
 def test_committed_rows_validate_and_render():
-    records = harness.latest_run(harness.read_rows(harness.results_path("demo")), full=True)
-    bench = harness.get("demo")
-    for i, r in enumerate(records):
-        harness.validate_row(bench, r["row"], i)
+    bench, records = harness.committed_rows("demo")
+    records = harness.latest_run(records, full=True)
     assert "| 32 |" in harness.markdown_table(bench, records)

@@ -49,10 +49,7 @@ def test_quick_run_ours_converges_and_the_bare_sum_differs(tmp_path):
 
 
 def test_committed_rows_validate_and_render():
-    bench = harness.get("factformer_kernel_refinement")
-    records = harness.read_rows(harness.results_path("factformer_kernel_refinement"))
-    for i, r in enumerate(records):
-        harness.validate_row(bench, r["row"], i)
+    bench, records = harness.committed_rows("factformer_kernel_refinement")
     table = harness.markdown_table(bench, harness.latest_run(records, full=True))
     assert "| q/k weights | kernel |" in table and "bare sum (published)" in table
 

@@ -263,3 +263,29 @@ def test_int_param_names_the_parameter_and_what_it_expected():
                                  ({"n": 3}, 4, "n: expected an integer >= 4, got 3")):
         with pytest.raises(ValueError, match=re.escape(msg)):
             harness.int_param(params, "n", minimum)
+
+
+def test_module_benchmarks_reads_the_module_conventions_and_keeps_explicit_fields():
+    def run(p):
+        return [{"n": 1}]
+
+    def table(records):
+        return "| n |"
+
+    namespace = {"__name__": "benchmarks.toy_module", "run": run, "SCHEMA": {"n": "int"}, "PARAMS": {"k": 1},
+                 "QUICK": {"k": 0}, "table": table}
+    (bench,) = harness.module_benchmarks(namespace, description="A toy;", packages=("numpy",), params={"k": 2})
+    assert bench.name == "toy_module" and bench.run is run and bench.table is table and bench.notes is None
+    assert bench.schema == {"n": "int"} and bench.quick == {"k": 0} and bench.params == {"k": 2}
+    assert bench.description == "A toy;" and bench.packages == ("numpy",)
+
+
+def test_committed_rows_validates_every_row_and_names_the_bad_one(tmp_path, monkeypatch):
+    recs = _toy_rows(tmp_path, monkeypatch)
+    bench, got = harness.committed_rows("toy", tmp_path)
+    assert bench is harness.get("toy") and [r["row"] for r in got] == [r["row"] for r in recs]
+    bad = dict(recs[-1], row={"n": 2, "label": "a"})
+    with harness.results_path("toy", tmp_path).open("a") as f:
+        f.write(json.dumps(bad) + "\n")
+    with pytest.raises(SchemaError, match=rf"toy row {len(recs)}: field 'err' is missing"):
+        harness.committed_rows("toy", tmp_path)

@@ -59,10 +59,7 @@ def test_small_run_tapered_windows_remove_the_edge_jumps(tmp_path):
 
 
 def test_committed_rows_validate_and_render():
-    b = harness.get("mano_fidelity")
-    records = harness.read_rows(harness.results_path("mano_fidelity"))
-    for i, r in enumerate(records):
-        harness.validate_row(b, r["row"], i)
+    b, records = harness.committed_rows("mano_fidelity")
     text = harness.markdown_table(b, harness.latest_run(records, full=True))
     assert "| variant | parameters |" in text and "| layer |" in text
 

@@ -96,10 +96,7 @@ def test_merge_keeps_the_other_methods_of_the_latest_full_run(tmp_path):
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_committed_rows_validate_and_render(device):
-    bench = harness.get("multipole_scaling")
-    records = harness.read_rows(harness.results_path("multipole_scaling"))
-    for i, r in enumerate(records):
-        harness.validate_row(bench, r["row"], i)
+    bench, records = harness.committed_rows("multipole_scaling")
     chosen = harness.latest_run(records, full=True, where={"device": device})
     text = harness.markdown_table(bench, chosen)
     for r in (r["row"] for r in chosen if r["row"]["forward_s"] is not None):

@@ -42,10 +42,7 @@ def test_restrict_takes_cell_means():
 
 
 def test_committed_rows_validate_and_render():
-    bench = harness.get("oformer_rope_refinement")
-    records = harness.read_rows(harness.results_path("oformer_rope_refinement"))
-    for i, r in enumerate(records):
-        harness.validate_row(bench, r["row"], i)
+    bench, records = harness.committed_rows("oformer_rope_refinement")
     table = harness.markdown_table(bench, harness.latest_run(records, full=True))
     assert "| rope_scales | decoder scale | quantity |" in table and "(published)" in table
 

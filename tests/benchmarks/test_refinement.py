@@ -49,10 +49,7 @@ def test_graded_nodes_trapezoid_weights_and_shared_nodes():
 
 
 def test_committed_rows_validate_and_render():
-    bench = harness.get("refinement")
-    records = harness.read_rows(harness.results_path("refinement"))
-    for i, r in enumerate(records):
-        harness.validate_row(bench, r["row"], i)
+    bench, records = harness.committed_rows("refinement")
     for op in ("transolver", "linear_no", "ono", "gnot", "oformer"):
         run = harness.latest_run(records, where={"operator": op, "init": "published"})
         assert {r["row"]["operator"] for r in run} == {op}

@@ -47,10 +47,7 @@ def test_quick_sweep_trains_and_evaluates_through_the_cli(tmp_path):
 
 
 def test_notes_count_the_cases_that_meet_the_contract():
-    bench = harness.get("sphere_resolution")
-    records = harness.read_rows(harness.results_path("sphere_resolution"))
-    for i, r in enumerate(records):
-        harness.validate_row(bench, r["row"], i)
+    bench, records = harness.committed_rows("sphere_resolution")
     for run_id in dict.fromkeys(r["run_id"] for r in records):
         md = harness.markdown_table(bench, harness.latest_run(records, run_id))
         assert "relative L2 against the finest grid" in md and "Per-grid setup" in md

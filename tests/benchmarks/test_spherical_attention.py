@@ -63,10 +63,7 @@ def test_with_torch_harmonics_both_layers_see_the_same_discs(tmp_path):
 
 
 def test_committed_rows_validate_and_render():
-    bench = harness.get("spherical_attention")
-    records = harness.read_rows(harness.results_path("spherical_attention"))
-    for i, r in enumerate(records):
-        harness.validate_row(bench, r["row"], i)
+    bench, records = harness.committed_rows("spherical_attention")
     for run_id in dict.fromkeys(r["run_id"] for r in records):
         md = harness.markdown_table(bench, harness.latest_run(records, run_id))
         assert "| layer | grid | C |" in md and "Times: median of repeats" in md

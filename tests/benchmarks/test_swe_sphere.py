@@ -73,10 +73,7 @@ def test_targets_are_judged_from_the_rows_and_a_blow_up_is_not_met():
 
 
 def test_committed_rows_validate_and_render():
-    bench = harness.get("swe_sphere")
-    records = harness.read_rows(harness.results_path("swe_sphere"))
-    for i, r in enumerate(records):
-        harness.validate_row(bench, r["row"], i)
+    bench, records = harness.committed_rows("swe_sphere")
     for run_id in dict.fromkeys(r["run_id"] for r in records):
         md = harness.markdown_table(bench, harness.latest_run(records, run_id))
         assert "| model | parameters |" in md and "Rollout rel. L2 per step" in md

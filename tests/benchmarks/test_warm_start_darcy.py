@@ -25,10 +25,7 @@ def test_small_run_converges_to_the_same_solution(tmp_path):
 
 
 def test_committed_rows_validate_and_render():
-    b = harness.get("warm_start_darcy")
-    records = harness.read_rows(harness.results_path("warm_start_darcy"))
-    for i, r in enumerate(records):
-        harness.validate_row(b, r["row"], i)
+    b, records = harness.committed_rows("warm_start_darcy")
     text = harness.markdown_table(b, harness.latest_run(records, full=True))
     assert "CG relative residual" in text and "test coefficients" in text
 

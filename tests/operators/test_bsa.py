@@ -15,13 +15,7 @@ SMALL = dict(in_channels=3, out_channels=2, spatial_dims=2, width=16, depth=2, n
              block_size=2, top_k=2, mlp_ratio=2)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The CI machine has 2 shared cores; oversubscribed intra-op threads make these small models crawl."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors: see tests/conftest.py
 
 
 def test_padding_invariance_and_permutation_equivariance_with_mixed_sizes():

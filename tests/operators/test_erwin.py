@@ -14,13 +14,7 @@ from sciattn.operators.erwin import Erwin
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The CI machine has 2 shared cores; oversubscribed intra-op threads make these small models crawl."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors: see tests/conftest.py
 
 
 SMALL = dict(in_channels=3, out_channels=2, spatial_dims=2, c_hidden=[8, 16], ball_sizes=[8, 8], enc_depths=[2, 2],

@@ -23,12 +23,7 @@ from sciattn.pde_data.burgers_neuralop import (
 DECAY_TOL, SPECTRUM_TOL = 0.12, 0.25
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors: see tests/conftest.py
 
 
 def _file(shared_data, split):

@@ -11,14 +11,7 @@ import torch
 
 from sciattn.pde_data import shallow_water as swe
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # tiny transforms: one intra-op thread is much faster on a shared 2-core machine
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors: see tests/conftest.py
 
 
 def _random_state(solver: swe.ShallowWaterSolver, seed: int = 0) -> torch.Tensor:

@@ -15,14 +15,7 @@ import torch
 from sciattn.pde_data import shallow_water as swe
 from sciattn.pde_data import shallow_water_data as swd
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # tiny transforms: one intra-op thread is much faster on a shared 2-core machine
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors: see tests/conftest.py
 
 
 def test_generate_pairs_and_trajectories_follow_the_solver(tmp_path):

@@ -15,13 +15,7 @@ from sciattn.pde_data.sht import SHT_GRIDS, SphericalHarmonicTransform, exact_lm
 EARTH = 6.37122e6
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # tiny transforms: one intra-op thread is much faster on a shared 2-core machine
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors: see tests/conftest.py
 
 
 def _random_coeffs(sht: SphericalHarmonicTransform, batch: int = 3, seed: int = 0) -> torch.Tensor:

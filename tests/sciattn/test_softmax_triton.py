@@ -8,44 +8,24 @@ use, inside such a test); export ``TRITON_INTERPRET=0`` on a GPU machine to test
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from sciattn._capabilities import has_triton
-from sciattn._dispatch import backends_for
 from sciattn.weighted_softmax import weighted_softmax_attention
 
-# Not importorskip: importing triton before TRITON_INTERPRET=1 is set would make its library
-# functions compiled-only for the rest of the session.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _triton_checks import BACKEND, DEVICE, F64, assert_close, interpreter  # noqa: E402, F401  (autouse fixture)
+
 pytestmark = pytest.mark.skipif(not has_triton(), reason="triton is not installed")
-
-F64 = torch.float64
-DEVICE = "cuda" if os.environ.get("TRITON_INTERPRET") == "0" and torch.cuda.is_available() else "cpu"
-BACKEND = "triton"
 GRAD_NAMES = ("q", "k", "v", "weights", "q_pos", "k_pos", "distance_scale")
-
-
-@pytest.fixture(autouse=True)
-def interpreter(monkeypatch):
-    if "TRITON_INTERPRET" not in os.environ:
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
-def tolerance(dtype):
-    return next(b for b in backends_for("weighted_softmax") if b.name == BACKEND).tolerances[dtype]
-
-
-def close(got, want, dtype, what):
-    """|got − want| <= atol·max|want| + rtol·|want| with the backend's declared tolerances."""
-    rtol, atol = tolerance(dtype)
-    got, want = got.detach().double().cpu(), want.detach().double().cpu()
-    assert torch.isfinite(got).all(), f"{what}: non-finite values"
-    err = (got - want).abs()
-    bound = atol * float(want.abs().max().clamp_min(1e-12)) + rtol * want.abs()
-    assert bool((err <= bound).all()), f"{what}: max error {float(err.max()):.3g} (rtol={rtol}, atol={atol})"
+close = functools.partial(assert_close, "weighted_softmax")
 
 
 def make_case(b=2, h=2, nq=19, nk=70, d=16, e=24, p=3, pad=9, seed=0):

@@ -14,13 +14,7 @@ from sciattn.train.area_metrics import area_weighted_l1, area_weighted_l2, rollo
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # tiny tensors: one intra-op thread is much faster on a shared 2-core machine
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors: see tests/conftest.py
 
 
 def _weights(nlat: int, nlon: int, grid: str) -> torch.Tensor:
