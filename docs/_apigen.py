@@ -22,7 +22,8 @@ GROUPS = [
                             "sciattn.spherical", "sciattn.weighted_softmax", "sciattn.neighborhood"]),
     ("Domains and quadrature", ["sciattn.domain", "sciattn.quadrature", "sciattn.partial_sums"]),
     ("sciattn.operators: neural operators", ["sciattn.operators", "sciattn.operators.point_parts"]),
-    ("sciattn.pde_data: readers and generators", ["sciattn.pde_data", "sciattn.pde_data.*"]),
+    ("sciattn.pde_data: readers and generators", ["sciattn.pde_data", "sciattn.pde_data.*", "sciattn.pde_data.readers.*",
+                                                  "sciattn.pde_data.solvers.*", "sciattn.pde_data.transforms.*"]),
     ("sciattn.train: training, evaluation, export", ["sciattn.train", "sciattn.train.*"]),
 ]
 

@@ -20,7 +20,7 @@ def _neuralop_files(name: str, default_resolution: int):
     """``{name}_{split}_{res}.pt`` files in neuraloperator's layout."""
 
     def loader(root: Path, split: str, resolution: int | None, n_samples: int | None = None):
-        from .neuralop_pt import load_neuralop_split
+        from .readers.neuralop_pt import load_neuralop_split
 
         return load_neuralop_split(root, name, split, resolution or default_resolution, n_samples=n_samples)
 
@@ -28,7 +28,7 @@ def _neuralop_files(name: str, default_resolution: int):
 
 
 def _fno_darcy(root: Path, split: str, resolution: int | None, n_samples: int | None = None):
-    from .fno_mat import load_fno_darcy
+    from .readers.fno_mat import load_fno_darcy
 
     name = "piececonst_r421_N1024_smooth1.mat" if split == "train" else "piececonst_r421_N1024_smooth2.mat"
     n = n_samples or (1000 if split == "train" else 100)
@@ -36,14 +36,14 @@ def _fno_darcy(root: Path, split: str, resolution: int | None, n_samples: int | 
 
 
 def _fno_burgers(root: Path, split: str, resolution: int | None, **kwargs):
-    from .fno_mat import load_fno_burgers
+    from .readers.fno_mat import load_fno_burgers
 
     return load_fno_burgers(root / "burgers_data_R10.mat", split=split, resolution=resolution, **kwargs)
 
 
 def _fno_navier_stokes(file: str, t_out: int):
     def loader(root: Path, split: str, resolution: int | None, **kwargs):
-        from .fno_mat import load_fno_navier_stokes
+        from .readers.fno_mat import load_fno_navier_stokes
 
         kwargs.setdefault("t_out", t_out)
         return load_fno_navier_stokes(root / file, split=split, resolution=resolution, **kwargs)
@@ -92,7 +92,7 @@ register(Record(
     shapes="x (1, r) initial condition, y (1, r) solution at t = 1",
     loader=_fno_burgers,
     resolutions="divisors of 8192 (FNO: 1024)",
-    target=lazy("fno_mat", "load_fno_burgers"),
+    target=lazy("readers.fno_mat", "load_fno_burgers"),
     downloads={"fno_burgers": dl.fno("burgers_data_R10.mat")},
 ))
 for _nu, _file, _t_out in [("1e-3", "ns_V1e-3_N5000_T50.mat", 40), ("1e-4", "ns_V1e-4_N10000_T30.mat", 20),
@@ -105,14 +105,14 @@ for _nu, _file, _t_out in [("1e-3", "ns_V1e-3_N5000_T50.mat", 40), ("1e-4", "ns_
         shapes=f"x (10, r, r) first 10 steps, y ({_t_out}, r, r) next steps",
         loader=_fno_navier_stokes(_file, _t_out),
         resolutions="divisors of 64",
-        target=lazy("fno_mat", "load_fno_navier_stokes"),
+        target=lazy("readers.fno_mat", "load_fno_navier_stokes"),
         downloads={f"fno_navier_stokes_v{_nu}": dl.fno(_file)},
     ))
 
 
 def _geofno(fn_name: str):
     def loader(root: Path, split: str, resolution: int | None, **kwargs):
-        from . import geofno
+        from .readers import geofno
 
         if resolution is not None:
             raise ValueError(f"resolution: the Geo-FNO sets are used at their stored resolution; got {resolution}")
@@ -122,13 +122,13 @@ def _geofno(fn_name: str):
 
 
 def _shapenet_car(root: Path, split: str, resolution: int | None, **kwargs):
-    from .shapenet_car import load_shapenet_car
+    from .readers.shapenet_car import load_shapenet_car
 
     return load_shapenet_car(root, split, **kwargs)
 
 
 def _the_well(root: Path, split: str, resolution: int | None, dataset: str | None = None, **kwargs):
-    from .the_well import TheWellDataset
+    from .readers.the_well import TheWellDataset
 
     folder = root / "datasets" / dataset if dataset else root
     return TheWellDataset(folder, split=split, **kwargs)
@@ -150,7 +150,7 @@ for _name, _fn, _files, _split, _shapes, _published in [
 ]:
     register(Record(name=_name, source="Li et al. 2022 (Geo-FNO) data, as used by Transolver", files=_files,
                     split=_split, shapes=_shapes, loader=_geofno(_fn), resolutions="stored",
-                    target=lazy("geofno", _fn), downloads={_name: _published}))
+                    target=lazy("readers.geofno", _fn), downloads={_name: _published}))
 register(Record(
     name="shapenet_car",
     source="Umetani & Bickel 2018, Transolver preprocessed layout",
@@ -159,7 +159,7 @@ register(Record(
     shapes="x (N, 7), y (N, 4) velocity + pressure, pos (N, 3), surf (N,) bool",
     loader=_shapenet_car,
     resolutions="stored",
-    target=lazy("shapenet_car", "load_shapenet_car"),
+    target=lazy("readers.shapenet_car", "load_shapenet_car"),
     downloads={"shapenet_car": (dl.RemoteFile(
         "mlcfd_data.zip", dl.SHAPENET_CAR,
         notes="archive: extract with `unzip mlcfd_data.zip -d <root>` → mlcfd_data/training_data/param0..8"),)},
@@ -172,7 +172,7 @@ register(Record(
     shapes="x (C * n_steps_input, *spatial), y (C * n_steps_output, *spatial)",
     loader=_the_well,
     resolutions="stored, or spatial_stride",
-    target=lazy("the_well", "TheWellDataset"),
+    target=lazy("readers.the_well", "TheWellDataset"),
     downloads={f"the_well_{ds}_stats": dl.the_well_stats(ds)
                for ds in ("turbulent_radiative_layer_2D", "active_matter", "MHD_64")},
 ))

@@ -154,7 +154,7 @@ class Probe:
 
     @cached_property
     def mat_keys(self) -> dict[str, tuple[int, ...] | None]:
-        from .fno_mat import mat_variables
+        from .readers.fno_mat import mat_variables
 
         return mat_variables(self.path) if self.head.startswith(b"MATLAB") else {}
 

@@ -16,7 +16,7 @@ from torch.utils.data import Dataset
 
 from . import downloads as dl
 from .catalogue import XARRAY_SUFFIXES, Probe, Record, extend, lazy, register
-from .splits import SplitSubset, describe_split, split_indices
+from .transforms.splits import SplitSubset, describe_split, split_indices
 
 __all__: list[str] = []
 
@@ -46,7 +46,7 @@ def check_reader_kwargs(reader, path: Path, kwargs: dict) -> None:
 
 
 def _open_xarray(path: Path, probe: Probe, split, resolution, split_rule, **kwargs) -> Dataset:
-    from .xarray_data import load_xarray
+    from .readers.xarray_data import load_xarray
 
     check_reader_kwargs(load_xarray, path, kwargs)
     ds = load_xarray(path, **kwargs)
@@ -58,7 +58,7 @@ def _open_xarray(path: Path, probe: Probe, split, resolution, split_rule, **kwar
 
 def _open_mat(fn: str):
     def open_mat(path: Path, probe: Probe, split, resolution, split_rule, **kwargs) -> Dataset:
-        reader = lazy("fno_mat", fn)()
+        reader = lazy("readers.fno_mat", fn)()
         _own_division(path, split_rule, "the FNO benchmark's train/test convention")
         check_reader_kwargs(reader, path, kwargs)
         return reader(path, resolution=resolution, split=split or "train", **kwargs)
@@ -68,7 +68,7 @@ def _open_mat(fn: str):
 
 def _open_well(path: Path, probe: Probe, split, resolution, split_rule, **kwargs) -> Dataset:
     """Divide The Well file(s) by whole trajectories (windows of one trajectory stay on one side)."""
-    from .the_well import TheWellDataset
+    from .readers.the_well import TheWellDataset
 
     check_reader_kwargs(TheWellDataset, path, kwargs)
     ds = TheWellDataset(path, **kwargs)
@@ -84,7 +84,7 @@ def _open_well(path: Path, probe: Probe, split, resolution, split_rule, **kwargs
 
 
 def _open_pdebench(path: Path, probe: Probe, split, resolution, split_rule, **kwargs) -> Dataset:
-    from .pdebench import PDEBenchWindowDataset
+    from .readers.pdebench import PDEBenchWindowDataset
 
     _own_division(path, split_rule, "PDEBench's test_fraction")
     check_reader_kwargs(PDEBenchWindowDataset, path, kwargs)
@@ -103,7 +103,7 @@ def _torch_dict_checked(path: Path, probe: Probe):
 
 
 def _open_mini_car(path: Path, probe: Probe, split, resolution, split_rule, **kwargs) -> Dataset:
-    from .shapenet_car import load_mini_car
+    from .readers.shapenet_car import load_mini_car
 
     check_reader_kwargs(load_mini_car, path, kwargs)
     return load_mini_car(path, split, split_rule=split_rule, **kwargs)
@@ -116,7 +116,7 @@ def _open_neuralop_pt(path: Path, probe: Probe, split, resolution, split_rule, *
     import torch
 
     from .grid_dataset import GridPairDataset
-    from .neuralop_pt import load_neuralop_pt, parse_neuralop_name
+    from .readers.neuralop_pt import load_neuralop_pt, parse_neuralop_name
 
     raw = _torch_dict_checked(path, probe)
     if isinstance(raw, dict) and "x" in raw and "y" in raw and raw["y"].dim() == raw["x"].dim() + 1:
@@ -188,33 +188,33 @@ def _pdebench_files() -> dict[str, tuple]:
 for _record in [
     Record("xarray", "a NetCDF file or Zarr store (sciattn data generate writes them)", "*.nc, *.zarr",
            "single-split (split_rule divides it)", "the variables named by sciattn_inputs / sciattn_outputs",
-           kind="format", detect=_is_xarray, open=_open_xarray, target=lazy("xarray_data", "XarrayDataset")),
+           kind="format", detect=_is_xarray, open=_open_xarray, target=lazy("readers.xarray_data", "XarrayDataset")),
     Record("fno_darcy_mat", _FNO, "*.mat with coeff, sol", "one file per split (FNO: smooth1 / smooth2), the head",
            "x (1, r, r) coefficient, y (1, r, r) pressure", kind="format",
            detect=lambda p: _is_mat(p) and "coeff" in p.mat_keys and "sol" in p.mat_keys,
-           open=_open_mat("load_fno_darcy"), target=lazy("fno_mat", "load_fno_darcy"), subsamples=True),
+           open=_open_mat("load_fno_darcy"), target=lazy("readers.fno_mat", "load_fno_darcy"), subsamples=True),
     Record("fno_burgers_mat", _FNO, "*.mat with a, u (N, X)", "train: the first n_train; test: the last n_test",
            "x (1, r), y (1, r)", kind="format", detect=lambda p: "a" in p.mat_keys and _mat_u(p, 2),
-           open=_open_mat("load_fno_burgers"), target=lazy("fno_mat", "load_fno_burgers"), own_split=True,
+           open=_open_mat("load_fno_burgers"), target=lazy("readers.fno_mat", "load_fno_burgers"), own_split=True,
            subsamples=True),
     Record("fno_navier_stokes_mat", _FNO, "*.mat with u (N, X, Y, T)", "train: the first n_train; test: the last n_test",
            "x (t_in, r, r), y (t_out, r, r)", kind="format", detect=lambda p: _mat_u(p, 4),
-           open=_open_mat("load_fno_navier_stokes"), target=lazy("fno_mat", "load_fno_navier_stokes"),
+           open=_open_mat("load_fno_navier_stokes"), target=lazy("readers.fno_mat", "load_fno_navier_stokes"),
            own_split=True, subsamples=True),
     dict(name="the_well", detect=lambda p: p.hdf5 is not None and "n_spatial_dims" in p.hdf5[0]
          and "t0_fields" in p.hdf5[1], open=_open_well),
     Record("pdebench", "PDEBench HDF5 file (Takamoto et al. 2022)", "*.hdf5, *.h5", "test_fraction (first 10%)",
            "windows of t_in steps in, the next steps out", kind="format", detect=lambda p: p.hdf5 is not None,
-           open=_open_pdebench, target=lazy("pdebench", "PDEBenchWindowDataset"), own_split=True,
+           open=_open_pdebench, target=lazy("readers.pdebench", "PDEBenchWindowDataset"), own_split=True,
            downloads=_pdebench_files()),
     Record("mini_car", "neuraloperator's mini_car.pt (ShapeNet-Car surface)", "mini_car.pt",
            "single-split (split_rule divides it)", "x (N, 6), y (N, 1) pressure, pos (N, 3), weights (N,)",
            kind="format", detect=lambda p: p.is_torch and isinstance(p.torch_object, (list, tuple)),
-           open=_open_mini_car, target=lazy("shapenet_car", "load_mini_car"),
+           open=_open_mini_car, target=lazy("readers.shapenet_car", "load_mini_car"),
            downloads={"neuralop_mini_car": dl.neuralop("mini_car.pt")}),
     Record("neuralop_pt", "neuraloperator .pt file (a dict of x, y)", "{name}_{split}_{res}.pt",
            "the split its name names, else single-split", "x (C, *spatial), y (C, *spatial)", kind="format",
-           detect=lambda p: p.is_torch, open=_open_neuralop_pt, target=lazy("neuralop_pt", "load_neuralop_pt"),
+           detect=lambda p: p.is_torch, open=_open_neuralop_pt, target=lazy("readers.neuralop_pt", "load_neuralop_pt"),
            subsamples=True,
            downloads={"neuralop_burgers_16": dl.neuralop("burgers_train_16.pt", "burgers_test_16.pt")}),
 ]:

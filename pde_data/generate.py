@@ -37,7 +37,7 @@ import numpy as np
 from sciattn._checks import check_positive_int
 
 from .catalogue import catalogue_view
-from .xarray_data import write_xarray
+from .readers.xarray_data import write_xarray
 
 __all__ = ["GENERATORS", "generate_at_resolutions", "generate_to_netcdf"]
 
@@ -47,7 +47,7 @@ Generated = tuple
 
 
 def _darcy(n: int, resolutions: list[int], seed: int, progress: bool, **params) -> Generated:
-    from .darcy import DARCY_DEFAULTS, generate_darcy
+    from .solvers.darcy import DARCY_DEFAULTS, generate_darcy
 
     data = generate_darcy(n, resolutions, seed=seed, progress=progress, **params)
     dims = ("sample", "x", "y")
@@ -56,7 +56,7 @@ def _darcy(n: int, resolutions: list[int], seed: int, progress: bool, **params) 
 
 
 def _darcy_neuralop(n: int, resolutions: list[int], seed: int, progress: bool, **params) -> Generated:
-    from .darcy_neuralop import NEURALOP_DARCY_FIT, generate_darcy_neuralop
+    from .solvers.darcy_neuralop import NEURALOP_DARCY_FIT, generate_darcy_neuralop
 
     data = generate_darcy_neuralop(n, resolutions, seed=seed, progress=progress, **params)
     dims = ("sample", "x", "y")
@@ -65,7 +65,7 @@ def _darcy_neuralop(n: int, resolutions: list[int], seed: int, progress: bool, *
 
 
 def _burgers(n: int, resolutions: list[int], seed: int, progress: bool, **params) -> Generated:
-    from .burgers import BURGERS_DEFAULTS, generate_burgers
+    from .solvers.burgers import BURGERS_DEFAULTS, generate_burgers
 
     data = generate_burgers(n, resolutions, seed=seed, progress=progress, **params)
     dims = ("sample", "x")
@@ -74,7 +74,7 @@ def _burgers(n: int, resolutions: list[int], seed: int, progress: bool, **params
 
 
 def _navier_stokes(n: int, resolutions: list[int], seed: int, progress: bool, **params) -> Generated:
-    from .navier_stokes import NS_DEFAULTS, generate_navier_stokes
+    from .solvers.navier_stokes import NS_DEFAULTS, generate_navier_stokes
 
     data = generate_navier_stokes(n, resolutions, seed=seed, progress=progress, **params)
     return ({r: {"vorticity0": (("sample", "x", "y"), w0), "vorticity": (("sample", "x", "y", "time"), u)}
@@ -99,7 +99,7 @@ def _next(names: list[str]) -> list[str]:
 
 
 def _shallow_water(n: int, resolutions: list[int], seed: int, progress: bool, **params) -> Generated:
-    from .sht import SphericalHarmonicTransform
+    from .solvers.sht import SphericalHarmonicTransform
 
     params = {k: v for k, v in params.items() if k not in ("n_traj", "traj_len")}  # trajectories are not written
     sets = _sampled("shallow_water", n, resolutions, seed, progress, n_traj=0, **params)

@@ -45,7 +45,7 @@ def sphere_transfer(f: torch.Tensor, grid: str, lmax: int, nlat: int) -> torch.T
     ``nlat x 2 nlat`` grid of the same kind: analysis on the solve grid (exact for ``lmax`` up to
     :func:`~sciattn.pde_data.sht.exact_lmax`), synthesis on the target grid, so every grid holds the same
     band-limited field at its own nodes."""
-    from .sht import SphericalHarmonicTransform
+    from .solvers.sht import SphericalHarmonicTransform
 
     s = f.shape[-2]
     if nlat == s:
@@ -91,23 +91,23 @@ def generate_pairs(name: str, n: int, res: list[int], *, options: dict[str, Any]
     if name != "shallow_water":
         meta["fine_resolution"] = given_fine if name == "darcy_neuralop" else fine
     if name == "darcy":
-        from .darcy import load_or_generate_darcy
+        from .solvers.darcy import load_or_generate_darcy
 
         pairs = _grid_pairs(load_or_generate_darcy(cache, n, res, fine_resolution=fine, **kw, **opts))
         meta["variables"] = record_variables("darcy")
     elif name == "darcy_neuralop":
-        from .darcy_neuralop import generate_darcy_neuralop
+        from .solvers.darcy_neuralop import generate_darcy_neuralop
 
         pairs = _grid_pairs(generate_darcy_neuralop(n, res, fine_resolution=given_fine, **kw, **opts))
         meta["variables"] = record_variables("darcy_neuralop")
     elif name == "burgers":
-        from .burgers import load_or_generate_burgers
+        from .solvers.burgers import load_or_generate_burgers
 
         pairs = _grid_pairs(load_or_generate_burgers(cache, n, res, fine_resolution=fine, **kw, **opts))
         meta["variables"] = record_variables("burgers")
         meta["dt"] = float(opts.get("t_final", 1.0))
     elif name == "navier_stokes":
-        from .navier_stokes import NS_DEFAULTS, load_or_generate_navier_stokes
+        from .solvers.navier_stokes import NS_DEFAULTS, load_or_generate_navier_stokes
 
         t_in = opts.pop("t_in", 10)
         data = load_or_generate_navier_stokes(cache, n, res, fine_resolution=fine, **kw, **opts)
@@ -123,7 +123,7 @@ def generate_pairs(name: str, n: int, res: list[int], *, options: dict[str, Any]
                     frame_variables=["w"], variables={"x": frame_names(["w"], t_in),
                                                       "y": frame_names(["w"], int(p["record_steps"]) - t_in, t_in)})
     elif name == "shallow_water":
-        from .shallow_water_data import load_or_generate_shallow_water
+        from .solvers.shallow_water.data import load_or_generate_shallow_water
 
         base = int(solve_resolution or res[0])
         grid = opts.get("grid", "equiangular")
@@ -135,7 +135,7 @@ def generate_pairs(name: str, n: int, res: list[int], *, options: dict[str, Any]
         meta.update(variables={"x": names, "y": names}, grid=grid, solve_resolution=base, lmax=lmax,
                     dt=float(opts.get("dt", 600.0)) * int(opts.get("n_steps_between", 6)))
     elif name == "coupled_navier_stokes":
-        from .coupled_navier_stokes import load_or_generate_coupled_navier_stokes
+        from .solvers.coupled_navier_stokes import load_or_generate_coupled_navier_stokes
 
         system = opts.pop("system", "ns")
         out = load_or_generate_coupled_navier_stokes(cache, n, res, system=system, fine_resolution=fine, **kw, **opts)

@@ -55,7 +55,7 @@ def _generated_split(x, y, split: str, n_train: int, n_test: int, meta: dict) ->
 def _generated_darcy(root: Path, split: str, resolution: int | None, n_train: int | None = None,
                      n_test: int | None = None, seed: int = 0, fine_resolution: int | None = None,
                      progress: bool = True):
-    from .darcy import load_or_generate_darcy
+    from .solvers.darcy import load_or_generate_darcy
 
     n_train, n_test, res = _sizes("darcy", n_train, n_test, resolution)
     data = load_or_generate_darcy(root / "generated", n_train + n_test, [res], fine_resolution=fine_resolution,
@@ -93,7 +93,7 @@ register(Record(
     loader=_generated_darcy,
     resolutions="any divisor of fine_resolution (default r)",
     kind="generator", defaults=_defaults(1000, 100, 64),
-    options=_solver_options("darcy", "DARCY_DEFAULTS", "fine_resolution"), writer=lazy("generate", "write_darcy"),
+    options=_solver_options("solvers.darcy", "DARCY_DEFAULTS", "fine_resolution"), writer=lazy("generate", "write_darcy"),
     variables={"x": ["coefficient"], "y": ["pressure"]}, periodic=False,
     presets=_DARCY_PRESETS,
 ))
@@ -101,12 +101,12 @@ register(Record(
 
 def _generated_burgers(root: Path, split: str, resolution: int | None, n_train: int | None = None,
                        n_test: int | None = None, seed: int = 0, progress: bool = True, **params):
-    from .burgers import load_or_generate_burgers
+    from .solvers.burgers import load_or_generate_burgers
 
     n_train, n_test, res = _sizes("burgers", n_train, n_test, resolution)
     a, u = load_or_generate_burgers(root / "generated", n_train + n_test, [res], seed=seed, progress=progress,
                                     **params)[res]
-    from .burgers import BURGERS_DEFAULTS
+    from .solvers.burgers import BURGERS_DEFAULTS
 
     meta = {"source": "sciattn.pde_data.burgers", "name": "burgers", "resolution": res,
             "variables": record_variables("burgers"), "seed": seed,
@@ -117,7 +117,7 @@ def _generated_burgers(root: Path, split: str, resolution: int | None, n_train: 
 def _generated_navier_stokes(root: Path, split: str, resolution: int | None, n_train: int | None = None,
                              n_test: int | None = None, t_in: int = 10, seed: int = 0, progress: bool = True,
                              **params):
-    from .navier_stokes import load_or_generate_navier_stokes
+    from .solvers.navier_stokes import load_or_generate_navier_stokes
 
     n_train, n_test, res = _sizes("navier_stokes", n_train, n_test, resolution)
     _, u = load_or_generate_navier_stokes(root / "generated", n_train + n_test, [res], seed=seed, progress=progress,
@@ -125,7 +125,7 @@ def _generated_navier_stokes(root: Path, split: str, resolution: int | None, n_t
     if not 0 < t_in < u.shape[-1]:
         raise ValueError(f"t_in: expected 1..{u.shape[-1] - 1} of the {u.shape[-1]} recorded steps, got {t_in}")
     field = torch.from_numpy(u).permute(0, 3, 1, 2)  # (n, T, r, r): time steps as channels
-    from .navier_stokes import NS_DEFAULTS
+    from .solvers.navier_stokes import NS_DEFAULTS
 
     p = {**NS_DEFAULTS, **params}
     meta = {"source": "sciattn.pde_data.navier_stokes", "name": "navier_stokes", "resolution": res,
@@ -174,7 +174,7 @@ register(Record(
     loader=_generated_burgers,
     resolutions="any divisor of fine_resolution (default r = 1024)",
     kind="generator", defaults=_defaults(1000, 100, 1024),
-    options=_solver_options("burgers", "BURGERS_DEFAULTS", "fine_resolution", "batch_size"),
+    options=_solver_options("solvers.burgers", "BURGERS_DEFAULTS", "fine_resolution", "batch_size"),
     writer=lazy("generate", "write_burgers"), variables={"x": ["initial"], "y": ["solution"]}, periodic=True,
     presets=_BURGERS_PRESETS,
 ))
@@ -205,7 +205,7 @@ register(Record(
     loader=_generated_navier_stokes,
     resolutions="any divisor of fine_resolution (default r = 64)",
     kind="generator", defaults=_defaults(1000, 200, 64),
-    options=_solver_options("navier_stokes", "NS_DEFAULTS", "fine_resolution", "batch_size", "t_in"),
+    options=_solver_options("solvers.navier_stokes", "NS_DEFAULTS", "fine_resolution", "batch_size", "t_in"),
     writer=lazy("generate", "write_navier_stokes"), periodic=True, time_series=True,
     presets=_NAVIER_STOKES_PRESETS,
 ))
@@ -218,14 +218,14 @@ register(Record(
     split="train: first n_train samples; test: the next n_test",
     shapes="x (V, r, r) u, v, w (+ theta) at t, y the same one delta_t later", resolutions="any (default 64)",
     kind="generator", defaults=_defaults(1000, 100, 64),
-    options=_solver_options("coupled_navier_stokes", "COUPLED_DEFAULTS", "system", "fine_resolution", "batch_size"),
+    options=_solver_options("solvers.coupled_navier_stokes", "COUPLED_DEFAULTS", "system", "fine_resolution", "batch_size"),
     writer=lazy("generate", "write_coupled_navier_stokes"),
 ))
 
 
 def _generated_shallow_water(root: Path, split: str, resolution: int | None, n_train: int | None = None,
                              n_test: int | None = None, grid: str = "equiangular", seed: int = 0, **params):
-    from .shallow_water import load_or_generate_shallow_water
+    from .solvers.shallow_water import load_or_generate_shallow_water
 
     n_train, n_test, nlat = _sizes("shallow_water", n_train, n_test, resolution)
     data = load_or_generate_shallow_water(root / "generated", n_train + n_test, nlat=nlat, nlon=2 * nlat, grid=grid,
@@ -265,7 +265,7 @@ register(Record(
     loader=_generated_shallow_water,
     resolutions="nlat (default 32) on an nlat x 2 nlat grid (equiangular by default)",
     kind="generator", defaults=_defaults(896, 128, 32),
-    options=_solver_options("shallow_water", "SWE_DEFAULTS", "grid", "dt", "n_steps_between", "lmax", "spinup",
+    options=_solver_options("solvers.shallow_water", "SWE_DEFAULTS", "grid", "dt", "n_steps_between", "lmax", "spinup",
                             "n_traj", "traj_len", "batch_size"),
     writer=lazy("generate", "write_shallow_water"), single_grid=True,
     presets=_SHALLOW_WATER_PRESETS,
@@ -275,7 +275,7 @@ register(Record(
 def _generated_darcy_irregular(root: Path, split: str, resolution: int | None, n_train: int = 1000,
                                n_test: int = 100, seed: int = 0, fine_resolution: int = 128, progress: bool = True,
                                **kwargs):
-    from .irregular import generate_darcy_irregular
+    from .solvers.irregular import generate_darcy_irregular
 
     ds = generate_darcy_irregular(n_train + n_test, resolution or 1024, fine_resolution=fine_resolution, seed=seed,
                                   cache_dir=root / "generated", progress=progress, **kwargs)
@@ -286,8 +286,8 @@ def _generated_darcy_irregular(root: Path, split: str, resolution: int | None, n
 def _generated_navier_stokes_irregular(root: Path, split: str, resolution: int | None, n_train: int = 1000,
                                        n_test: int = 200, t_in: int = 10, seed: int = 0, fine_resolution: int = 64,
                                        progress: bool = True, **kwargs):
-    from .irregular import generate_navier_stokes_irregular
-    from .navier_stokes import NS_DEFAULTS
+    from .solvers.irregular import generate_navier_stokes_irregular
+    from .solvers.navier_stokes import NS_DEFAULTS
 
     steps = int(kwargs.get("record_steps", NS_DEFAULTS["record_steps"]))
     if not 0 < t_in < steps:
@@ -308,7 +308,7 @@ register(Record(
     split="train: first n_train samples; test: the next n_test",
     shapes="x (N, 1) coefficient in {3, 12}, y (N, 1) pressure, pos (N, 2), weights (N,) Delaunay areas, sum 1",
     loader=_generated_darcy_irregular,
-    target=lazy("irregular", "generate_darcy_irregular"), points=True, writer=lazy("generate", "write_darcy_irregular"),
+    target=lazy("solvers.irregular", "generate_darcy_irregular"), points=True, writer=lazy("generate", "write_darcy_irregular"),
     options=lambda: get_record("darcy").options() - {"fine_resolution", "batch_size", "t_in"},
     resolutions="points per sample N (default 1024); layout='uniform'|'jittered', weights='delaunay'|'voronoi', "
                 "fixed_points",
@@ -324,7 +324,7 @@ register(Record(
     shapes="x (N, t_in) first t_in recorded steps, y (N, T - t_in) the rest (or inputs=/outputs= snapshot "
            "indices, 0 = w0), pos (N, 2) in [0, 1)^2, weights (N,) periodic Delaunay areas, sum 1",
     loader=_generated_navier_stokes_irregular,
-    target=lazy("irregular", "generate_navier_stokes_irregular"), points=True, writer=lazy("generate", "write_navier_stokes_irregular"),
+    target=lazy("solvers.irregular", "generate_navier_stokes_irregular"), points=True, writer=lazy("generate", "write_navier_stokes_irregular"),
     options=lambda: get_record("navier_stokes").options() - {"fine_resolution", "batch_size"},
     resolutions="points per sample N (default 1024); the same options as darcy_irregular",
 ))
@@ -336,7 +336,7 @@ register(Record(
     files="solved in memory", split="train: first n_train samples; test: the next n_test",
     shapes="x (1, r, r) mask, y (1, r, r) pressure", resolutions="any (default 16)",
     kind="generator", defaults=_defaults(1000, 50, 16),
-    options=_solver_options("darcy_neuralop", "NEURALOP_DARCY_FIT", "fine_resolution"),
+    options=_solver_options("solvers.darcy_neuralop", "NEURALOP_DARCY_FIT", "fine_resolution"),
     writer=lazy("generate", "write_darcy_neuralop"), variables={"x": ["mask"], "y": ["pressure"]},
     matched_to="neuraloperator's darcy_{train,test}_16.pt",
 ))

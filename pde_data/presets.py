@@ -95,18 +95,18 @@ def generator_call(name: str, overrides: Mapping[str, object] | None = None) -> 
 
 def _xy(generator: str, n: int, r: int, seed: int, params: dict) -> tuple[np.ndarray, np.ndarray]:
     if generator == "darcy":
-        from .darcy import generate_darcy
+        from .solvers.darcy import generate_darcy
 
         return generate_darcy(n, [r], seed=seed, **params)[r]
     if generator == "burgers":
-        from .burgers import generate_burgers
+        from .solvers.burgers import generate_burgers
 
         return generate_burgers(n, [r], seed=seed, **params)[r]
     if generator == "navier_stokes":
-        from .navier_stokes import generate_navier_stokes
+        from .solvers.navier_stokes import generate_navier_stokes
 
         return generate_navier_stokes(n, [r], seed=seed, **params)[r]
-    from .shallow_water_data import generate_shallow_water
+    from .solvers.shallow_water.data import generate_shallow_water
 
     d = generate_shallow_water(n, r, 2 * r, seed=seed, n_traj=0, **params)
     return d["x"], d["y"]

@@ -30,7 +30,7 @@ from sciattn._checks import check_choice
 
 from . import catalogue
 from .catalogue import XARRAY_SUFFIXES, Probe, Record, catalogue_view
-from .splits import parse_split_rule
+from .transforms.splits import parse_split_rule
 
 __all__ = ["Benchmark", "BENCHMARKS", "register_benchmark", "list_benchmarks", "load", "default_root"]
 

@@ -51,9 +51,9 @@ import torch
 from sciattn._checks import check_choice, check_positive_int, unreadable_file
 from sciattn._io import atomic_path
 
-from ._hdf5 import attrs_match, open_hdf5
-from .geofno import PointSetDataset
-from .point_sets import (
+from .._hdf5 import attrs_match, open_hdf5
+from ..readers.geofno import PointSetDataset
+from ..transforms.point_sets import (
     DOMAINS,
     LAYOUTS,
     WEIGHTS,

@@ -53,7 +53,7 @@ import torch
 
 from sciattn._checks import check_positive_int
 
-from ._hdf5 import cached_pairs
+from .._hdf5 import cached_pairs
 from .burgers import _as_field, _check_fine, _meta, _n_steps, _small_fft_threads
 from .darcy import _check_real, _check_resolutions, _check_seed
 

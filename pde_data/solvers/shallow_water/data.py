@@ -1,10 +1,12 @@
 """Shallow-water dataset on the rotating sphere: one-step pairs, rollout trajectories and their HDF5 cache.
 
-This file holds the data side of :mod:`sciattn.pde_data.shallow_water` (which holds the PDE, its discretisation
-and :class:`~sciattn.pde_data.shallow_water.ShallowWaterSolver`): :func:`generate_shallow_water` solves batches of
-random initial states, :func:`load_or_generate_shallow_water` caches the result as one HDF5 file per parameter
-set, and :func:`area_weighted_stats` gives the per-channel normalisation statistics with the sphere's quadrature
-weights. All three are also importable from :mod:`sciattn.pde_data.shallow_water`.
+This file holds the data side of the shallow-water solver: :mod:`.solver` holds the PDE, its discretisation and
+:class:`~sciattn.pde_data.solvers.shallow_water.solver.ShallowWaterSolver`, and this file imports it (never the
+reverse). :func:`generate_shallow_water` solves batches of random initial states,
+:func:`load_or_generate_shallow_water` caches the result as one HDF5 file per parameter set, and
+:func:`area_weighted_stats` gives the per-channel normalisation statistics with the sphere's quadrature weights.
+All three are also exported by the package :mod:`sciattn.pde_data.solvers.shallow_water` (old paths
+``sciattn.pde_data.shallow_water`` and ``sciattn.pde_data.shallow_water_data``).
 
 Dataset (:func:`generate_shallow_water`): sample ``i`` draws its initial state with
 ``numpy.random.default_rng([seed, 0, i])`` and trajectory ``j`` with ``default_rng([seed, 1, j])``;
@@ -37,11 +39,11 @@ import torch
 from sciattn._checks import check_choice, check_positive_int, check_rank, unreadable_file
 from sciattn._io import atomic_path
 
-from ._hdf5 import attrs_match, open_hdf5
-from .burgers import _small_fft_threads
-from .darcy import _check_real, _check_seed
-from .shallow_water import SWE_DEFAULTS, ShallowWaterSolver
-from .sht import SHT_GRIDS
+from ..._hdf5 import attrs_match, open_hdf5
+from ..burgers import _small_fft_threads
+from ..darcy import _check_real, _check_seed
+from ..sht import SHT_GRIDS
+from .solver import SWE_DEFAULTS, ShallowWaterSolver
 
 __all__ = ["area_weighted_stats", "generate_shallow_water", "load_or_generate_shallow_water"]
 

@@ -48,7 +48,7 @@ import torch
 
 from sciattn._checks import check_finite, check_positive_int
 
-from ._hdf5 import cached_pairs
+from .._hdf5 import cached_pairs
 from .darcy import _check_real, _check_resolutions, _check_seed
 
 __all__ = [

@@ -38,7 +38,7 @@ from sciattn._checks import (
 )
 from sciattn._io import atomic_path
 
-from .grid_dataset import GridPairDataset
+from ..grid_dataset import GridPairDataset
 
 __all__ = [
     "SPLITS",
@@ -103,7 +103,7 @@ def _to_grid(p: Path, key: str, t: torch.Tensor, squeezed: bool) -> torch.Tensor
 
 def _burgers_step(p: Path, data: Mapping, n_times: int) -> float | None:
     """The documented time step of a neuraloperator Burgers file (``None`` if ``p`` is not one)."""
-    from .burgers_neuralop import NEURALOP_BURGERS_FILE
+    from ..solvers.burgers_neuralop import NEURALOP_BURGERS_FILE
 
     parsed = parse_neuralop_name(p)
     name = parsed[0] if parsed else p.stem

@@ -47,7 +47,7 @@ import scipy.sparse.linalg
 
 from sciattn._checks import check_positive_int
 
-from ._hdf5 import cached_pairs
+from .._hdf5 import cached_pairs
 
 __all__ = [
     "DARCY_DEFAULTS",

@@ -65,7 +65,7 @@ from sciattn._checks import (
     unreadable_file,
 )
 
-from .grid_dataset import GridPairDataset
+from ..grid_dataset import GridPairDataset
 
 __all__ = [
     "BURGERS_SPLIT_CONVENTION",
@@ -564,7 +564,7 @@ def load_fno_navier_stokes(
                        mat_layout=mat_layout)
     dt = None
     if variables.get("t") is not None:  # the file's times t (1, T): dt between the taken frames
-        from ._hdf5 import uniform_step
+        from .._hdf5 import uniform_step
 
         step = uniform_step(read_mat_array(p, "t", mat_layout=mat_layout))
         dt = None if step is None else step * time_stride

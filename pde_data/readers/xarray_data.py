@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from .grid_dataset import GridPairDataset
+from ..grid_dataset import GridPairDataset
 
 __all__ = ["XarrayDataset", "load_xarray", "write_xarray"]
 

@@ -56,10 +56,10 @@ from torch.utils.data import Dataset
 
 from sciattn._checks import check_choice, check_file, check_positive_int
 
-from ._hdf5 import open_hdf5 as _open
-from ._hdf5 import uniform_step as _uniform_step
-from ._hdf5 import where as _where
-from .grid_dataset import GridPairDataset
+from .._hdf5 import open_hdf5 as _open
+from .._hdf5 import uniform_step as _uniform_step
+from .._hdf5 import where as _where
+from ..grid_dataset import GridPairDataset
 
 __all__ = [
     "CFD_VARIABLES",

@@ -36,8 +36,8 @@ from torch.utils.data import Dataset
 
 from sciattn._checks import check_choice, check_file
 
+from ..transforms.splits import describe_split, split_indices
 from .geofno import PointSetDataset
-from .splits import describe_split, split_indices
 
 __all__ = ["ShapeNetCarDataset", "load_mini_car", "load_shapenet_car", "vertex_areas_from_centroids"]
 

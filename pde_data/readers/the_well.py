@@ -34,9 +34,9 @@ from torch.utils.data import Dataset
 
 from sciattn._checks import check_choice, check_positive_int
 
-from ._hdf5 import open_hdf5 as _open
-from ._hdf5 import uniform_step as _uniform_step
-from ._hdf5 import where as _where
+from .._hdf5 import open_hdf5 as _open
+from .._hdf5 import uniform_step as _uniform_step
+from .._hdf5 import where as _where
 
 __all__ = ["MIN_STD", "SPLITS", "TheWellDataset", "load_stats"]
 

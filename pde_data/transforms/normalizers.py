@@ -14,7 +14,7 @@ from torch import nn
 
 from sciattn._checks import check_choice
 
-from .grid_dataset import GridPairDataset
+from ..grid_dataset import GridPairDataset
 
 __all__ = [
     "IdentityNormalizer",
@@ -65,7 +65,7 @@ def normalizer_to_state(n: Normalizer) -> dict[str, Any]:
     """Plain dict (str, float, CPU tensors) for ``torch.save`` and ``torch.load(weights_only=True)``."""
     if isinstance(n, IdentityNormalizer):
         return {"kind": "identity"}
-    if "sciattn.pde_data.unit_gaussian" in sys.modules and isinstance(n, _unit_gaussian()):
+    if f"{__package__}.unit_gaussian" in sys.modules and isinstance(n, _unit_gaussian()):
         if not n.fitted:
             raise ValueError("n: expected a fitted UnitGaussianNormalizer, got an unfitted one")
         return {

@@ -3,8 +3,8 @@
 This file holds the physics: :data:`SWE_DEFAULTS` (constants) and :class:`ShallowWaterSolver` (RK4 time
 stepping, random initial conditions, Williamson case 2, mass / energy diagnostics). The dataset built from it
 (:func:`generate_shallow_water`, :func:`load_or_generate_shallow_water`, :func:`area_weighted_stats`) lives in
-:mod:`sciattn.pde_data.shallow_water_data` and is re-exported here, loaded on first access (see the end of
-this file), so ``from sciattn.pde_data.shallow_water import load_or_generate_shallow_water`` keeps working.
+:mod:`.data`, which imports this file (never the reverse); the package :mod:`sciattn.pde_data.solvers.shallow_water`
+(old path ``sciattn.pde_data.shallow_water``) exports both.
 
 PDE (vorticity–divergence–geopotential form of the rotating shallow-water equations, as in spectral models
 and torch-harmonics' ``ShallowWaterSolver``), on a sphere of radius ``a`` rotating at ``Ω``::
@@ -64,30 +64,16 @@ Shapes:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from sciattn._checks import check_choice, check_positive_int, check_rank
 
-from .darcy import _check_real
-from .sht import SHT_GRIDS, SphericalHarmonicTransform
+from ..darcy import _check_real
+from ..sht import SHT_GRIDS, SphericalHarmonicTransform
 
-if TYPE_CHECKING:  # for type checkers and IDEs; at run time these resolve through __getattr__ below
-    from .shallow_water_data import (
-        area_weighted_stats,
-        generate_shallow_water,
-        load_or_generate_shallow_water,
-    )
-
-__all__ = [
-    "SWE_DEFAULTS",
-    "ShallowWaterSolver",
-    "area_weighted_stats",
-    "generate_shallow_water",
-    "load_or_generate_shallow_water",
-]
+__all__ = ["SWE_DEFAULTS", "ShallowWaterSolver"]
 
 #: Physical constants and dataset parameters (torch-harmonics' constants; ``Δt = dt · n_steps_between = 1 h``).
 SWE_DEFAULTS: dict[str, float] = {
@@ -254,22 +240,3 @@ class ShallowWaterSolver:
         cos = torch.cos(self.sht.colatitudes)[:, None].expand(self.sht.nlat, self.sht.nlon)
         phi = gh0 - (self.radius * self.omega * u0 + 0.5 * u0**2) * cos**2
         return torch.stack([phi, 2.0 * u0 * cos / self.radius, torch.zeros_like(cos)])
-
-
-# ---------------------------------------------------------------------------------------- dataset re-export
-# shallow_water_data imports SWE_DEFAULTS and ShallowWaterSolver from this module, so an eager import of it here
-# would be circular and would fail whenever shallow_water_data is the first of the two to be imported. PEP 562
-# module __getattr__ loads it on first access instead, whichever order the two are imported in.
-_DATA_NAMES = frozenset({"area_weighted_stats", "generate_shallow_water", "load_or_generate_shallow_water"})
-
-
-def __getattr__(name: str):
-    if name in _DATA_NAMES:
-        from . import shallow_water_data
-
-        return getattr(shallow_water_data, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | _DATA_NAMES)
