@@ -74,10 +74,10 @@ class AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def find_spec(self, fullname, path=None, target=None):
         new = self.target(fullname)
-        return None if new is None else importlib.machinery.ModuleSpec(fullname, self, origin=new)
+        return None if new is None else importlib.machinery.ModuleSpec(fullname, self, loader_state=new)
 
     def create_module(self, spec):
-        module = importlib.import_module(spec.origin)
+        module = importlib.import_module(spec.loader_state)
         self._specs[module.__name__] = module.__spec__  # the import system overwrites __spec__; exec_module restores it
         return module
 
