@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sciattn.operators import create_operator, list_operators
-from sciattn.operators.registry import operator_parameters
+from sciattn.operators.registry import operator_kind, operator_parameters
 
 # Small configurations for each registered operator: (config, grid input shape, point input?).
 SMALL = {
@@ -34,13 +34,12 @@ SMALL = {
                     rff_features=8),
     "fno": dict(in_channels=2, out_channels=1, n_modes=[4, 4], hidden_channels=8, n_layers=2),
 }
-# Operators on a sphere grid are built for one (nlat, nlon) grid and run on others whose nlon is a multiple or a
-# divisor of their internal grid's (here 8), with the same weights.
-FIXED_GRID = {"spherical_transformer": (9, 16), "planar_transformer": (9, 16)}
+# Operators on a sphere grid (input_kind "sphere") are built for one (nlat, nlon) grid and run on others whose nlon is
+# a multiple or a divisor of their internal grid's (here 8), with the same weights.
+FIXED_GRID = {n: (c["nlat"], c["nlon"]) for n, c in SMALL.items() if operator_kind(n) == "sphere"}
 SPHERE_OTHER_GRID = (17, 32)
-# Operators on point clouds take features (B, N, C) and positions (B, N, d); the rest take grid fields.
-POINT_INPUT = {"erwin", "bsa_transformer"}
-
+# Operators on point clouds (input_kind "points") take features (B, N, C) and positions (B, N, d); the rest grid fields.
+POINT_INPUT = {n for n in SMALL if operator_kind(n) == "points"}
 
 def _run(model, name, batch, size):
     """Run ``model`` on random input of ``size`` grid cells (as a cloud of as many points for point operators)."""
