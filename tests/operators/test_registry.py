@@ -97,3 +97,18 @@ def test_unknown_config_key_is_named():
 def test_missing_required_key_is_named():
     with pytest.raises(ValueError, match=r"missing required key\(s\) \['out_channels'\]"):
         create_operator("galerkin_transformer", in_channels=1)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_the_contract_and_a_current_config_passes_its_migration_unchanged(name):
+    """Every registered operator declares the contract (sciattn.operators.contract), and the config it stores today
+    is what its migration returns: a checkpoint written now rebuilds the same model, under the same name."""
+    from sciattn.operators import ExportPolicy, Operator
+    from sciattn.operators.registry import INPUT_KINDS, migrate_stored, operator_class
+
+    cls = operator_class(name)
+    assert issubclass(cls, Operator) and cls.input_kind in INPUT_KINDS and isinstance(cls.export_policy, ExportPolicy)
+    model = create_operator(name, **SMALL[name])
+    stored = json.loads(json.dumps(model.config))
+    assert migrate_stored(name, stored, cls.config_version) == (name, stored)
+    assert migrate_stored(name, stored) == (name, stored)
