@@ -2,6 +2,7 @@
 
 from .bsa import BSATransformer
 from .codano import CoDANO
+from .contract import ExportPolicy, Operator
 from .erwin import Erwin
 from .factformer import FactFormer
 from .fno import FNO
@@ -12,7 +13,7 @@ from .mano import MANO
 from .mano_extended import MANOExtended
 from .oformer import OFormer
 from .ono import ONO
-from .registry import create_operator, list_operators, register_operator
+from .registry import create_operator, list_operators, migrate_stored, register_operator
 from .spherical_transformer import PlanarTransformer, SphericalTransformer
 from .transolver import Transolver
 
@@ -20,6 +21,7 @@ __all__ = [
     "BSATransformer",
     "CoDANO",
     "Erwin",
+    "ExportPolicy",
     "FactFormer",
     "FNO",
     "GalerkinTransformer",
@@ -29,10 +31,12 @@ __all__ = [
     "MANOExtended",
     "OFormer",
     "ONO",
+    "Operator",
     "PlanarTransformer",
     "SphericalTransformer",
     "Transolver",
     "create_operator",
     "list_operators",
+    "migrate_stored",
     "register_operator",
 ]

@@ -41,10 +41,11 @@ from sciattn.balltree.physical import PHYSICAL_EXPORT_REASON
 from sciattn.partial_sums import raise_together
 
 from ._domain_geometry import LocalTree, domain_geometry, split_batch
+from .contract import ExportPolicy, Operator
 from .point_parts import PointPlan, check_supports
 
 if TYPE_CHECKING:
-    from .erwin import ErwinGeometry
+    from ._geometry import ErwinGeometry
 
 __all__ = ["BallTreeOperator", "PerCloudGeometry", "legacy_rotation"]
 
@@ -66,10 +67,13 @@ def legacy_rotation(module: nn.Module, local_metadata: dict) -> None:
         module.plane_rotation = version < 2
 
 
-class BallTreeOperator(nn.Module):
+class BallTreeOperator(Operator):
     """Point-set input, ball trees, embedding and head shared by Erwin and the BSA transformer."""
 
     input_kind = "points"
+    export_policy = ExportPolicy(
+        padded_points="its ball tree has a depth that depends on N and sciattn.balltree uses torch.gather(out=), "
+                      "which torch.export cannot trace with symbolic sizes")
     supports_domain_parallel = True  # in the modes domain_parallel_refusal() accepts
     point_plan = PointPlan()
     _version = 2  # 2: 3-D rotated trees turn about all three axes (state dicts of version 1: first two only)

@@ -26,10 +26,10 @@ from sciattn.balltree import BallSparseAttention, build_ball_tree
 from sciattn.balltree.physical import cell_layout, cloud_box, lattice_for
 from sciattn.balltree.tree import check_power_of_two
 
+from ._ball_blocks import PointBlock, level_geometry, point_embedding, resolve_ball_mode, rotation_of
 from ._geometry import ErwinGeometry
 from ._physical_levels import physical_level
 from ._point_operator import BallTreeOperator
-from .erwin import PointBlock, level_geometry, point_embedding, resolve_ball_mode, rotation_of
 from .registry import register_operator
 
 __all__ = ["BALL_MODES", "BSATransformer"]
@@ -82,6 +82,8 @@ class BSATransformer(BallTreeOperator):
     # leaves the selection as points are added), so the output does not converge at first order
     convergent_ball_modes = ()
     ball_modes = BALL_MODES
+    # a config stored without ``window`` was written when the compressed and selected branches were global
+    legacy_defaults = {"window": None}
 
     def __init__(
         self,

@@ -54,6 +54,7 @@ from sciattn.codomain.module import (
 )
 from sciattn.codomain.positional import FourierField, VariableEncoding, evaluate_fields
 
+from .contract import Operator
 from .registry import register_operator
 
 __all__ = ["CoDANO"]
@@ -105,7 +106,7 @@ def _check_names(name: str, value: object) -> list[str]:
 
 
 @register_operator("codano")
-class CoDANO(nn.Module):
+class CoDANO(Operator):
     """Codomain attention neural operator: one token per physical variable.
 
     Args:

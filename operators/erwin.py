@@ -46,17 +46,26 @@ Shapes: ``x`` ``(B, N, C_in)``, ``pos`` ``(B, N, d)``, ``mask``/``weights`` ``(B
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from sciattn._checks import check_choice, check_positive_int
-from sciattn.balltree import BallAttention, build_ball_tree, rotation_matrix
+from sciattn._checks import check_positive_int
+from sciattn.balltree import BallAttention, build_ball_tree
 from sciattn.balltree.multiscale_attention import MultiscaleBallAttention
 from sciattn.balltree.physical import check_length
 from sciattn.balltree.tree import check_power_of_two
 
+from ._ball_blocks import (  # noqa: F401 - these lived here; kept importable
+    BALL_MODES,
+    PointBlock,
+    SwiGLU,
+    level_geometry,
+    point_embedding,
+    resolve_ball_mode,
+    rotation_of,
+)
 from ._geometry import ErwinGeometry, LevelGeometry
 from ._multiscale_levels import UNIT, CellPool, CellUnpool, multiscale_geometry
 from ._physical_levels import (
@@ -69,86 +78,6 @@ from ._point_operator import BallTreeOperator
 from .registry import register_operator
 
 __all__ = ["BALL_MODES", "Erwin", "PointBlock", "LevelGeometry", "level_geometry", "point_embedding", "resolve_ball_mode"]
-
-BALL_MODES = ("multiscale", "physical", "points")
-
-
-def resolve_ball_mode(ball_mode: str | None, counts_given: bool, modes: tuple[str, ...] = BALL_MODES,
-                      default: str = "multiscale") -> str:
-    """One of ``modes``. ``None`` infers it: ``"points"`` when point counts (``ball_sizes`` / ``ball_size``) are given,
-    else ``default``. (Checkpoints store every constructor key; one stored before a default changed is migrated by
-    :func:`sciattn.train.checkpoint.migrate_ball_modes`, so it rebuilds the model it was saved with.)"""
-    if ball_mode is None:
-        return "points" if counts_given else default
-    return check_choice("ball_mode", ball_mode, modes)
-
-
-def rotation_of(module: nn.Module, d: int):
-    """The ``rotate`` argument of :func:`build_ball_tree` for ``module.rotate`` degrees in ``d`` dimensions."""
-    if module.rotate and d == 3 and module.plane_rotation:
-        return rotation_matrix(module.rotate, 3, torch.float64, plane=True)
-    return module.rotate
-
-
-class SwiGLU(nn.Module):
-    def __init__(self, dim: int, hidden: int) -> None:
-        super().__init__()
-        self.w12 = nn.Linear(dim, 2 * hidden)
-        self.w3 = nn.Linear(hidden, dim)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        a, b = self.w12(h).chunk(2, dim=-1)
-        return self.w3(F.silu(a) * b)
-
-
-def point_embedding(c_in: int, d: int, width: int) -> nn.Sequential:
-    """Pointwise ``MLP([features, position]) -> width``."""
-    return nn.Sequential(nn.Linear(c_in + d, width), nn.GELU(), nn.Linear(width, width))
-
-
-def level_geometry(pos, mask, weights, ball: int, rotate, sizes: tuple[int, ...] | None = None) -> LevelGeometry:
-    """Geometry of a tree-ordered level ``(B, P, ·)``; with ``rotate`` (degrees or a matrix) also its rotated tree."""
-    geo = LevelGeometry(pos, mask, weights, sizes=sizes)
-    if rotate is not None and (isinstance(rotate, torch.Tensor) or rotate):
-        rt = build_ball_tree(pos, mask, min(ball, pos.shape[1]), rotate, padded_size=pos.shape[1], check=False)
-        geo.rot_index, geo.rot_inverse = rt.perm, rt.inverse
-        geo.rot_pos, geo.rot_mask, geo.rot_weights = rt.pos, rt.mask, weights.gather(1, rt.perm)
-    return geo
-
-
-class PointBlock(nn.Module):
-    """``h + Attn(RMSNorm h)``, ``h + SwiGLU(RMSNorm h)`` in tree order; padding rows are reset to 0."""
-
-    def __init__(self, dim: int, attn: nn.Module, mlp_ratio: int, rotated: bool) -> None:
-        super().__init__()
-        self.norm1, self.norm2 = nn.RMSNorm(dim), nn.RMSNorm(dim)
-        self.attn = attn
-        self.mlp = SwiGLU(dim, mlp_ratio * dim)
-        self.rotated = rotated
-
-    def _run(self, h, pos, mask, weights, sizes, centres=None, far=None):
-        extra = {} if far is None else {"far": far}
-        h = h + self.attn.attend(self.norm1(h), pos, mask, weights, sizes=sizes, centres=centres, **extra)
-        h = h + self.mlp(self.norm2(h))
-        return torch.where(mask[..., None], h, torch.zeros((), dtype=h.dtype, device=h.device))
-
-    def forward(self, h: torch.Tensor, geo: LevelGeometry) -> torch.Tensor:
-        if self.rotated and geo.rot_exchange is not None:  # domain parallel: the rotated layout's ranks and back
-            hr = self._run(geo.rot_exchange.forward(h), geo.rot_pos, geo.rot_mask, geo.rot_weights,
-                           geo.sizes if geo.rot_sizes is None else geo.rot_sizes, geo.rot_centres, geo.rot_far)
-            return geo.rot_exchange.back(hr)
-        if not (self.rotated and geo.rot_index is not None):
-            return self._run(h, geo.pos, geo.mask, geo.weights, geo.sizes, geo.centres, geo.far)
-        c, p, pr = h.shape[-1], h.shape[1], geo.rot_index.shape[1]
-        src = F.pad(h, (0, 0, 0, pr - p)) if pr > p else h  # a rotated cell layout may hold more slots
-        hr = src.gather(1, geo.rot_index[..., None].expand(-1, -1, c))
-        hr = self._run(hr, geo.rot_pos, geo.rot_mask, geo.rot_weights,
-                       geo.sizes if geo.rot_sizes is None else geo.rot_sizes, geo.rot_centres, geo.rot_far)
-        out = hr.gather(1, geo.rot_inverse[..., None].expand(-1, -1, c))
-        if pr > p:  # padding slots of this level may map to real rotated slots: reset them
-            out = torch.where(geo.mask[..., None], out, torch.zeros((), dtype=out.dtype, device=out.device))
-        return out
-
 
 class BallPool(nn.Module):
     """Children -> parent: ``LayerNorm(Linear([h_c1..h_cs, p_c1 - p̄..p_cs - p̄]))`` (padding children zeroed)."""
@@ -247,7 +176,7 @@ class Erwin(BallTreeOperator):
         c_hidden: channels per level (``S`` levels).
         ball_mode: ``"multiscale"``, ``"physical"``, ``"points"`` or None (``"points"`` if ``ball_sizes`` or
             ``strides`` is given, else ``"multiscale"``; checkpoints stored before the multiscale mode load as
-            the mode they were trained with, see :func:`sciattn.train.checkpoint.migrate_ball_modes`).
+            the mode they were trained with, see :meth:`migrate_config`).
         ball_sizes: points mode: ball size per level (powers of two; clamped to the points of a level;
             default 64).
         strides: points mode: pooling strides between levels (powers of two >= 2, ``S-1``; default 2).
@@ -269,6 +198,16 @@ class Erwin(BallTreeOperator):
     """
 
     ball_modes = BALL_MODES
+
+    @classmethod
+    def migrate_config(cls, config: dict[str, Any], version: int | None = None) -> dict[str, Any]:
+        """A config stored without ``key_diameter`` was written before the multiscale default: ``ball_mode=None``
+        then meant ``"physical"`` without point counts (it now means ``"multiscale"``), so ``ball_mode`` is filled
+        in (``"points"`` with ``ball_sizes`` or ``strides``). A config that holds the key is kept."""
+        if "key_diameter" not in config and config.get("ball_mode") is None:
+            counts = config.get("ball_sizes") is not None or config.get("strides") is not None
+            config = {**config, "ball_mode": "points" if counts else "physical"}
+        return super().migrate_config(config, version)
     # ball modes whose output converges under point refinement at their defaults (the registry test asserts it)
     convergent_ball_modes = ("multiscale", "physical")
 

@@ -56,6 +56,7 @@ from torch import nn
 from sciattn._checks import check_choice, check_positive_int
 
 from ._token_inputs import check_grid_input
+from .contract import Operator
 from .registry import register_operator
 
 __all__ = ["FactFormer", "VARIANTS"]
@@ -156,7 +157,7 @@ class _FABlock(nn.Module):
 
 
 @register_operator("factformer")
-class FactFormer(nn.Module):
+class FactFormer(Operator):
     """FactFormer neural operator on 1-, 2- or 3-D grids.
 
     Args:
@@ -179,6 +180,9 @@ class FactFormer(nn.Module):
             ``[cos, sin]`` features shared by all layers (default 32), the layout sciattn shipped before issue 38
             (a checkpoint whose config has no ``variant`` key loads as it).
     """
+
+    # a config stored without ``variant`` was trained with sciattn's earlier layout (MLP lift and projection, ...)
+    legacy_defaults = {"variant": "sciattn_v1"}
 
     input_kind = "grid"
 

@@ -20,7 +20,6 @@ Shapes: ``x`` ``(B, C_in, *spatial)`` with ``len(n_modes)`` spatial axes -> ``(B
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from sciattn._checks import (
     check_choice,
@@ -32,6 +31,7 @@ from sciattn._checks import (
     check_rank,
 )
 
+from .contract import Operator
 from .registry import register_operator
 
 __all__ = ["FNO"]
@@ -47,7 +47,7 @@ def _modes(n_modes, spatial_dims) -> list[int]:
 
 
 @register_operator("fno")
-class FNO(nn.Module):
+class FNO(Operator):
     """neuraloperator's FNO behind the registry.
 
     Args:

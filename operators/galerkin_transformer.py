@@ -38,6 +38,7 @@ from sciattn._checks import (
 from sciattn.domain import Grid, PointCloud, fourier_resample, resample_field
 from sciattn.galerkin import GalerkinAttention
 
+from .contract import ExportPolicy, Operator
 from .registry import register_operator
 
 __all__ = ["GalerkinTransformer"]
@@ -127,7 +128,7 @@ class _SpectralRegressor(nn.Module):
 
 
 @register_operator("galerkin_transformer")
-class GalerkinTransformer(nn.Module):
+class GalerkinTransformer(Operator):
     """Galerkin Transformer neural operator.
 
     Args:
@@ -158,6 +159,10 @@ class GalerkinTransformer(nn.Module):
         dropout, ffn_dropout: dropout on attention/FFN outputs and inside the FFN.
         norm_eps, xavier_gain, diagonal_weight: attention LayerNorm eps and initialisation.
     """
+
+    export_policy = ExportPolicy(
+        multiple="its input is restricted onto the latent grid by slicing, exact when each size is a multiple of the "
+                 "latent one; other sizes are interpolated in eager mode only")
 
     def __init__(
         self,

@@ -57,7 +57,7 @@ from sciattn._checks import check_choice, check_positive_int
 
 from .point_parts import Stage
 from .registry import register_operator
-from .transolver import TokenOperator
+from .token_operator import TokenOperator
 
 __all__ = ["GNOT", "VARIANTS"]
 
@@ -195,6 +195,9 @@ class GNOT(TokenOperator):
             before issue 38 (a checkpoint whose config has no ``variant`` key loads as it). With one expert
             (the default) there is no gate and the two are the same network.
     """
+
+    # a config stored without ``variant`` was trained with sciattn's earlier layout (MLP lift and projection, ...)
+    legacy_defaults = {"variant": "sciattn_v1"}
 
     display_name = "GNOT"
     weights_in_pos_dtype = True

@@ -39,14 +39,8 @@ from torch import nn
 from sciattn.partial_sums import exp_sums
 
 from .registry import register_operator
-from .transolver import (
-    SliceBlock,
-    TokenOperator,
-    check_heads,
-    check_sizes,
-    check_spatial_dims,
-    init_published,
-)
+from .token_operator import TokenOperator, check_heads, check_sizes, check_spatial_dims, init_published
+from .transolver import SliceBlock
 
 __all__ = ["LinearNO", "LinearNOAttention"]
 

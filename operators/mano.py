@@ -54,149 +54,25 @@ Shapes: ``x`` ``(B, C_in, *spatial)`` -> ``(B, C_out, *spatial)``; optional quad
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
-import torch
-import torch.nn.functional as F
 from torch import nn
 
-from sciattn._checks import check_dim, check_finite, check_input_dtype, check_positive_int, check_rank
-from sciattn.domain import Grid
-from sciattn.multipole import MultipoleAttention, MultipoleSpec
 from sciattn.multipole.spec import DEFAULTS
 
+from .contract import ExportPolicy
+from .multipole_operator import (  # noqa: F401 - MultipoleOperatorBase and its parts lived here; kept importable
+    MultipoleOperatorBase,
+    _Block,
+    _ChannelNorm,
+    _PointwiseLinear,
+    _PointwiseMLP,
+    check_common,
+    layer_kwargs,
+)
 from .registry import register_operator
 
 __all__ = ["MANO"]
-
-
-class _ChannelNorm(nn.Module):
-    """LayerNorm over the channel axis of ``(B, C, *spatial)``."""
-
-    def __init__(self, channels: int):
-        super().__init__()
-        self.norm = nn.LayerNorm(channels)
-
-    def forward(self, h):
-        return self.norm(h.movedim(1, -1)).movedim(-1, 1)
-
-
-class _PointwiseLinear(nn.Module):
-    """``W h + b`` at every point of ``(B, C, *spatial)``."""
-
-    def __init__(self, c_in: int, c_out: int):
-        super().__init__()
-        self.fc = nn.Linear(c_in, c_out)
-
-    def forward(self, h):
-        return self.fc(h.movedim(1, -1)).movedim(-1, 1)
-
-
-class _PointwiseMLP(nn.Module):
-    """``W_2 act(W_1 h)`` at every point of ``(B, C, *spatial)`` (channels-last linear layers); ``act`` GELU, or
-    tanh for the MANO code's projection head."""
-
-    def __init__(self, c_in: int, hidden: int, c_out: int, activation: str = "gelu"):
-        super().__init__()
-        self.fc1, self.fc2 = nn.Linear(c_in, hidden), nn.Linear(hidden, c_out)
-        self.activation = torch.tanh if activation == "tanh" else F.gelu
-
-    def forward(self, h):
-        return self.fc2(self.activation(self.fc1(h.movedim(1, -1)))).movedim(-1, 1)
-
-
-class _Block(nn.Module):
-    """``h + Attn(Norm h)``, then ``h + FFN(Norm h)``; ``ffn`` a pointwise module ``(B, C, *n) -> (B, C, *n)``."""
-
-    def __init__(self, width: int, n_heads: int, spatial_dims: int, ffn: nn.Module, attn_kwargs: dict):
-        super().__init__()
-        self.norm1, self.norm2 = _ChannelNorm(width), _ChannelNorm(width)
-        self.attn = MultipoleAttention(width, n_heads, spatial_dims, **attn_kwargs)
-        self.ffn = ffn
-
-    def forward(self, h, weights, validate):
-        h = h + self.attn(self.norm1(h), weights=weights, validate=validate)
-        return h + self.ffn(self.norm2(h))
-
-
-def layer_kwargs(*, spatial_dims, window, window_fraction, coarse_cells, local_window, pool_factor, pool, unpool,
-                 max_levels, pyramid=None, window_taper=None, **extra) -> dict:
-    """The :class:`~sciattn.multipole.MultipoleAttention` arguments of one MANO block: the block's
-    :class:`~sciattn.multipole.MultipoleSpec`, resolved once by :meth:`~sciattn.multipole.MultipoleSpec.for_operator`
-    (``window`` in cells selects the input pyramid; ``None`` sizes are the layer's defaults), and ``extra`` (bias,
-    gate, QK-norm)."""
-    spec = MultipoleSpec.for_operator(spatial_dims, window=window, window_fraction=window_fraction,
-                                      coarse_cells=coarse_cells, local_window=local_window, pool_factor=pool_factor,
-                                      pool=pool, unpool=unpool, max_levels=max_levels, pyramid=pyramid,
-                                      window_taper=window_taper)
-    return dict(spec=spec, **extra)
-
-
-class MultipoleOperatorBase(nn.Module):
-    """Forward pass and export sizes shared by :class:`MANO` and the extended variant: subclasses set
-    ``lift``, ``blocks``, ``norm``, ``proj``, ``in_channels``, ``out_channels`` and ``spatial_dims``."""
-
-    def _extra_export_unit(self) -> tuple[tuple[int, ...], str | None]:
-        """Per-axis size unit the lift and head add to the blocks' pyramid unit (and why none, if none)."""
-        return (1,) * self.spatial_dims, None
-
-    @property
-    def export_size_multiple(self) -> tuple[int, ...] | None:
-        """Per-axis multiple ``M`` of the spatial sizes a traced program (``sciattn export``) takes, or ``None``
-        (a fixed grid; :attr:`export_fixed_reason` says why): the lcm of the blocks' pyramid units
-        (:meth:`~sciattn.multipole.MultipoleAttention.export_unit`) and what the lift and head need."""
-        return self._export_multiple()[0]
-
-    @property
-    def export_size_range(self) -> list[tuple[int, int | None]] | None:
-        """Per-axis ``(min, max)`` of the traced sizes, ``max`` None (unbounded): the blocks' minimum
-        (:meth:`~sciattn.multipole.MultipoleAttention.export_min_size`) rounded up to a multiple of the unit."""
-        lo = self._export_multiple()[2]
-        return None if lo is None else [(k, None) for k in lo]
-
-    @property
-    def export_fixed_reason(self) -> str | None:
-        """Why :attr:`export_size_multiple` is ``None`` (``None`` when it is not)."""
-        return self._export_multiple()[1]
-
-    def _export_multiple(self) -> tuple[tuple[int, ...] | None, str | None, tuple[int, ...] | None]:
-        d = self.spatial_dims
-        unit, why = self._extra_export_unit()
-        if why is not None:
-            return None, why, None
-        lo = (1,) * d
-        for block in self.blocks:
-            m = block.attn.export_unit()
-            if m is None:
-                return None, block.attn.export_unit_why_not(), None
-            unit = tuple(a * b // math.gcd(a, b) for a, b in zip(unit, m))
-            lo = tuple(max(a, b) for a, b in zip(lo, block.attn.export_min_size()))
-        return unit, None, tuple(-(-a // u) * u for a, u in zip(lo, unit))
-
-    def forward(
-        self, x: torch.Tensor, weights: torch.Tensor | None = None, *, y: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """``y`` is accepted and ignored, so neuraloperator's ``Trainer`` (which calls
-        ``model(**sample)``) trains this model unchanged."""
-        del y
-        d = self.spatial_dims
-        check_rank("x", x, 2 + d, f"(B, C_in={self.in_channels}, {d} spatial axes)")
-        check_dim("x", x, 1, self.in_channels, "input channels")
-        check_input_dtype("x", x, self, "operator")
-        check_finite("x", x)
-        coords = Grid.from_field(x, d).coordinate_channels(x.shape[0], x.dtype, x.device)
-        h = self.lift(torch.cat([x, coords], dim=1))
-        for i, block in enumerate(self.blocks):  # the first block checks the weights' values for all
-            h = block(h, weights, validate=i == 0)
-        return self.proj(self.norm(h))
-
-
-def check_common(in_channels, out_channels, spatial_dims, width, n_layers, mlp_ratio) -> None:
-    for name, value in [("in_channels", in_channels), ("out_channels", out_channels), ("width", width),
-                        ("n_layers", n_layers), ("mlp_ratio", mlp_ratio)]:
-        check_positive_int(name, value)
-    if spatial_dims not in (1, 2, 3):
-        raise ValueError(f"spatial_dims: expected 1, 2 or 3, got {spatial_dims!r}")
 
 
 @register_operator("mano")
@@ -223,12 +99,37 @@ class MANO(MultipoleOperatorBase):
         max_levels: cap on the number of levels (``None``: until one window covers the domain).
         pyramid: the layer's mode, ``None`` (physical pyramid, or the input pyramid when ``window`` is given),
             ``"physical"`` or ``"input"`` (the earlier levels pooled from the input grid; a checkpoint stored
-            before this key existed loads with ``"input"``, see ``train/checkpoint.py``); with ``"input"`` and
+            before this key existed loads with ``"input"``, see :meth:`migrate_config`); with ``"input"`` and
             ``window_fraction`` the layer's earlier fraction modes (``local_window`` is not used).
         window_taper: the physical pyramid's windows, ``None`` (the layer's default, ``"linear"``: tapered,
             continuous in the query position) or ``"none"`` (hard windows; a checkpoint stored before this key
-            existed loads with ``"none"``, see ``train/checkpoint.py``). Not used by the input pyramid.
+            existed loads with ``"none"``, see :meth:`migrate_config`). Not used by the input pyramid.
     """
+
+    export_policy = ExportPolicy(
+        multiple="on multiples of it the multipole pyramid is the one at the multiple scaled (same level count, exact "
+                 "pooling, windows tiling every level; with coarse_cells the coarse levels keep their fixed sizes, "
+                 "reached by exact bins), a lift_spacing stencil shifts by whole cells and a head_grid is an exact "
+                 "restriction; eager mode pads or interpolates other sizes",
+        specialised="MANO's pyramid (level count, sizes, windows) is computed in Python from the grid size",
+    )
+
+    @classmethod
+    def renamed_to(cls, config: dict[str, Any]) -> str | None:
+        """``"mano_extended"`` for a config written before ``mano`` became the published architecture (configs
+        store every constructor key, so an old one holds ``head``, ``gate``, ...): the same modules and weights."""
+        from .mano_extended import EXTENDED_KEYS
+
+        return "mano_extended" if any(k in config for k in EXTENDED_KEYS) else None
+
+    @classmethod
+    def migrate_config(cls, config: dict[str, Any], version: int | None = None) -> dict[str, Any]:
+        """A config of the pre-split ``mano`` (:meth:`renamed_to`) stored ``window`` (8 by default) beside
+        ``window_fraction``, and the fraction took precedence: ``window`` is cleared when a fraction is set. Then
+        the layer's later keys (:attr:`MultipoleOperatorBase.legacy_defaults`)."""
+        if cls.renamed_to(config) and config.get("window_fraction") is not None:
+            config = {**config, "window": None}
+        return super().migrate_config(config, version)
 
     def __init__(
         self,

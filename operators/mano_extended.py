@@ -56,7 +56,7 @@ from sciattn._checks import check_choice, check_per_axis_ints, check_positive_in
 from sciattn.domain import fourier_resample, resample_field
 from sciattn.multipole.spec import DEFAULTS
 
-from .mano import (
+from .multipole_operator import (
     MultipoleOperatorBase,
     _Block,
     _ChannelNorm,
@@ -71,7 +71,7 @@ __all__ = ["MANOExtended", "EXTENDED_KEYS"]
 HEADS = ("pointwise", "spectral")
 FFNS = ("mlp", "glu")
 # The constructor keys only the extended architecture has (a stored "mano" config holding one of them was
-# written before the split: train/checkpoint.py rebuilds it as mano_extended).
+# written before the split: MANO.renamed_to has it rebuilt as mano_extended).
 EXTENDED_KEYS = ("lift_stencil", "lift_spacing", "rel_pos_bias", "gate", "qk_norm", "ffn", "head", "head_width",
                  "head_modes", "head_layers", "head_grid")
 

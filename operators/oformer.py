@@ -65,6 +65,7 @@ from sciattn import galerkin_attention
 from sciattn._checks import check_choice, check_dim, check_finite, check_positive_int, check_rank
 
 from ._token_inputs import grid_tokens, point_tokens, to_grid, zero_padding
+from .contract import Operator
 from .registry import register_operator
 
 __all__ = ["OFormer", "VARIANTS"]
@@ -169,7 +170,7 @@ class _GeGLU(nn.Module):
 
 
 @register_operator("oformer")
-class OFormer(nn.Module):
+class OFormer(Operator):
     """OFormer neural operator (encoder-decoder; grids and point sets).
 
     Args:
@@ -196,6 +197,9 @@ class OFormer(nn.Module):
             Linears, a 2-layer head, 32 ``[cos, sin]`` features and ``dim_head`` 32, the layout sciattn shipped
             before issue 38 (a checkpoint whose config has no ``variant`` key loads as it).
     """
+
+    # a config stored without ``variant`` was trained with sciattn's earlier layout (MLP lift and projection, ...)
+    legacy_defaults = {"variant": "sciattn_v1"}
 
     input_kind = "grid"
 

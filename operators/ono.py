@@ -59,7 +59,7 @@ from sciattn.partial_sums import exp_sums
 
 from .point_parts import Stage
 from .registry import register_operator
-from .transolver import TokenOperator, check_nonnegative_float, init_published
+from .token_operator import TokenOperator, check_nonnegative_float, init_published
 
 __all__ = ["ONO", "LinearAttention", "cholesky_factor", "orthonormalize", "VARIANTS"]
 
@@ -183,6 +183,9 @@ class ONO(TokenOperator):
             are single Linears, as in the authors' code; ``"sciattn_v1"``: both are 2-layer GELU MLPs (the layout
             sciattn shipped before issue 38; a checkpoint whose config has no ``variant`` key loads as it).
     """
+
+    # a config stored without ``variant`` was trained with sciattn's earlier layout (MLP lift and projection, ...)
+    legacy_defaults = {"variant": "sciattn_v1"}
 
     display_name = "ONO"
 

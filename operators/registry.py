@@ -12,22 +12,31 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Callable
+from typing import Any
 
 from torch import nn
 
-__all__ = ["register_operator", "create_operator", "list_operators", "operator_class", "operator_kind", "INPUT_KINDS"]
-
 # What an operator takes: fields on a regular grid ``(B, C, *n)``, point sets ``(B, N, C)`` with positions
 # ``(B, N, d)``, or fields on a latitude-longitude grid ``(B, C, nlat, nlon)``. A class states it as ``input_kind``.
-INPUT_KINDS = ("grid", "points", "sphere")
+from .contract import INPUT_KINDS, Operator
+
+__all__ = ["register_operator", "create_operator", "list_operators", "migrate_stored", "operator_class",
+           "operator_kind", "INPUT_KINDS"]
 
 _OPERATORS: dict[str, type[nn.Module]] = {}
 
 
 def register_operator(name: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
-    """Class decorator registering an operator under ``name``."""
+    """Class decorator registering an operator under ``name``: a subclass of
+    :class:`~sciattn.operators.contract.Operator` (the contract train/ reads) with a valid ``input_kind``."""
 
     def deco(cls: type[nn.Module]) -> type[nn.Module]:
+        if not (isinstance(cls, type) and issubclass(cls, Operator)):
+            raise TypeError(f"cls: expected a subclass of sciattn.operators.Operator (the operator contract) to "
+                            f"register as {name!r}, got {getattr(cls, '__name__', cls)!r}")
+        if cls.input_kind not in INPUT_KINDS:
+            raise ValueError(f"input_kind: expected one of {INPUT_KINDS} on operator {name!r}, got "
+                             f"{cls.input_kind!r}")
         if name in _OPERATORS and _OPERATORS[name] is not cls:
             raise ValueError(f"name: operator {name!r} is already registered to {_OPERATORS[name].__name__}")
         _OPERATORS[name] = cls
@@ -48,12 +57,29 @@ def operator_class(name: str) -> type[nn.Module]:
 
 
 def operator_kind(name: str) -> str:
-    """``"grid"``, ``"points"`` or ``"sphere"``: the class attribute ``input_kind`` (``"grid"`` if unset), which
-    registry-wide tests use to feed every operator the input it takes."""
-    kind = getattr(operator_class(name), "input_kind", "grid")
-    if kind not in INPUT_KINDS:
-        raise ValueError(f"input_kind: expected one of {INPUT_KINDS} on operator {name!r}, got {kind!r}")
-    return kind
+    """``"grid"``, ``"points"`` or ``"sphere"``: the class attribute ``input_kind`` (checked at registration), which
+    registry-wide tests, the trainer and export use to feed every operator the input it takes."""
+    return operator_class(name).input_kind
+
+
+def migrate_stored(name: str, config: dict[str, Any], version: int | None = None) -> tuple[str, dict[str, Any]]:
+    """``(name, config)`` that rebuild an operator stored as ``name`` with ``config`` (a checkpoint's
+    ``operator`` and ``operator_config``; ``version``: its stored ``config_version``, ``None`` if it has none).
+
+    The stored name's class may hand the config to another registered operator
+    (:meth:`~.contract.Operator.renamed_to`, decided on the stored config); each class on the way applies its
+    :meth:`~.contract.Operator.migrate_config`. A name this version does not register is returned unchanged
+    (:func:`create_operator` then names the registered ones)."""
+    seen: set[str] = set()
+    while name in _OPERATORS and name not in seen:
+        seen.add(name)
+        cls = _OPERATORS[name]
+        target = cls.renamed_to(config)
+        config = cls.migrate_config(config, version)
+        if target is None or target == name:
+            break
+        name, version = target, None  # the new class's own versions do not apply to another class's config
+    return name, config
 
 
 def operator_parameters(name: str) -> dict[str, inspect.Parameter]:

@@ -73,23 +73,14 @@ from sciattn.spherical.module import _ProjectedAttention, check_shape
 from sciattn.spherical.neighborhoods import default_theta_cutoff, latitude_spacing
 from sciattn.weighted_softmax import weighted_softmax_attention
 
+from ._layers import ChannelNorm as _ChannelNorm
+from .contract import ExportPolicy, Operator
 from .registry import create_operator, register_operator
 
 __all__ = ["PlanarTransformer", "SphericalTransformer", "planar_disc_csr", "zonal_legendre_embedding"]
 
 ATTENTIONS = ("global", "neighborhood")
 DISC_AREA_FACTOR = 7.0 / math.sqrt(math.pi)  # π r² = 49 Δ²: a disc with the area of a 7×7 window
-
-
-class _ChannelNorm(nn.Module):
-    """LayerNorm over the channels of ``(B, C, nlat, nlon)``."""
-
-    def __init__(self, channels: int):
-        super().__init__()
-        self.norm = nn.LayerNorm(channels)
-
-    def forward(self, h):
-        return self.norm(h.movedim(1, -1)).movedim(-1, 1)
 
 
 def _mlp(c_in: int, hidden: int, c_out: int) -> nn.Sequential:
@@ -253,10 +244,11 @@ def _check_common(in_channels, out_channels, nlat, nlon, scale_factor, embed_dim
     return (nlat - 1) // scale_factor + 1, nlon // scale_factor
 
 
-class _GridTransformer(nn.Module):
+class _GridTransformer(Operator):
     """Shared skeleton; subclasses build ``encoder``, ``blocks``, ``decoder`` and the ``pos`` buffer."""
 
     input_kind = "sphere"
+    spatial_dims = 2
     #: how many other grids' geometries a model keeps (least recently used first out), so a sweep over many
     #: grids does not hold every grid's neighbourhoods in memory
     grid_cache_size = 8
@@ -363,6 +355,12 @@ class SphericalTransformer(_GridTransformer):
     encoder/decoder radius at the construction grid) are radians.
     """
 
+    export_policy = ExportPolicy(fixed_grid=(
+        "a program holds the geodesic-disc neighbourhoods and quadrature of one nlat x nlon sphere grid, built in "
+        "Python for that grid, so it runs on that grid only; the operator itself runs on any grid whose nlon is a "
+        "multiple or a divisor of its internal grid's (same weights): export once per grid with "
+        "example_shape=(nlat, nlon) (CLI: --shape NLATxNLON)"))
+
     def __init__(self, *, in_channels: int, out_channels: int, nlat: int, nlon: int, grid: str = "equiangular",
                  grid_internal: str = "legendre-gauss", scale_factor: int = 2, embed_dim: int = 64,
                  n_layers: int = 4, n_heads: int = 1, mlp_ratio: int = 2, attention: str = "neighborhood",
@@ -440,6 +438,12 @@ class PlanarTransformer(_GridTransformer):
     internal image stays fixed; encoder/decoder discs have a radius of one pixel of the coarser of the
     two images (``planar_disc_csr``), i.e. one internal pixel unless the input is coarser.
     """
+
+    export_policy = ExportPolicy(fixed_grid=(
+        "a program holds the disc neighbourhoods of one nlat x nlon image, built in Python for that grid, so it runs "
+        "on that grid only; the operator itself runs on any grid whose nlon is a multiple or a divisor of its "
+        "internal grid's (same weights): export once per grid with example_shape=(nlat, nlon) (CLI: --shape "
+        "NLATxNLON)"))
 
     def __init__(self, *, in_channels: int, out_channels: int, nlat: int, nlon: int, scale_factor: int = 2,
                  embed_dim: int = 64, n_layers: int = 4, n_heads: int = 1, mlp_ratio: int = 2,

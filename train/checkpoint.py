@@ -3,7 +3,7 @@
 A checkpoint is a dict of tensors and plain data only::
 
     {"format": "sciattn-checkpoint", "version": 2,
-     "operator": str, "operator_config": JSON str, "run_config": JSON str,
+     "operator": str, "operator_config": JSON str, "operator_config_version": int, "run_config": JSON str,
      "model": state_dict, "x_normalizer": {...}, "y_normalizer": {...},
      "optimizer": state_dict | None, "scheduler": state_dict | None,
      "epoch": int, "step": int, "rng": ByteTensor, "metrics": JSON str,
@@ -14,6 +14,11 @@ by the trainer) holds what an exact continuation needs beyond the weights: the s
 (``batches_done`` of the current epoch), each rank's RNG states (:func:`capture_rng_state`: torch
 CPU and CUDA, NumPy's global generator, Python's ``random``), the gradient scaler and the running
 sums of the unfinished epoch. Version 1 files (no ``step``/``training``) still load.
+
+``operator_config`` holds the constructor arguments (``model.config``) and ``operator_config_version`` the class's
+``config_version``; :func:`load_model` passes them through the operator's own migrations
+(:func:`~sciattn.operators.registry.migrate_stored`), so a config stored before a default changed rebuilds the model
+it was saved with. Files without the version (before 2026-12) load with ``None``.
 
 ``data_meta`` (written by the trainer; see :mod:`.run_metadata`) describes the training data: variable
 names, ``dt``, the domain, the data source, per-channel statistics and the training resolution. It is
@@ -42,6 +47,7 @@ from torch import nn
 
 from sciattn._io import atomic_path, atomic_write_bytes, file_mode, remove_stale_temp_files
 from sciattn.operators import create_operator
+from sciattn.operators.registry import migrate_stored
 from sciattn.pde_data.normalizers import normalizer_from_state, normalizer_to_state
 
 __all__ = [
@@ -123,6 +129,7 @@ def save_checkpoint(
         "version": VERSION,
         "operator": name,
         "operator_config": json.dumps(config),
+        "operator_config_version": int(type(model).config_version),
         "run_config": json.dumps(run_config or {}),
         "model": model.state_dict(),
         "x_normalizer": normalizer_to_state(x_normalizer),
@@ -190,71 +197,23 @@ def _load_weights(path: str | os.PathLike, model: nn.Module, weights: Any) -> No
         raise ValueError(f"checkpoint: {str(p)!r} does not match its config: {detail}") from None
 
 
-def migrate_mano_split(name: str, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """``(name, config)`` of a stored operator, with a ``"mano"`` config written before ``mano`` became the
-    published architecture (configs store every constructor key, so an old one holds ``head``, ``gate``, ...)
-    rebuilt as ``mano_extended``, the same modules and weights. Such a config stored ``window`` (8 by default)
-    beside ``window_fraction``, and the fraction took precedence: ``window`` is cleared when a fraction is set."""
-    from sciattn.operators.mano_extended import EXTENDED_KEYS
-
-    if name != "mano" or not any(k in config for k in EXTENDED_KEYS):
-        return migrate_multipole_pyramid(name, config)
-    config = dict(config)
-    if config.get("window_fraction") is not None:
-        config["window"] = None
-    return migrate_multipole_pyramid("mano_extended", config)
+# The per-operator migrations of stored configs live on the operators (``Operator.migrate_config``, ``renamed_to``:
+# :mod:`sciattn.operators.contract`); these names, each once one operator's migration, all apply them now.
+migrate_mano_split = migrate_ball_modes = migrate_multipole_pyramid = migrate_variant = migrate_stored
 
 
-def migrate_ball_modes(name: str, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """``(name, config)`` of a stored ``erwin`` / ``bsa_transformer`` written before their multiscale / windowed
-    defaults, decided by the new keys' absence (a config that holds them, ``None`` included, is kept):
-
-    * ``erwin`` without ``key_diameter``: ``ball_mode=None`` then meant ``"physical"`` without point counts (it
-      now means ``"multiscale"``), so ``ball_mode`` is filled in (``"points"`` with ``ball_sizes`` or ``strides``);
-    * ``bsa_transformer`` without ``window``: its compressed and selected branches were global, ``window=None``."""
-    if name == "erwin" and "key_diameter" not in config and config.get("ball_mode") is None:
-        counts = config.get("ball_sizes") is not None or config.get("strides") is not None
-        config = {**config, "ball_mode": "points" if counts else "physical"}
-    if name == "bsa_transformer" and "window" not in config:
-        config = {**config, "window": None}
-    return name, config
-
-
-def migrate_multipole_pyramid(name: str, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """``(name, config)`` with ``pyramid="input"`` filled into a ``mano`` / ``mano_extended`` config stored before
-    the key existed: :class:`~sciattn.multipole.MultipoleAttention` then pooled every level from the input grid
-    (``window`` cells, or ``window_fraction`` with optional ``coarse_cells``), while the same values now select
-    the physical pyramid. Decided by the key's absence; a config that holds it (``None`` included) is kept.
-    Likewise ``window_taper="none"`` is filled in when that key is absent: configs stored before it existed
-    (with ``pyramid="physical"`` or ``None`` since 2026-12-02) meant the hard windows, while the layer's default
-    is now the tapered one (the input pyramid ignores the key)."""
-    if name not in ("mano", "mano_extended"):
-        return name, config
-    if "pyramid" not in config:
-        config = {**config, "pyramid": "input"}
-    if "window_taper" not in config:
-        config = {**config, "window_taper": "none"}
-    return name, config
-
-
-#: Operators whose default became the published architecture (issue 38); their earlier layout is ``"sciattn_v1"``.
-VARIANT_OPERATORS = ("ono", "gnot", "factformer", "oformer")
-
-
-def migrate_variant(name: str, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """``(name, config)`` with ``variant="sciattn_v1"`` filled into an ONO, GNOT, FactFormer or OFormer config stored
-    before the key existed: those checkpoints were trained with sciattn's earlier layout (MLP lift and projection,
-    a shared gate, the GELU reducer, ...), while the default is now the published architecture. Decided by the
-    key's absence; a config that holds it is kept."""
-    if name in VARIANT_OPERATORS and "variant" not in config:
-        return name, {**config, "variant": "sciattn_v1"}
-    return name, config
+def stored_operator(state: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(name, config)`` that rebuild the operator of a checkpoint ``state`` under this version's defaults
+    (:func:`~sciattn.operators.registry.migrate_stored`: the operator's own migrations of its stored config)."""
+    version = state.get("operator_config_version")
+    return migrate_stored(str(state["operator"]), json.loads(state["operator_config"]),
+                          int(version) if isinstance(version, int) else None)
 
 
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu"):
     """Rebuild ``(model, x_normalizer, y_normalizer, state)`` from a checkpoint or run directory."""
     state = load_checkpoint(path)
-    name, config = migrate_variant(*migrate_ball_modes(*migrate_mano_split(state["operator"], json.loads(state["operator_config"]))))
+    name, config = stored_operator(state)
     model = create_operator(name, **config)
     _load_weights(path, model, state["model"])
     model.to(device).eval()

@@ -11,6 +11,7 @@ error at 128 measures how well that smooth output represents the solution betwee
 from __future__ import annotations
 
 import tomllib
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -19,34 +20,8 @@ from .run import train_run
 
 __all__ = ["DEMO_CONFIG", "run_demo"]
 
-DEMO_CONFIG = """
-[model]
-name = "galerkin_transformer"
-spatial_dims = 2
-d_model = 64
-n_layers = 4
-n_heads = 4
-regressor = "spectral"
-n_modes = 12
-regressor_width = 24
-regressor_layers = 2
-latent_resolution = 32
-
-[data]
-train = "darcy"
-resolution = 32
-test_resolutions = [32, 64, 128]
-n_train = 1000
-n_test = 50
-seed = 0
-
-[train]
-epochs = 15
-batch_size = 8
-lr = 3e-3
-loss = "l2"
-seed = 0
-"""
+#: the demo's config (``train/demo.toml``, shipped with the package; ``examples/configs/darcy32_demo.toml`` is the same)
+DEMO_CONFIG = (resources.files(__package__) / "demo.toml").read_text()
 
 
 def run_demo(out: str | Path = "sciattn-demo", overrides: list[str] | None = None, progress: bool = True,

@@ -97,6 +97,7 @@ from torch import nn
 
 from sciattn._checks import check_choice
 from sciattn._io import atomic_path
+from sciattn.operators.contract import Operator
 
 from .checkpoint import load_model
 from .run_metadata import read_data_meta
@@ -108,38 +109,12 @@ FORMATS = ("torch-export", "onnx")
 INPUT_DTYPES = {"bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
                 "int32": torch.int32, "int64": torch.int64, "float16": torch.float16, "bfloat16": torch.bfloat16,
                 "float32": torch.float32, "float64": torch.float64}
-POINT_OPERATORS = ("erwin", "bsa_transformer")
-# Why an operator's program is exported at a fixed grid (reported in the returned info).
-FIXED_GRID = {
-    "spherical_transformer": "a program holds the geodesic-disc neighbourhoods and quadrature of one nlat x nlon "
-                             "sphere grid, built in Python for that grid, so it runs on that grid only; the operator "
-                             "itself runs on any grid whose nlon is a multiple or a divisor of its internal grid's "
-                             "(same weights): export once per grid with example_shape=(nlat, nlon) (CLI: --shape "
-                             "NLATxNLON)",
-    "planar_transformer": "a program holds the disc neighbourhoods of one nlat x nlon image, built in Python for "
-                          "that grid, so it runs on that grid only; the operator itself runs on any grid whose nlon "
-                          "is a multiple or a divisor of its internal grid's (same weights): export once per grid "
-                          "with example_shape=(nlat, nlon) (CLI: --shape NLATxNLON)",
-}
-WHY_SPECIALISED = {
-    "mano": "MANO's pyramid (level count, sizes, windows) is computed in Python from the grid size",
-}
-MULTIPLE_WHY = {
-    "galerkin_transformer": "its input is restricted onto the latent grid by slicing, exact when each size is a "
-                            "multiple of the latent one; other sizes are interpolated in eager mode only",
-    "mano": "on multiples of it the multipole pyramid is the one at the multiple scaled (same level count, exact "
-            "pooling, windows tiling every level; with coarse_cells the coarse levels keep their fixed sizes, reached "
-            "by exact bins), a lift_spacing stencil shifts by whole cells and a head_grid is an exact restriction; "
-            "eager mode pads or interpolates other sizes",
-}
 # The in-graph finiteness checks' messages (torch.export keeps an assert's message in the program).
 GRID_FINITE_MESSAGE = ("x: expected finite values at real points (every grid point of x, after the cast to the model's "
                        "dtype), got NaN or Inf")
 POINT_FINITE_MESSAGE = "x: expected finite values at real points (mask True), got NaN or Inf"
 # The spec export_run records in a torch-export program (an extra file, read by load_program).
 SPEC_FILE = "sciattn_spec.json"
-_TREE_WHY = ("its ball tree has a depth that depends on N and sciattn.balltree uses torch.gather(out=), which "
-             "torch.export cannot trace with symbolic sizes")
 
 
 def onnx_missing() -> list[str]:
@@ -324,10 +299,10 @@ def _ranges(program, example: torch.Tensor, dynamic: list[int]) -> dict[str, lis
     return out
 
 
-def _size_multiple(model: nn.Module, d: int) -> tuple[int, ...] | None:
+def _size_multiple(model: Operator, d: int) -> tuple[int, ...] | None:
     """The operator's ``export_size_multiple`` (an int or ``d`` positive ints): traced spatial sizes are
     declared as multiples of it; ``None`` when it has none."""
-    m = getattr(model, "export_size_multiple", None)
+    m = model.export_size_multiple
     if m is None:
         return None
     m = (m,) * d if isinstance(m, int) else tuple(m)
@@ -336,10 +311,10 @@ def _size_multiple(model: nn.Module, d: int) -> tuple[int, ...] | None:
     return m
 
 
-def _size_range(model: nn.Module, multiple: tuple[int, ...] | None) -> list[int] | None:
+def _size_range(model: Operator, multiple: tuple[int, ...] | None) -> list[int] | None:
     """The smallest multiple ``K_min`` per axis from the operator's ``export_size_range`` (``[(lo, hi), ...]``,
     ``hi`` None: unbounded; only ``lo`` is read), default 1."""
-    rng = getattr(model, "export_size_range", None)
+    rng = model.export_size_range
     if rng is None or multiple is None:
         return None if multiple is None else [1] * len(multiple)
     return [max(1, -(-int(lo) // m)) for (lo, _), m in zip(rng, multiple)]
@@ -415,16 +390,17 @@ def export_run(
     model, xn, yn, state = load_model(run_dir, device="cpu")
     meta = read_data_meta(state, run_dir)
     name = str(state.get("operator"))
-    unsupported = getattr(model, "export_unsupported_reason", None)
+    policy = model.export_policy  # the operator's contract (sciattn.operators.contract)
+    unsupported = model.export_unsupported_reason
     if unsupported:
         raise ValueError(f"export: operator {name!r} of {str(run_dir)!r} cannot be exported: {unsupported}")
     domain = meta.get("domain") if isinstance(meta.get("domain"), dict) else {}
-    points = name in POINT_OPERATORS or domain.get("kind") == "point_cloud"
+    points = model.input_kind == "points" or domain.get("kind") == "point_cloud"
     dtype = _input_dtype(input_dtype, meta)
     params = [p for p in model.parameters() if p.is_floating_point()]
     compute = params[0].dtype if params else torch.float32
-    d = int(getattr(model, "spatial_dims", 2))
-    config = getattr(model, "config", {}) or {}
+    d = int(model.spatial_dims)
+    config = model.config
     c_in, c_out = (int(getattr(model, k, None) or config.get(k) or len(config.get("variables") or [])) or 1
                    for k in ("in_channels", "out_channels"))
     if format == "onnx":
@@ -461,7 +437,7 @@ def export_run(
                 return x, pos, torch.ones(b, n_pts), torch.ones(b, n_pts, dtype=torch.bool)
 
             program = None
-            if dynamic_spatial and name not in POINT_OPERATORS:
+            if dynamic_spatial and policy.padded_points is None:
                 b, n1 = _distinct([max(batch, 2), max(n, 2)], {c_in, d})
                 args = example_args(b, n1)
                 B, N = Dim("batch", min=1, max=1 << 16), Dim("n", min=1, max=1 << 24)
@@ -492,7 +468,7 @@ def export_run(
                     if failed is not None:
                         raise RuntimeError(f"export: operator {name!r} traced with in-graph padding, but the program "
                                            f"fails at another N ({failed})")
-                why = _TREE_WHY if name in POINT_OPERATORS else "direct dynamic N could not be traced"
+                why = policy.padded_points or "direct dynamic N could not be traced"
                 notes.append(f"N is dynamic (1 <= N <= {cap_n}) by padding the cloud in the graph to {capacity} "
                              f"points; the batch is fixed at {batch}: {why}")
                 dynamic = [1] if dynamic_spatial else []
@@ -505,14 +481,14 @@ def export_run(
             multiples = {}
         else:
             batch, spatial = _example_shape(example_shape, meta, c_in, d)
-            fixed_why = FIXED_GRID.get(name)
-            if hasattr(model, "on_grid") and tuple(spatial) != tuple(model.shape):  # a sphere operator, another grid
+            fixed_why = policy.fixed_grid
+            if model.input_kind == "sphere" and tuple(spatial) != tuple(model.shape):  # on another grid
                 built_at = model.shape
                 model = model.on_grid(*spatial)  # the same weights on that grid's geometry
                 notes.append(f"exported on the grid {spatial[0]}x{spatial[1]} with the weights of the model built "
                              f"at {built_at[0]}x{built_at[1]} (internal grid {model.inner_shape[0]}x"
                              f"{model.inner_shape[1]})")
-            fixed_reason = getattr(model, "export_fixed_reason", None)  # the operator knows it holds one grid
+            fixed_reason = model.export_fixed_reason  # the operator knows it holds one grid
             dyn_spatial = dynamic_spatial and fixed_why is None and fixed_reason is None
             module = ExportedOperator(model, xn, yn, compute).eval()
 
@@ -565,17 +541,17 @@ def export_run(
             dynamic = ([] if batch_failed else [0]) + ([2 + i for i in range(d)] if dyn_spatial and not spatial_failed
                                                         else [])
             fixed = None if dynamic[-1:] == [2 + d - 1] else [int(n) for n in example.shape[2:]]
-            kind = "sphere" if fixed_why is not None else "grid"
+            kind = "sphere" if model.input_kind == "sphere" else "grid"
             multiples = {} if fixed is not None or multiple is None else {str(2 + i): m for i, m in enumerate(multiple)}
             if fixed is None:
                 notes.append("batch and spatial dims are dynamic" if 0 in dynamic else
                              f"spatial dims are dynamic; the batch is fixed at {b} ({batch_failed})")
                 if multiples:
                     notes.append(f"spatial sizes are multiples of {tuple(multiple)} (operator {name!r}: "
-                                 f"{MULTIPLE_WHY.get(name, 'it declares export_size_multiple')}; see size_multiples)")
+                                 f"{policy.multiple or 'it declares export_size_multiple'}; see size_multiples)")
             else:
                 reason = fixed_why or ("dynamic_spatial=False" if not dynamic_spatial else None) or (
-                    None if multiple is not None else (fixed_reason or WHY_SPECIALISED.get(name))) or (
+                    None if multiple is not None else (fixed_reason or policy.specialised)) or (
                     f"tracing fixed the sizes ({spatial_failed}): the operator computes something in Python from "
                     f"the input size")
                 notes.append(f"spatial dims are fixed at {tuple(fixed)} for operator {name!r}: {reason}; export "

@@ -408,18 +408,21 @@ def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, 
 
 
 def _keep_stored_variant(cfg: RunConfig, out: Path) -> None:
-    """A run stored before its operator's current defaults resumes with the settings it was trained with: ONO, GNOT,
-    FactFormer, OFormer without ``variant`` keep ``"sciattn_v1"``; Erwin without ``key_diameter`` keeps its ball
-    mode and BSA without ``window`` its global branches (instead of building the new defaults)."""
-    from .checkpoint import migrate_ball_modes, migrate_variant
+    """A run stored before its operator's current defaults resumes with the settings it was trained with: every key
+    the operator's migration of its stored config fills in or changes (:meth:`~sciattn.operators.Operator.migrate_config`,
+    e.g. ``variant="sciattn_v1"``, Erwin's ball mode, BSA's global branches) is kept unless the config sets it. A
+    config that another operator builds now (:meth:`~sciattn.operators.Operator.renamed_to`) is left alone."""
+    from .checkpoint import stored_operator
 
     state = load_checkpoint(out / "checkpoint.pt")
     original = json.loads(state["operator_config"])
-    _, stored = migrate_variant(*migrate_ball_modes(state["operator"], original))
-    for key in ("variant", "ball_mode", "window"):
-        changed = key in stored and (key not in original or stored[key] != original[key])
+    name, stored = stored_operator(state)
+    if name != state["operator"]:
+        return
+    for key, value in stored.items():
+        changed = key not in original or original[key] != value
         if changed and key not in cfg.model:
-            cfg.model[key] = stored[key]
+            cfg.model[key] = value
 
 
 def _check_domain_parallel(d: int, ctx, model, points: bool) -> None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sciattn.operators import create_operator, list_operators
-from sciattn.operators.registry import operator_parameters
+from sciattn.operators.registry import operator_kind, operator_parameters
 
 # Small configurations for each registered operator: (config, grid input shape, point input?).
 SMALL = {
@@ -34,13 +34,12 @@ SMALL = {
                     rff_features=8),
     "fno": dict(in_channels=2, out_channels=1, n_modes=[4, 4], hidden_channels=8, n_layers=2),
 }
-# Operators on a sphere grid are built for one (nlat, nlon) grid and run on others whose nlon is a multiple or a
-# divisor of their internal grid's (here 8), with the same weights.
-FIXED_GRID = {"spherical_transformer": (9, 16), "planar_transformer": (9, 16)}
+# Operators on a sphere grid (input_kind "sphere") are built for one (nlat, nlon) grid and run on others whose nlon is
+# a multiple or a divisor of their internal grid's (here 8), with the same weights.
+FIXED_GRID = {n: (c["nlat"], c["nlon"]) for n, c in SMALL.items() if operator_kind(n) == "sphere"}
 SPHERE_OTHER_GRID = (17, 32)
-# Operators on point clouds take features (B, N, C) and positions (B, N, d); the rest take grid fields.
-POINT_INPUT = {"erwin", "bsa_transformer"}
-
+# Operators on point clouds (input_kind "points") take features (B, N, C) and positions (B, N, d); the rest grid fields.
+POINT_INPUT = {n for n in SMALL if operator_kind(n) == "points"}
 
 def _run(model, name, batch, size):
     """Run ``model`` on random input of ``size`` grid cells (as a cloud of as many points for point operators)."""
@@ -98,3 +97,18 @@ def test_unknown_config_key_is_named():
 def test_missing_required_key_is_named():
     with pytest.raises(ValueError, match=r"missing required key\(s\) \['out_channels'\]"):
         create_operator("galerkin_transformer", in_channels=1)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_the_contract_and_a_current_config_passes_its_migration_unchanged(name):
+    """Every registered operator declares the contract (sciattn.operators.contract), and the config it stores today
+    is what its migration returns: a checkpoint written now rebuilds the same model, under the same name."""
+    from sciattn.operators import ExportPolicy, Operator
+    from sciattn.operators.registry import INPUT_KINDS, migrate_stored, operator_class
+
+    cls = operator_class(name)
+    assert issubclass(cls, Operator) and cls.input_kind in INPUT_KINDS and isinstance(cls.export_policy, ExportPolicy)
+    model = create_operator(name, **SMALL[name])
+    stored = json.loads(json.dumps(model.config))
+    assert migrate_stored(name, stored, cls.config_version) == (name, stored)
+    assert migrate_stored(name, stored) == (name, stored)
