@@ -82,7 +82,7 @@ WIDTH_KEYS: dict[str, tuple[str, int]] = {
     "galerkin_transformer": ("d_model", 4), "transolver": ("width", 4), "linear_no": ("width", 4),
     "ono": ("width", 4), "gnot": ("width", 2), "factformer": ("width", 4), "oformer": ("width", 4),
     "fno": ("hidden_channels", 1), "mano": ("width", 4), "mano_extended": ("width", 4), "codano": ("width", 2),
-    "erwin": ("c_hidden", 8), "bsa_transformer": ("width", 4),
+    "erwin": ("c_hidden", 8), "bsa_transformer": ("width", 4), "anie": ("width", 2),
 }
 
 
@@ -97,7 +97,7 @@ def model_at(operator: str, width: int) -> dict[str, Any]:
     """The ``[model]`` keys of ``operator`` (``name`` or ``name@variant``) at ``width``: the width key, and the
     widths tied to it at their default ratios (Galerkin Transformer's regressor width = d_model / 2, OFormer's
     latent width = width (its heads the stream's width, as published; ``sciattn_v1``: width / 2), FactFormer's head
-    width = width / 4, Erwin's two levels width and 2 width)."""
+    width = width / 4, ANIE's feed-forward width = 2 width, Erwin's two levels width and 2 width)."""
     operator, variant = split_operator(operator)
     key, _ = WIDTH_KEYS[operator]
     if operator == "erwin":
@@ -111,6 +111,8 @@ def model_at(operator: str, width: int) -> dict[str, Any]:
             extra["dim_head"] = max(4, width // 2)
     elif operator == "factformer":
         extra = {"dim_head": max(4, width // 4)}
+    elif operator == "anie":  # published n_ff = 2 dim_emb
+        extra = {"dim_ff": 2 * width}
     return {key: width, **extra, **variant}
 
 

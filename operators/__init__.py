@@ -1,5 +1,6 @@
 """Complete neural operators built from sciattn layers, and their registry."""
 
+from .anie import ANIE
 from .bsa import BSATransformer
 from .codano import CoDANO
 from .contract import ExportPolicy, Operator
@@ -18,6 +19,7 @@ from .spherical_transformer import PlanarTransformer, SphericalTransformer
 from .transolver import Transolver
 
 __all__ = [
+    "ANIE",
     "BSATransformer",
     "CoDANO",
     "Erwin",

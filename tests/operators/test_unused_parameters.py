@@ -47,6 +47,7 @@ VARIANTS = {
     "oformer": [dict(spatial_dims=1), dict(spatial_dims=3, dim_head=6), dict(rope_scales=[64.0, 16.0], dim_ff=8)],
     "fno": [dict(norm="group_norm", domain_padding=0.25), dict(spatial_dims=1, n_modes=4),
             dict(factorization="tucker", rank=0.5, positional_embedding=None)],
+    "anie": [dict(spatial_dims=1), dict(spatial_dims=3), dict(accumulate_grads=False, max_iterations=1)],
 }
 
 

@@ -35,6 +35,7 @@ VALID = {
     "oformer": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, dim_head=2, latent_width=4,
                     rff_features=2),
     "fno": dict(in_channels=1, out_channels=1, n_modes=2, hidden_channels=4, n_layers=1),
+    "anie": dict(in_channels=1, out_channels=1, state_channels=2, width=4, n_layers=1, n_heads=2, dim_ff=4),
 }
 REQUIRED = {"codano": "variables", "spherical_transformer": "nlat", "planar_transformer": "nlon"}
 # one integer hyperparameter of each operator, for non-positive / bool / float values
@@ -48,6 +49,8 @@ SIZE |= {"transolver": "slice_num", "linear_no": "key_ratio", "ono": "psi_dim"}
 HEADS |= {"transolver": "n_heads", "linear_no": "n_heads", "ono": "n_heads"}
 SIZE |= {"gnot": "n_inner", "factformer": "dim_head", "oformer": "latent_width", "fno": "hidden_channels"}
 HEADS |= {"gnot": "n_heads", "factformer": "n_heads", "oformer": "n_heads", "fno": "n_layers"}  # fno: no heads
+SIZE |= {"anie": "state_channels"}
+HEADS |= {"anie": "n_heads"}
 
 
 def make(name: str, **change):
