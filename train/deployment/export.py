@@ -99,8 +99,8 @@ from sciattn._checks import check_choice
 from sciattn._io import atomic_path
 from sciattn.operators.contract import Operator
 
-from .checkpoint import load_model
-from .run_metadata import read_data_meta
+from ..datasets.run_metadata import read_data_meta
+from ..training.checkpoint import load_model
 
 __all__ = ["export_run", "load_program", "LoadedProgram", "ExportedOperator", "ExportedPointOperator", "FORMATS",
            "INPUT_DTYPES", "onnx_missing"]
@@ -611,7 +611,7 @@ def _channel_names(meta: dict[str, Any], c_in: int, c_out: int) -> dict[str, lis
     variables = meta.get("variables") if isinstance(meta.get("variables"), dict) else {}
     frames = meta.get("frame_variables")
     if isinstance(frames, list) and frames:
-        from .data import stepper_names
+        from ..datasets.data import stepper_names
 
         named = stepper_names([str(f) for f in frames], c_in, c_out) or {}
         variables = {**named, **{k: v for k, v in variables.items() if len(v or []) == (c_in if k == "x" else c_out)}}
