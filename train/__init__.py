@@ -35,7 +35,7 @@ _aliases.install(__name__)
 
 # Imported on first use, so ``import sciattn.train`` does not pull in xarray (Surrogate) or the exporter.
 _LAZY = {"Surrogate": ".deployment.surrogate", "NonFiniteStateError": ".deployment.surrogate",
-         "export_run": ".deployment.export", "load_program": ".deployment.export"}
+         "export_run": ".deployment.export", "load_program": ".deployment.program"}
 
 
 def __getattr__(name: str):

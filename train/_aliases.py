@@ -10,11 +10,11 @@ How: :class:`AliasFinder`, appended to :data:`sys.meta_path` by ``sciattn.train`
 for ``sciattn.train.<old name>`` (every other finder has declined it by then, as no such file exists). Its loader
 imports the module's new path and hands that module back as the old name's module; the import system then
 records it in :data:`sys.modules` under the old name and sets the package attribute. The new module keeps its own
-``__spec__`` and ``__name__``, so ``python -m``, pickling and the API reference see one name per module. The
+``__spec__`` and ``__name__``, so pickling, ``importlib.reload`` and the API reference see one name per module. The
 package's ``__getattr__`` does the same for attribute access (``sciattn.train.trainer`` after only
 ``import sciattn.train``).
 
-One finder with one table, rather than twenty thin alias files beside the sub-packages: ``train/`` lists its
+One finder with one table, rather than 21 thin alias files beside the sub-packages: ``train/`` lists its
 jobs and nothing else, and the old names are documented (and can be retired) in one place.
 """
 
