@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +25,9 @@ OLD_PATHS = {
     "sources": "datasets.sources", "surrogate": "deployment.surrogate", "sweep": "analysis.sweep",
     "sweep_data": "analysis.sweep_data", "train_state": "training.train_state", "trainer": "training.trainer",
 }
+
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_alias_table_covers_every_old_path():
@@ -71,3 +76,16 @@ def test_unknown_names_are_still_refused():
         sciattn.train.trainers  # noqa: B018
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("sciattn.train.trainers")
+
+
+def test_the_package_benchmarks_and_gallery_use_the_new_paths():
+    """The old paths are for users' code: the package (bar the alias table and the package docstring that explain
+    them), the benchmarks and the gallery name each module by its new path."""
+    old = re.compile(r"sciattn\.train\.(" + "|".join(OLD_PATHS) + r")\b")
+    files = [p for p in (REPO / "train").rglob("*.py") if p.parent.name != "train" or p.name not in
+             ("__init__.py", "_aliases.py")]
+    files += sorted((REPO / "benchmarks").glob("*.py")) + sorted((REPO / "examples").rglob("*.py"))
+    assert len(files) > 30
+    found = [f"{p.relative_to(REPO)}:{i}: {m.group(0)}" for p in files
+             for i, line in enumerate(p.read_text().splitlines(), 1) for m in old.finditer(line)]
+    assert not found, "old module paths (use the new ones, train/_aliases.py):\n" + "\n".join(found)
