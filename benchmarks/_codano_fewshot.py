@@ -197,7 +197,7 @@ def augment_pairs(x: torch.Tensor, y: torch.Tensor, names, gen: torch.Generator,
 def train(kind, model, data, names, *, steps, batch, lr, seed, residual, mask_fraction=0.0, augment="none",
           log_every=50):
     from sciattn._checks import check_choice
-    from sciattn.train.losses import relative_l2
+    from sciattn.train.training.losses import relative_l2
 
     check_choice("augment", augment, AUGMENTATIONS)
 

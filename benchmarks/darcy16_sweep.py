@@ -60,7 +60,7 @@ def sweep(data: Path, out: Path, n_samples: int, resume: bool, overrides: tuple[
 
 
 def _n_train(metrics: dict, data: Path) -> int:
-    from sciattn.train.data import load_data_file
+    from sciattn.train.datasets.data import load_data_file
 
     n = (metrics.get("data_source") or {}).get("n_train")
     return int(n) if n else len(load_data_file(data / "darcy_train_16.pt"))

@@ -53,8 +53,8 @@ def train_fno(train, test, *, epochs, seed, recipe):
     from neuralop.models import FNO
 
     from sciattn.pde_data.normalizers import fit_normalizers
-    from sciattn.train.run import count_parameters
-    from sciattn.train.trainer import Trainer
+    from sciattn.train.training.run import count_parameters
+    from sciattn.train.training.trainer import Trainer
 
     torch.manual_seed(seed)
     model = FNO(n_modes=(8, 8), hidden_channels=24, in_channels=1, out_channels=1, projection_channel_ratio=2)
@@ -108,7 +108,7 @@ def compare(params: dict, out: Path) -> list[dict]:
     from sciattn.pde_data.neuralop_pt import load_neuralop_pt
     from sciattn.train.cli import main as cli_main
     from sciattn.train.config import load_config
-    from sciattn.train.run import train_run
+    from sciattn.train.training.run import train_run
 
     data = Path(params["data"])
     train_file, test_file = data / "darcy_train_16.pt", data / "darcy_test_16.pt"

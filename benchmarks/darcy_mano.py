@@ -87,7 +87,7 @@ def train_model(model, train, epochs: int, seed: int, lr: float):
     import torch
 
     from sciattn.pde_data.normalizers import fit_normalizers
-    from sciattn.train.trainer import Trainer
+    from sciattn.train.training.trainer import Trainer
 
     torch.manual_seed(seed)
     xn, yn = fit_normalizers(train)
@@ -102,7 +102,7 @@ def train_model(model, train, epochs: int, seed: int, lr: float):
 def rel_l2(model, ds, xn, yn) -> float:
     """Mean per-sample relative L2 error on ``ds`` (small batches: at 4x resolution MANO's physical
     windows hold 16x more cells each)."""
-    from sciattn.train.trainer import evaluate_dataset
+    from sciattn.train.training.trainer import evaluate_dataset
 
     return evaluate_dataset(model, ds, x_normalizer=xn, y_normalizer=yn, spatial_dims=2, batch_size=2)["rel_l2"]
 
@@ -112,7 +112,7 @@ def run_part(part: str, train, tests: dict, names: list[str], epochs: int, seed:
     training resolution); one row per model."""
     import torch
 
-    from sciattn.train.run import count_parameters
+    from sciattn.train.training.run import count_parameters
 
     latent = PARTS[part]
     builders = models(latent)
@@ -167,7 +167,7 @@ QUICK = {"epochs_real": 1, "n_train_real": 8, "epochs": 1, "n_train": 4, "n_test
 
 def run(params: dict) -> list[dict]:
     from sciattn.train.config import DataConfig
-    from sciattn.train.data import build_datasets
+    from sciattn.train.datasets.data import build_datasets
 
     _check(params)
     rows = []

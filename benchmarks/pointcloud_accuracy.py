@@ -67,7 +67,7 @@ def fit(name, factory, train, test, epochs, seed, log) -> dict:
     import torch
     from torch import nn
 
-    from sciattn.train.run import count_parameters
+    from sciattn.train.training.run import count_parameters
 
     from ._pointcloud_models import run_model
 

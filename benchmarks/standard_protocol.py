@@ -270,8 +270,8 @@ def run_config(p: dict[str, Any], operator: str, model: dict[str, Any], seed: in
 
 def _channels(cfg) -> tuple[Any, int]:
     """``(train dataset, c_out)`` through the trainer's own data path (cached on disk for the workers)."""
-    from sciattn.train.data import build_datasets
-    from sciattn.train.run import _time_series_plan
+    from sciattn.train.datasets.data import build_datasets
+    from sciattn.train.training.run import _time_series_plan
 
     train, _ = build_datasets(cfg.data)
     c_out, _ = _time_series_plan(cfg, train)
@@ -280,10 +280,10 @@ def _channels(cfg) -> tuple[Any, int]:
 
 def build_model(operator: str, base_cfg, train, c_out: int, width: int):
     """``operator`` at ``width``, built as the trainer builds it (channels, ``spatial_dims``, ``variables``
-    filled in from the data by :func:`sciattn.train.run._model_params`)."""
+    filled in from the data by :func:`sciattn.train.training.run._model_params`)."""
     from sciattn.operators.registry import create_operator
     from sciattn.train.config import load_config
-    from sciattn.train.run import _model_params
+    from sciattn.train.training.run import _model_params
 
     raw = base_cfg.to_dict()
     raw["model"] = {"name": split_operator(operator)[0], **model_at(operator, width)}
@@ -293,7 +293,7 @@ def build_model(operator: str, base_cfg, train, c_out: int, width: int):
 
 def count_for(operator: str, base_cfg, train, c_out: int, width: int) -> int:
     """Parameters of ``operator`` at ``width`` with the channels the trainer would fill in."""
-    from sciattn.train.run import count_parameters
+    from sciattn.train.training.run import count_parameters
 
     return count_parameters(build_model(operator, base_cfg, train, c_out, width))
 

@@ -18,9 +18,9 @@ Protocol (equal budget): fields normalised per channel, ``(u − μ_c)/σ_c``, w
 of the training pairs (:func:`~sciattn.pde_data.shallow_water.area_weighted_stats`); every model sees
 the same pairs in the same order, with the same optimizer (Adam, cosine decay, gradient clipping),
 epochs and batch size, and is trained on the area-weighted relative L2 of the normalised fields
-(:func:`~sciattn.train.area_metrics.area_weighted_l2`, mean over channels). Metrics: one-step
+(:func:`~sciattn.train.analysis.area_metrics.area_weighted_l2`, mean over channels). Metrics: one-step
 area-weighted relative L2 and L1 on held-out pairs (per variable), and rollouts on held-out
-trajectories (:func:`~sciattn.train.area_metrics.rollout_errors`, bound 1 = "never worse than
+trajectories (:func:`~sciattn.train.analysis.area_metrics.rollout_errors`, bound 1 = "never worse than
 predicting zero") with the amplitude ratio rms(prediction)/rms(truth) per step.
 
 The two targets of the spherical neighbourhood transformer are judged from the rows (:func:`evaluate_targets`,
@@ -116,7 +116,7 @@ def make_sfno(target_params: int, nlat: int, nlon: int):
     Returns ``(model, description)`` or ``(None, reason)``."""
     import torch
 
-    from sciattn.train.run import count_parameters
+    from sciattn.train.training.run import count_parameters
 
     try:
         import torch_harmonics  # noqa: F401
@@ -154,7 +154,7 @@ def build_models(p) -> tuple[dict, dict]:
     import torch
 
     from sciattn.operators.spherical_transformer import PlanarTransformer, SphericalTransformer
-    from sciattn.train.run import count_parameters
+    from sciattn.train.training.run import count_parameters
 
     common = dict(in_channels=3, out_channels=3, nlat=p.nlat, nlon=p.nlon, embed_dim=p.embed_dim,
                   n_layers=p.layers, n_heads=p.heads, mlp_ratio=2, residual_prediction=True)
@@ -186,7 +186,7 @@ def build_models(p) -> tuple[dict, dict]:
 
 
 def loss_fn(pred, target, w):
-    from sciattn.train.area_metrics import area_weighted_l2
+    from sciattn.train.analysis.area_metrics import area_weighted_l2
 
     return area_weighted_l2(pred, target, w, relative=True, reduction="mean")
 
@@ -224,7 +224,7 @@ def train(model, x, y, w, p) -> dict:
 def one_step(step_fn, x, y, w, batch: int = 16) -> dict:
     import torch
 
-    from sciattn.train.area_metrics import area_weighted_l1, area_weighted_l2
+    from sciattn.train.analysis.area_metrics import area_weighted_l1, area_weighted_l2
 
     l2, l1 = [], []
     with torch.no_grad():
@@ -250,7 +250,7 @@ def rollout(step_fn, traj, w) -> dict:
     samples and channels): > 1 growing, < 1 damped; a blow-up shows as a ratio far above 1."""
     import torch
 
-    from sciattn.train.area_metrics import rollout_errors
+    from sciattn.train.analysis.area_metrics import rollout_errors
 
     states = []
 
@@ -313,7 +313,7 @@ def run(params: dict) -> list[dict]:
     import torch
 
     from sciattn.pde_data.shallow_water import area_weighted_stats, load_or_generate_shallow_water
-    from sciattn.train.run import count_parameters
+    from sciattn.train.training.run import count_parameters
 
     p = types.SimpleNamespace(**params)
     torch.set_num_threads(p.threads)

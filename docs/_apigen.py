@@ -24,7 +24,11 @@ GROUPS = [
     ("sciattn.operators: neural operators", ["sciattn.operators", "sciattn.operators.point_parts"]),
     ("sciattn.pde_data: readers and generators", ["sciattn.pde_data", "sciattn.pde_data.*", "sciattn.pde_data.readers.*",
                                                   "sciattn.pde_data.solvers.*", "sciattn.pde_data.transforms.*"]),
-    ("sciattn.train: training, evaluation, export", ["sciattn.train", "sciattn.train.*"]),
+    ("sciattn.train: its public names, the run config", ["sciattn.train", "sciattn.train.*"]),
+    ("sciattn.train.training: trainer, runs, checkpoints", ["sciattn.train.training.*"]),
+    ("sciattn.train.datasets: a run's data and its record", ["sciattn.train.datasets.*"]),
+    ("sciattn.train.analysis: sweeps, rollouts, figures", ["sciattn.train.analysis.*"]),
+    ("sciattn.train.deployment: export and surrogate", ["sciattn.train.deployment.*"]),
 ]
 
 SKIP_SUBMODULES = {"sciattn.train.cli"}  # the command line has its own page (cli.md)

@@ -25,7 +25,7 @@ def _train_target(args) -> tuple[Path, bool]:
 
 def _cmd_train(args) -> int:
     from .config import from_dict, load_config
-    from .run import train_run
+    from .training.run import train_run
 
     out, resume = _train_target(args)
     if resume and args.force:
@@ -33,9 +33,9 @@ def _cmd_train(args) -> int:
     if args.config is not None:
         cfg = load_config(args.config, args.set)
     else:
-        from .checkpoint import load_checkpoint
         from .config import ConfigError, apply_overrides
-        from .run import _run_dir_error
+        from .training.checkpoint import load_checkpoint
+        from .training.run import _run_dir_error
 
         message = _run_dir_error(out, resume=True, force=None)
         if message is not None:
@@ -58,8 +58,8 @@ def _is_worker() -> bool:
 
 
 def _cmd_evaluate(args) -> int:
-    from .checkpoint import atomic_write_bytes
-    from .run import evaluate_run
+    from .training.checkpoint import atomic_write_bytes
+    from .training.run import evaluate_run
 
     if args.resolutions:
         return _cmd_sweep(args)
@@ -79,8 +79,8 @@ def _cmd_evaluate(args) -> int:
 
 
 def _cmd_sweep(args) -> int:
+    from .analysis.sweep import resolution_sweep, sweep_markdown
     from .config import parse_overrides
-    from .sweep import resolution_sweep, sweep_markdown
 
     if args.data and len(args.data) != 1:
         raise ValueError(f"--data: expected one benchmark name or path with --resolutions, got {len(args.data)}: "
@@ -94,7 +94,7 @@ def _cmd_sweep(args) -> int:
     print(sweep_markdown(report))
     print("wrote " + ", ".join(report["files"].values()))
     if args.json:
-        from .checkpoint import atomic_write_bytes
+        from .training.checkpoint import atomic_write_bytes
 
         atomic_write_bytes((json.dumps(report, indent=2) + "\n").encode(), args.json)
     return 0
@@ -141,7 +141,7 @@ def _cmd_data(args) -> int:
             raise ValueError("--resolution: expected one or more points per axis (--resolution R [R ...]), got none")
         seed = 0 if args.seed is None else args.seed
         if args.like:
-            from .sweep_data import generator_like
+            from .analysis.sweep_data import generator_like
 
             name, like_params, like_seed = generator_like(args.like)
             if args.name != name:
@@ -162,7 +162,7 @@ def _cmd_data(args) -> int:
 
 
 def _cmd_export(args) -> int:
-    from .export import export_run, onnx_missing
+    from .deployment.export import export_run, onnx_missing
 
     if args.format == "onnx" and onnx_missing():
         missing = onnx_missing()

@@ -185,8 +185,8 @@ def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
 
 def validate_train(t: TrainConfig) -> TrainConfig:
     """Check the type and range of every ``[train]`` value; errors name ``train.<key>``."""
-    from .losses import LOSSES
-    from .precision import PRECISIONS
+    from .training.losses import LOSSES
+    from .training.precision import PRECISIONS
 
     _int("epochs", t.epochs, 1)
     _int("batch_size", t.batch_size, 1)
@@ -240,7 +240,7 @@ def validate_data(d: DataConfig) -> DataConfig:
     A source that names an existing file is opened (headers only) to find its reader, so unknown
     options are reported here; a path that does not exist yet is checked when the data is built.
     """
-    from .sources import GENERATORS, RESERVED_OPTIONS, option_names, resolve_source
+    from .datasets.sources import GENERATORS, RESERVED_OPTIONS, option_names, resolve_source
 
     for key in ("train", "test", "root", "cache_dir"):
         if not isinstance(getattr(d, key), str):

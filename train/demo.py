@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import load_config
-from .run import train_run
+from .training.run import train_run
 
 __all__ = ["DEMO_CONFIG", "run_demo"]
 

@@ -21,7 +21,7 @@ import torch
 
 from sciattn.operators import create_operator
 from sciattn.pde_data.coupled_navier_stokes import generate_coupled_navier_stokes
-from sciattn.train.losses import relative_l2
+from sciattn.train.training.losses import relative_l2
 
 torch.manual_seed(0)
 QUICK = os.environ.get("SCIATTN_GALLERY_QUICK") == "1"

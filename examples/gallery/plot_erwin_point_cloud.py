@@ -25,8 +25,8 @@ from sciattn.operators import create_operator
 from sciattn.pde_data.geofno import PointSetDataset
 from sciattn.pde_data.irregular import generate_darcy_irregular
 from sciattn.train import Trainer, evaluate_dataset
-from sciattn.train.batching import collate, predict
-from sciattn.train.run import fit_data_normalizers
+from sciattn.train.training.batching import collate, predict
+from sciattn.train.training.run import fit_data_normalizers
 
 torch.manual_seed(0)
 QUICK = os.environ.get("SCIATTN_GALLERY_QUICK") == "1"

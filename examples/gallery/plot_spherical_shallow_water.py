@@ -28,7 +28,7 @@ from sciattn.pde_data.grid_dataset import GridPairDataset
 from sciattn.pde_data.normalizers import fit_normalizers
 from sciattn.pde_data.shallow_water_data import generate_shallow_water
 from sciattn.train import Surrogate, Trainer
-from sciattn.train.area_metrics import area_weighted_l2
+from sciattn.train.analysis.area_metrics import area_weighted_l2
 
 torch.manual_seed(0)
 QUICK = os.environ.get("SCIATTN_GALLERY_QUICK") == "1"

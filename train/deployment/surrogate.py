@@ -77,8 +77,8 @@ from torch import nn
 from sciattn._checks import check_finite, check_positive_int
 from sciattn.pde_data.normalizers import IdentityNormalizer
 
-from .checkpoint import load_model
-from .run_metadata import read_data_meta
+from ..datasets.run_metadata import read_data_meta
+from ..training.checkpoint import load_model
 
 __all__ = ["Surrogate", "NonFiniteStateError", "run_metadata", "BATCH_DIM_NAMES"]
 
@@ -250,7 +250,9 @@ class Surrogate:
         n_out = getattr(model, "out_channels", config.get("out_channels"))
         frames = meta.get("frame_variables")
         if isinstance(frames, list) and frames and isinstance(n_in, int) and isinstance(n_out, int):
-            from .data import stepper_names  # a time stepper: outputs named after the frames' variables
+            from ..datasets.data import (
+                stepper_names,  # a time stepper: outputs named after the frames' variables
+            )
 
             named = stepper_names([str(f) for f in frames], n_in, n_out)
             variables = {**variables, **{k: v for k, v in (named or {}).items()

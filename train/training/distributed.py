@@ -60,7 +60,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, DistributedSampler
 
-from .config import ConfigError
+from ..config import ConfigError
 
 __all__ = [
     "DistContext",

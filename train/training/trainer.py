@@ -42,6 +42,8 @@ from tqdm.auto import tqdm
 
 from sciattn._checks import check_choice, check_positive_int
 
+from ..analysis.rollout import autoregressive
+from ..datasets.run_metadata import collect_data_meta
 from .batching import collate, is_point_batch, predict, to_device
 from .checkpoint import atomic_write_bytes
 from .distributed import (
@@ -58,8 +60,6 @@ from .evaluation import evaluate_dataset, evaluate_sharded
 from .loggers import MetricLogger
 from .losses import make_loss
 from .precision import Precision
-from .rollout import autoregressive
-from .run_metadata import collect_data_meta
 from .train_state import restore_training_state, write_training_state
 
 __all__ = ["Trainer", "evaluate_dataset"]

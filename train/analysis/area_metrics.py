@@ -94,7 +94,7 @@ class RolloutResult:
         bound: the stability bound on ``mean_errors``.
         stable: every prediction finite and every ``mean_errors`` entry ``<= bound``.
         first_failure: 0-based index of the first step that is non-finite or above the bound, ``None`` if stable.
-        verdict: the package-wide stability rule (:func:`sciattn.train.rollout.stability_verdict`) applied to
+        verdict: the package-wide stability rule (:func:`sciattn.train.analysis.rollout.stability_verdict`) applied to
             ``mean_errors`` with ``threshold = bound``: ``"stable"``, ``"growing"`` or ``"unstable"`` and why.
     """
 

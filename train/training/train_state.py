@@ -15,7 +15,7 @@ Weights holding NaN or Inf are never written: the last good checkpoint stays on 
 A trainer built with more ``epochs`` than the checkpointed run (a finished run extended) restores
 a cosine schedule onto the new total: from the resumed step on, the learning rate is the one of a
 run configured with the new ``epochs`` from the start. A OneCycle schedule of another length is
-refused (see :func:`~sciattn.train.run.check_resume_config`).
+refused (see :func:`~sciattn.train.training.run.check_resume_config`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ __all__ = ["write_training_state", "restore_training_state"]
 
 
 def write_training_state(tr: Any) -> None:
-    """Checkpoint the :class:`~sciattn.train.trainer.Trainer` ``tr`` (a collective under torchrun)."""
+    """Checkpoint the :class:`~sciattn.train.training.trainer.Trainer` ``tr`` (a collective under torchrun)."""
     if tr.run_dir is None:
         return
     bad = [n for n, p in tr.model.named_parameters() if not bool(torch.isfinite(p).all())]

@@ -36,7 +36,7 @@ from sciattn.pde_data.geofno import PointSetDataset
 from sciattn.pde_data.grid_dataset import GridPairDataset
 from sciattn.pde_data.registry import BENCHMARKS, default_root
 
-from .config import ConfigError, DataConfig
+from ..config import ConfigError, DataConfig
 from .sources import GENERATORS, READERS, Source, benchmark_parameters, detect_reader, resolve_source
 
 __all__ = ["build_datasets", "describe_source", "frame_names", "stepper_names", "load_data_file", "load_at_resolutions", "data_layout",

@@ -25,13 +25,13 @@ from sciattn.operators import create_operator
 from sciattn.operators.registry import operator_parameters
 from sciattn.pde_data.normalizers import fit_normalizers
 
+from ..analysis.plots import plot_loss_curve, plot_resolution_curve, plot_sample
+from ..analysis.rollout import rollout_errors, stability_verdict
+from ..config import ConfigError, RunConfig
+from ..datasets.data import build_datasets, data_layout, describe_source, load_data_file
 from .checkpoint import atomic_write_bytes, load_checkpoint, load_model, remove_stale_temp_files
-from .config import ConfigError, RunConfig
-from .data import build_datasets, data_layout, describe_source, load_data_file
 from .distributed import barrier, gather_objects, init_distributed, shutdown_distributed
 from .loggers import make_loggers
-from .plots import plot_loss_curve, plot_resolution_curve, plot_sample
-from .rollout import rollout_errors, stability_verdict
 from .trainer import Trainer, evaluate_dataset
 
 __all__ = ["train_run", "evaluate_run", "count_parameters", "check_resume_config", "check_resume_data",
@@ -477,8 +477,8 @@ def evaluate_run(run_dir: str | Path, data: str | Path, *, fmt: str | None = Non
     ``chunk_points``: evaluate the operator in chunks of that many query points (the same result, for meshes
     whose activations do not fit at once; operators with ``supports_chunked_points``)."""
     model, xn, yn, state = load_model(run_dir)
-    from .data import _is_points
-    from .sweep import _model_channels
+    from ..analysis.sweep import _model_channels
+    from ..datasets.data import _is_points
 
     ds = load_data_file(data, fmt)
     sample = ds[0]

@@ -34,8 +34,8 @@ import torch
 from sciattn.pde_data.catalogue import catalogue_view
 from sciattn.pde_data.grid_dataset import GridPairDataset
 
-from .data import POINT_GENERATED
-from .data_stats import dataset_statistics
+from ..datasets.data import POINT_GENERATED
+from ..datasets.data_stats import dataset_statistics
 
 __all__ = ["MATCHED_GENERATORS", "reference_statistics", "run_source", "sweep_sets", "source_label"]
 
@@ -49,7 +49,7 @@ def _metrics_file(run_dir: Path) -> dict[str, Any]:
 
 
 def _data_meta(state: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    from .run_metadata import read_data_meta
+    from ..datasets.run_metadata import read_data_meta
 
     try:
         return read_data_meta(state, run_dir)
@@ -86,7 +86,7 @@ def _resolve(path: str | os.PathLike, run_dir: Path) -> Path:
 
 def _read_file(path: Path, reader: str | None, options: dict[str, Any] | None = None) -> GridPairDataset:
     """The file as the run read it: with the reader options it recorded (e.g. ``t_in`` of a time series)."""
-    from .data import _as_grid, load_data_file
+    from ..datasets.data import _as_grid, load_data_file
 
     if options and (reader == "neuralop_pt" or path.suffix == ".pt"):
         from sciattn.pde_data.neuralop_pt import load_neuralop_pt
@@ -128,7 +128,7 @@ def source_label(source: dict[str, Any], generator: tuple[str, dict[str, Any]] |
 
 
 def _restrict(ds: GridPairDataset, r: int, label: str) -> GridPairDataset:
-    from .data import _strided
+    from ..datasets.data import _strided
 
     out = _strided(ds, r)
     if out is None:
@@ -152,7 +152,7 @@ def generate_sets(name: str, params: dict[str, Any], resolutions: list[int], *, 
         return {r: GridPairDataset(torch.from_numpy(m)[:, None], torch.from_numpy(y)[:, None],
                                    {"name": name, "seed": seed, "resolution": r, "split": "generated",
                                     "fine_resolution_at_least": fine}) for r, (m, y) in data.items()}
-    from .data import load_at_resolutions
+    from ..datasets.data import load_at_resolutions
 
     params = dict(params)
     recorded_t_in = params.pop("t_in", None)  # a time-series run records its input frames among the options
@@ -188,7 +188,7 @@ def sweep_sets(source: dict[str, Any], resolutions: list[int], run_dir: str | os
             built.update(solve_resolution=first.get("solve_resolution"), lmax=first.get("lmax"))
         return sets, built
     if source["kind"] == "benchmark":  # a registered (not generated) benchmark: its test split at each resolution
-        from .data import load_at_resolutions
+        from ..datasets.data import load_at_resolutions
 
         sets = load_at_resolutions(source["name"], res, split="test", root=root or source.get("root"),
                                    **dict(source.get("options") or {}))
@@ -229,7 +229,7 @@ def generator_like(run_or_file: str | os.PathLike) -> tuple[str, dict[str, Any],
     directory or checkpoint) or of a data file; the seed is the recorded one + 1, so not the training samples."""
     path = Path(run_or_file).expanduser()
     if path.is_dir() or path.name == "checkpoint.pt":
-        from .checkpoint import load_checkpoint
+        from ..training.checkpoint import load_checkpoint
 
         state = load_checkpoint(path)
         source = run_source(state, path)
@@ -242,7 +242,7 @@ def generator_like(run_or_file: str | os.PathLike) -> tuple[str, dict[str, Any],
         raise ValueError(f"--like: no generator matches the data of {str(path)!r} (a file that is not a "
                          f"neuraloperator Darcy mask/pressure file); expected a run trained on generated data, "
                          f"or a file one of {['darcy', *MATCHED_GENERATORS]} reproduces")
-    from .data import TIME_SERIES
+    from ..datasets.data import TIME_SERIES
 
     params = dict(generator[1])
     if generator[0] in TIME_SERIES:  # the input/output split of the recorded frames is not a solver parameter

@@ -22,7 +22,7 @@ reads it back, falling back to what older checkpoints recorded. The layout::
 Where each entry comes from: the dataset's ``meta`` dict (``variables``, ``dt``, ``domain``,
 ``bounds``, ``periodic``, ``grid``, ``coords``, ``source``, ``time_series``, ``t_in``,
 ``stored_dtypes``), its first
-sample (shapes, ``pos``), :func:`sciattn.train.data_stats.dataset_statistics` (statistics) and the
+sample (shapes, ``pos``), :func:`sciattn.train.datasets.data_stats.dataset_statistics` (statistics) and the
 caller (``source``, ``extra``). ``dt`` is taken from ``meta["dt"]`` or, failing that, from uniformly
 spaced ``meta["times"]`` or a ``time``/``t`` coordinate; a solver's internal step is never used for it.
 The grid's bounds default to the unit box, as :class:`sciattn.domain.Grid` does; its periodicity is
@@ -214,7 +214,7 @@ def collect_data_meta(train_data, *, source: Any = None, extra: Mapping[str, Any
 
     Args:
         train_data: a dataset of sample dicts ``{"x", "y"[, "pos"]}``, optionally with a ``meta`` dict.
-        source: where the data came from (e.g. ``sciattn.train.data.describe_source(cfg)``); default
+        source: where the data came from (e.g. ``sciattn.train.datasets.data.describe_source(cfg)``); default
             ``meta["source"]`` (with ``meta["name"]``), else ``None``.
         extra: entries merged over the collected ones (a ``domain`` dict is merged key by key).
         model_channels: ``(in, out)`` channels of the model trained on the data, when they differ from a sample's

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from .losses import relative_l2
+from ..training.losses import relative_l2
 
 __all__ = ["autoregressive", "rollout_errors", "stability_verdict", "STABILITY_RULE"]
 

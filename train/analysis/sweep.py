@@ -36,10 +36,11 @@ import torch
 
 from sciattn.operators.point_parts import chunked_points
 
-from .batching import collate, predict, to_device
-from .checkpoint import atomic_write_bytes, load_model
-from .data import GENERATED, POINT_GENERATED, TIME_SERIES, data_layout, load_at_resolutions
-from .data_stats import SHIFT_RULE, compare_statistics, dataset_statistics
+from ..datasets.data import GENERATED, POINT_GENERATED, TIME_SERIES, data_layout, load_at_resolutions
+from ..datasets.data_stats import SHIFT_RULE, compare_statistics, dataset_statistics
+from ..training.batching import collate, predict, to_device
+from ..training.checkpoint import atomic_write_bytes, load_model
+from ..training.trainer import evaluate_dataset
 from .plots import plot_resolution_sweep, plot_rollout
 from .rollout import STABILITY_RULE, rollout_errors, stability_verdict
 from .sweep_data import (
@@ -52,7 +53,6 @@ from .sweep_data import (
     source_label,
     sweep_sets,
 )
-from .trainer import evaluate_dataset
 
 __all__ = ["INVARIANCE_TOLERANCE", "resolution_sweep", "sweep_markdown", "sweep_verdict", "train_resolution_of"]
 
