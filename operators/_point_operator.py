@@ -22,7 +22,7 @@ made the token, and everything else is local, so a rank's parameter gradient is 
 path, and the shares of a loss add up over the ranks to the gradient of one process. The trainer's loss is the
 whole clouds' on every rank (its sums over the points all-reduced); each rank backpropagates it, the backward of
 that all-reduce adds the ``D`` equal cotangents, so the domain ranks' gradients sum to ``D ∇L`` and DDP's
-average over the ``W = P·D`` ranks gives the single-process gradient (:mod:`sciattn.train.distributed`).
+average over the ``W = P·D`` ranks gives the single-process gradient (:mod:`sciattn.train.training.distributed`).
 A mode that cannot split exactly is refused by :meth:`domain_parallel_refusal`, naming the option.
 """
 

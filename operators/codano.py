@@ -226,7 +226,7 @@ class CoDANO(Operator):
         """True when a plain ``forward(x)`` skips parameters: the encodings of ``extra_variables``
         (variables known to the model but absent from its default order) enter only a forward that
         names them, so ``DistributedDataParallel`` must look for unused parameters then
-        (:func:`sciattn.train.distributed.wrap_ddp`). Every other parameter is always used."""
+        (:func:`sciattn.train.training.distributed.wrap_ddp`). Every other parameter is always used."""
         return bool(self.extra_variables)
 
     # ----------------------------------------------------------------------------- forward

@@ -252,7 +252,7 @@ class _GridTransformer(Operator):
     #: how many other grids' geometries a model keeps (least recently used first out), so a sweep over many
     #: grids does not hold every grid's neighbourhoods in memory
     grid_cache_size = 8
-    #: why an exported program runs on one grid (``sciattn.train.export`` reports it in the export's note)
+    #: why an exported program runs on one grid (``sciattn.train.deployment.export`` reports it in the export's note)
     export_fixed_reason = ("a program holds the neighbourhoods and quadrature of one nlat x nlon grid, built in Python "
                            "for that grid; the operator runs on any grid whose nlon is a multiple or a divisor of its "
                            "internal grid's: export once per grid (example_shape=(nlat, nlon), CLI --shape NLATxNLON)")

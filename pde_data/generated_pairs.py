@@ -1,7 +1,7 @@
 """The built-in generators' samples at several resolutions: one solve, restricted, the same samples at each.
 
-:func:`generate_pairs` is what training (:func:`sciattn.train.data.build_datasets`), the resolution sweep
-(:func:`sciattn.train.data.load_at_resolutions`) and ``sciattn data generate`` draw from a built-in grid
+:func:`generate_pairs` is what training (:func:`sciattn.train.datasets.data.build_datasets`), the resolution sweep
+(:func:`sciattn.train.datasets.data.load_at_resolutions`) and ``sciattn data generate`` draw from a built-in grid
 solver; :func:`sample_at_resolutions` wraps it (and the point-set generators) as ``{r: dataset}``.
 
 Restriction. The solve runs once on a grid ``S`` that every requested resolution ``r`` divides (``S =
