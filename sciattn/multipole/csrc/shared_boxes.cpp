@@ -6,8 +6,9 @@
 // the head channels (up to four blocks in flight, so no accumulator waits on the previous one); the softmax
 // runs on whole blocks (the last axis' window weights are padded with -inf, so padding lanes drop out), and
 // the value sum keeps four accumulators over the keys. The backward recomputes the scores from the saved
-// log-sum-exp (as flash attention does), accumulates the box's key, value and log-weight gradients and adds
-// them into place after the box; one (batch, head) pair per task, so no two tasks write one gradient.
+// log-sum-exp (as flash attention does), accumulates the box's key, value and log-weight gradients (the key and
+// value rows once per block of eight queries) and adds them into place after the box; one (batch, head) pair per
+// task, so no two tasks write one gradient.
 #include "kernels.h"
 
 #include <ATen/Dispatch.h>
@@ -210,9 +211,54 @@ void forward_impl(const Tensors<T>& x, const Level<T>& g, T scale, T* out, T* ls
   });
 }
 
+// dK[p] += sum_j (ds_j[p] scale) q_j and dV[p] += sum_j prob_j[p] dO_j over NQ buffered queries (rows of Pp
+// scores, rows of Dp channels, zero beyond D), the queries' vectors held in registers: one load and one store of
+// each key's gradient rows per NQ queries, not per query. The additions run query by query, in the order of the
+// unblocked loop, so the sums are the same.
+template <typename T, int NQ>
+inline void add_outer(T* __restrict dka, T* __restrict dva, const T* __restrict ds, const T* __restrict prob,
+                      const T* __restrict qs, const T* __restrict gs, int64_t P, int64_t Pp, int64_t Dp, T scale) {
+  for (int64_t e0 = 0; e0 < Dp; e0 += kLanes) {
+    V<T> qv[NQ], gv[NQ];
+    for (int j = 0; j < NQ; ++j) {
+      qv[j] = ld(qs + j * Dp + e0);
+      gv[j] = ld(gs + j * Dp + e0);
+    }
+    for (int64_t p = 0; p < P; ++p) {
+      V<T> kacc = ld(dka + p * Dp + e0), vacc = ld(dva + p * Dp + e0);
+      for (int j = 0; j < NQ; ++j) {
+        const T dss = ds[j * Pp + p] * scale;
+        kacc = kacc + dss * qv[j];
+        vacc = vacc + prob[j * Pp + p] * gv[j];
+      }
+      st(dka + p * Dp + e0, kacc);
+      st(dva + p * Dp + e0, vacc);
+    }
+  }
+}
+
+constexpr int kBlockQ = 8;  // queries whose key and value gradients are added to the box's at once
+
+template <typename T>
+inline void flush_outer(int nq, T* dka, T* dva, const T* ds, const T* prob, const T* qs, const T* gs, int64_t P,
+                        int64_t Pp, int64_t Dp, T scale) {
+  switch (nq) {
+    case 8: add_outer<T, 8>(dka, dva, ds, prob, qs, gs, P, Pp, Dp, scale); break;
+    case 7: add_outer<T, 7>(dka, dva, ds, prob, qs, gs, P, Pp, Dp, scale); break;
+    case 6: add_outer<T, 6>(dka, dva, ds, prob, qs, gs, P, Pp, Dp, scale); break;
+    case 5: add_outer<T, 5>(dka, dva, ds, prob, qs, gs, P, Pp, Dp, scale); break;
+    case 4: add_outer<T, 4>(dka, dva, ds, prob, qs, gs, P, Pp, Dp, scale); break;
+    case 3: add_outer<T, 3>(dka, dva, ds, prob, qs, gs, P, Pp, Dp, scale); break;
+    case 2: add_outer<T, 2>(dka, dva, ds, prob, qs, gs, P, Pp, Dp, scale); break;
+    case 1: add_outer<T, 1>(dka, dva, ds, prob, qs, gs, P, Pp, Dp, scale); break;
+    default: break;
+  }
+}
+
 template <typename T>
 void backward_impl(const Tensors<T>& x, const Level<T>& g, T scale, const T* out, const T* lse, const T* gout,
                    T* dq, T* dk, T* dv, T* dlogw) {
+  static_assert(kBlockQ == 8, "flush_outer handles blocks of up to 8 queries");
   const int64_t H = x.H, D = x.D, Nq = g.Nq, Nk = g.Nk, B = x.B;
   const Runs runs(g);
   std::vector<T> dlw(dlogw ? B * H * Nk : 0, T(0));  // per (batch, head), summed over the heads afterwards
@@ -220,7 +266,9 @@ void backward_impl(const Tensors<T>& x, const Level<T>& g, T scale, const T* out
     Box<T> box(g, runs, D, true);
     const int64_t P = box.P, Pp = box.Pp, nb = box.nb;
     const int64_t Dp = box.Dp;
-    std::vector<T> prob(Pp), ds(Pp), dkb(P * Dp), dvb(P * Dp), dlb(Pp), gq(Dp), go(Dp, T(0)), qrow(Dp, T(0));
+    // per buffered query: probabilities and score gradients (Pp), its query and output gradient (Dp, zero beyond D)
+    std::vector<T> prob(kBlockQ * Pp), ds(kBlockQ * Pp), dkb(P * Dp), dvb(P * Dp), dlb(Pp), gq(Dp),
+        gos(kBlockQ * Dp, T(0)), qrows(kBlockQ * Dp, T(0));
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / H;
       const T* qb = x.q + bh * D * Nq;
@@ -235,6 +283,7 @@ void backward_impl(const Tensors<T>& x, const Level<T>& g, T scale, const T* out
         std::fill(dkb.begin(), dkb.end(), T(0));
         std::fill(dvb.begin(), dvb.end(), T(0));
         std::fill(dlb.begin(), dlb.end(), T(0));
+        int nq = 0;
         const int64_t b2 = runs.begin[2][r[2]], e2 = runs.begin[2][r[2] + 1];
         for (int64_t i0 = runs.begin[0][r[0]]; i0 < runs.begin[0][r[0] + 1]; ++i0)
           for (int64_t i1 = runs.begin[1][r[1]]; i1 < runs.begin[1][r[1] + 1]; ++i1) {
@@ -248,35 +297,37 @@ void backward_impl(const Tensors<T>& x, const Level<T>& g, T scale, const T* out
                 continue;
               }
               box.scores(qb + iq, Nq, scale, box.w2.data() + (i2 - b2) * Pp);
+              T* go = gos.data() + nq * Dp;
+              T* qrow = qrows.data() + nq * Dp;
+              T* pq = prob.data() + nq * Pp;
+              T* dsq = ds.data() + nq * Pp;
               T di = 0;
               for (int64_t e = 0; e < D; ++e) {
                 go[e] = gb[e * Nq + iq];
                 qrow[e] = qb[e * Nq + iq];
                 di += go[e] * ob[e * Nq + iq];
               }
-              all_block_dots<T>(go.data(), box.vt.data(), D, nb, box.acc.data());  // dO . v_p
+              all_block_dots<T>(go, box.vt.data(), D, nb, box.acc.data());  // dO . v_p
               for (int64_t bb = 0; bb < nb; ++bb) {
                 V<T> z = ld(box.s.data() + bb * kLanes) - l;
                 z = z > T(0) ? V<T>{} : z;
                 const V<T> pv = vexp(z);
                 const V<T> dsv = pv * (box.acc[bb] - di);
-                st(prob.data() + bb * kLanes, pv);
-                st(ds.data() + bb * kLanes, dsv);
+                st(pq + bb * kLanes, pv);
+                st(dsq + bb * kLanes, dsv);
                 st(dlb.data() + bb * kLanes, ld(dlb.data() + bb * kLanes) + dsv);
               }
-              row_sums(ds.data(), box.kr.data(), P, Dp, gq.data());
+              row_sums(dsq, box.kr.data(), P, Dp, gq.data());
               for (int64_t d = 0; d < D; ++d) dqb[d * Nq + iq] = gq[d] * scale;
-              T* __restrict dka = dkb.data();
-              T* __restrict dva = dvb.data();
-              for (int64_t p = 0; p < P; ++p) {
-                const T dss = ds[p] * scale, pr = prob[p];
-                for (int64_t e0 = 0; e0 < Dp; e0 += kLanes) {
-                  st(dka + p * Dp + e0, ld(dka + p * Dp + e0) + dss * ld(qrow.data() + e0));
-                  st(dva + p * Dp + e0, ld(dva + p * Dp + e0) + pr * ld(go.data() + e0));
-                }
+              if (++nq == kBlockQ) {
+                flush_outer<T>(nq, dkb.data(), dvb.data(), ds.data(), prob.data(), qrows.data(), gos.data(), P, Pp,
+                               Dp, scale);
+                nq = 0;
               }
             }
           }
+        flush_outer<T>(nq, dkb.data(), dvb.data(), ds.data(), prob.data(), qrows.data(), gos.data(), P, Pp, Dp,
+                       scale);
         T* dkh = dk + bh * D * Nk;
         T* dvh = dv + bh * D * Nk;
         for (int64_t p = 0; p < P; ++p) {
