@@ -57,10 +57,6 @@ BACKENDS = ("cpu", "sdpa", "flex")
 # queries (beyond, the shared boxes are loaded once for that many queries and the lane sets' strided query loads
 # cost more); measured per level at 64² (batch 16), 256² and 512² (docs/benchmarks/kernels.md).
 MIN_LANES, MAX_SLOPE, MAX_RUN = 16, 4, 4
-# In training the global level goes through SDPA when it has more than this many queries per key cell (on d axes:
-# the product); fewer, the shared-box kernel (measured at 32² (16 per cell: boxes 38 ms, SDPA 61 ms forward+backward,
-# batch 16) and 256² (1024 per cell: SDPA 117 ms, boxes 148 ms, batch 1)).
-GLOBAL_SDPA_RUN = 64
 
 
 def lane_strides(n2: int, m2: int, box2: int) -> tuple[int, int]:
@@ -246,15 +242,6 @@ def _box_cpu(q, k, v, logw, window, scale, taper):
     n3, m3, starts, logphi = _geometry(n, m, window, taper, q.dtype, q.device)
     lengths = [t.shape[1] for t in logphi]
     a, r = lane_strides(n3[2], m3[2], lengths[2])
-    training = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, logw))
-    if (not a and training and all(length >= size for length, size in zip(lengths, m3))
-            and math.prod(n3) > GLOBAL_SDPA_RUN * math.prod(m3)):
-        # the global level (one box, every key) with many queries per key cell: fused SDPA's backward beats the
-        # shared box's, whose key gradients accumulate over every query in one pass (measured; fewer queries per
-        # key cell, as on coarse training grids, the shared box is faster)
-        out = level_attention(_channels_last(q), _channels_last(k), _channels_last(v), logw, window, scale,
-                              taper=taper)
-        return _channels_first(out)
     out, _ = _box_forward(q.reshape(b, h, dh, -1).contiguous(), k.reshape(b, h, dh, -1).contiguous(),
                           v.reshape(b, h, dh, -1).contiguous(), logw.to(q.dtype).reshape(b, -1).contiguous(),
                           n3, m3, starts, logphi, float(scale), a, r)
