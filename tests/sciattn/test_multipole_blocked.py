@@ -82,3 +82,14 @@ def test_the_global_level_trains_through_the_kernels(monkeypatch):
     out = ba.box_attention(q, k, v, logw, (8, 8), 0.3, taper=True)
     out.sum().backward()
     assert torch.equal(out, want) and q.grad is not None
+
+
+@needs_kernels
+@pytest.mark.parametrize("n2, m2, lanes", [(32, 16, (0, 0)), (64, 16, (0, 0)), (64, 32, (1, 2)), (96, 32, (1, 3)),
+                                          (128, 32, (1, 4)), (16, 16, (1, 1))])
+def test_lane_strides_and_the_lane_kernel_with_query_strides(n2, m2, lanes):
+    """Several queries per key cell with a box of half the key axis or more take the shared boxes (measured
+    faster); query strides 2 to 4 with narrower boxes stay in the lanes, checked against SDPA."""
+    assert ba.lane_strides(n2, m2, 9) == lanes
+    logw = torch.rand(1, 3, m2, dtype=F64).log()
+    _compare((3, n2), (3, m2), (2, 8), True, 14, logw)
