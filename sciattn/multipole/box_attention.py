@@ -55,22 +55,22 @@ BACKENDS = ("cpu", "sdpa", "flex")
 # The query-lane kernel beats the shared boxes when each residue class has at least MIN_LANES queries along the
 # last axis, neighbouring lanes' keys are at most MAX_SLOPE cells apart and a key cell holds at most MAX_RUN
 # queries (beyond, the shared boxes are loaded once for that many queries and the lane sets' strided query loads
-# cost more); measured per level at 64² (batch 16), 256² and 512² (docs/benchmarks/kernels.md).
+# cost more); measured per level at 64² (batch 16), 256² and 512² (docs/benchmarks/kernels.md). With several
+# queries per key cell (r >= 2) and a box of at least half the key axis, the clamped windows give the lane sets wide
+# boxes and the shared boxes long runs: the shared boxes were faster forward+backward (mano's widths, batch 16: the
+# 16-cell level at 32² 0.89x and at 64² 0.66x the lanes' time; the 32-cell level at 64², 3.2x, stays in lanes).
 MIN_LANES, MAX_SLOPE, MAX_RUN = 16, 4, 4
-# In training the global level goes through SDPA when it has more than this many queries per key cell (on d axes:
-# the product); fewer, the shared-box kernel (measured at 32² (16 per cell: boxes 38 ms, SDPA 61 ms forward+backward,
-# batch 16) and 256² (1024 per cell: SDPA 117 ms, boxes 148 ms, batch 1)).
-GLOBAL_SDPA_RUN = 64
 
 
 def lane_strides(n2: int, m2: int, box2: int) -> tuple[int, int]:
     """``(a, r)`` for the query-lane kernel along the last axis (queries ``ρ + r t``, keys ``a t + const``), or
     ``(0, 0)`` for the shared-box kernel: a box that spans the whole axis is shared by every query, and sizes
-    with fewer than :data:`MIN_LANES` queries per residue class, a key slope above :data:`MAX_SLOPE` or more than
-    :data:`MAX_RUN` queries per key cell run faster with shared boxes."""
+    with fewer than :data:`MIN_LANES` queries per residue class, a key slope above :data:`MAX_SLOPE`, more than
+    :data:`MAX_RUN` queries per key cell, or several queries per key cell with a box of half the key axis or more
+    run faster with shared boxes."""
     g = math.gcd(n2, m2)
     a, r = m2 // g, n2 // g
-    if box2 >= m2 or g < MIN_LANES or a > MAX_SLOPE or r > MAX_RUN:
+    if box2 >= m2 or g < MIN_LANES or a > MAX_SLOPE or r > MAX_RUN or (r >= 2 and 2 * box2 >= m2):
         return 0, 0
     return a, r
 
@@ -246,15 +246,6 @@ def _box_cpu(q, k, v, logw, window, scale, taper):
     n3, m3, starts, logphi = _geometry(n, m, window, taper, q.dtype, q.device)
     lengths = [t.shape[1] for t in logphi]
     a, r = lane_strides(n3[2], m3[2], lengths[2])
-    training = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, logw))
-    if (not a and training and all(length >= size for length, size in zip(lengths, m3))
-            and math.prod(n3) > GLOBAL_SDPA_RUN * math.prod(m3)):
-        # the global level (one box, every key) with many queries per key cell: fused SDPA's backward beats the
-        # shared box's, whose key gradients accumulate over every query in one pass (measured; fewer queries per
-        # key cell, as on coarse training grids, the shared box is faster)
-        out = level_attention(_channels_last(q), _channels_last(k), _channels_last(v), logw, window, scale,
-                              taper=taper)
-        return _channels_first(out)
     out, _ = _box_forward(q.reshape(b, h, dh, -1).contiguous(), k.reshape(b, h, dh, -1).contiguous(),
                           v.reshape(b, h, dh, -1).contiguous(), logw.to(q.dtype).reshape(b, -1).contiguous(),
                           n3, m3, starts, logphi, float(scale), a, r)

@@ -6,9 +6,11 @@
 // the head channels (up to four blocks in flight, so no accumulator waits on the previous one); the softmax
 // runs on whole blocks (the last axis' window weights are padded with -inf, so padding lanes drop out), and
 // the value sum keeps four accumulators over the keys. The backward recomputes the scores from the saved
-// log-sum-exp (as flash attention does), accumulates the box's key, value and log-weight gradients and adds
-// them into place after the box; one (batch, head) pair per task, so no two tasks write one gradient.
+// log-sum-exp (as flash attention does), accumulates the box's key, value and log-weight gradients (the key and
+// value rows once per block of eight queries) and adds them into place after the box; one (batch, head) pair per
+// task, so no two tasks write one gradient.
 #include "kernels.h"
+#include "query_blocks.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -16,51 +18,6 @@
 
 namespace sciattn_box {
 namespace {
-
-constexpr int kAhead = 2;  // queries prefetched ahead along the last axis
-
-// acc[c] = sum_d x[d] * blk[(b0 + c) * D + d] (vectors of kLanes keys) for NC consecutive blocks.
-template <typename T, int NC>
-inline void block_dots(const T* __restrict x, const T* __restrict blk, int64_t D, int64_t b0, V<T>* acc) {
-  V<T> a[NC] = {};
-  const T* base = blk + b0 * D * kLanes;
-  for (int64_t d = 0; d < D; ++d) {
-    const T xd = x[d];
-    for (int c = 0; c < NC; ++c) a[c] += xd * ld(base + (c * D + d) * kLanes);
-  }
-  for (int c = 0; c < NC; ++c) acc[b0 + c] = a[c];
-}
-
-template <typename T>
-inline void all_block_dots(const T* x, const T* blk, int64_t D, int64_t nb, V<T>* acc) {
-  int64_t b = 0;
-  for (; b + 4 <= nb; b += 4) block_dots<T, 4>(x, blk, D, b, acc);
-  switch (nb - b) {
-    case 3: block_dots<T, 3>(x, blk, D, b, acc); break;
-    case 2: block_dots<T, 2>(x, blk, D, b, acc); break;
-    case 1: block_dots<T, 1>(x, blk, D, b, acc); break;
-    default: break;
-  }
-}
-
-// out[e0 + l] = sum_p w[p] * rows[p * Dp + e0 + l] for the kLanes channels of every chunk e0 (rows padded to Dp, a
-// multiple of kLanes), four accumulators over p.
-template <typename T>
-inline void row_sums(const T* __restrict w, const T* __restrict rows, int64_t P, int64_t Dp, T* __restrict out) {
-  for (int64_t e0 = 0; e0 < Dp; e0 += kLanes) {
-    V<T> a0{}, a1{}, a2{}, a3{};
-    const T* r = rows + e0;
-    int64_t p = 0;
-    for (; p + 4 <= P; p += 4) {
-      a0 += w[p] * ld(r + p * Dp);
-      a1 += w[p + 1] * ld(r + (p + 1) * Dp);
-      a2 += w[p + 2] * ld(r + (p + 2) * Dp);
-      a3 += w[p + 3] * ld(r + (p + 3) * Dp);
-    }
-    for (; p < P; ++p) a0 += w[p] * ld(r + p * Dp);
-    st(out + e0, (a0 + a1) + (a2 + a3));
-  }
-}
 
 struct Runs {
   std::vector<int64_t> begin[3];  // per axis: query runs with one box start, [begin[r], begin[r + 1])
@@ -86,13 +43,11 @@ template <typename T>
 struct Box {
   int64_t P, Pp, nb, D, Dp;
   std::vector<int64_t> cell;
-  std::vector<T> kt, kr, vr, vt, lw, base, w2, s, qs;
-  std::vector<V<T>> acc;
+  std::vector<T> kt, kr, vr, vt, lw, base, w2;
   Box(const Level<T>& g, const Runs& runs, int64_t D_, bool backward)
       : P(g.P), Pp((g.P + kLanes - 1) / kLanes * kLanes), nb(Pp / kLanes), D(D_),
         Dp((D_ + kLanes - 1) / kLanes * kLanes), cell(P), kt(Pp * D_, T(0)), kr(backward ? P * Dp : 0, T(0)),
-        vr(P * Dp, T(0)), vt(backward ? Pp * D_ : 0, T(0)), lw(P), base(Pp, T(0)), w2(runs.max2 * Pp), s(Pp),
-        qs(Dp, T(0)), acc(nb) {}
+        vr(P * Dp, T(0)), vt(backward ? Pp * D_ : 0, T(0)), lw(P), base(Pp, T(0)), w2(runs.max2 * Pp) {}
 
   void load(const Level<T>& g, const Runs& runs, const int64_t r[3], const T* k, const T* v, const T* logw) {
     const int64_t s0 = g.start[0][runs.begin[0][r[0]]], s1 = g.start[1][runs.begin[1][r[1]]],
@@ -134,19 +89,6 @@ struct Box {
         for (int64_t c = 0; c < g.len[2]; ++c, ++p) base[p] = lw[p] + w;
       }
   }
-
-  // s = scale q.k + base + w2 over the padded box, q read with stride Nq (channels first); returns the maximum.
-  T scores(const T* q, int64_t Nq, T scale, const T* w2row) {
-    for (int64_t d = 0; d < D; ++d) qs[d] = q[d * Nq] * scale;
-    all_block_dots<T>(qs.data(), kt.data(), D, nb, acc.data());
-    V<T> mx = splat<T>(static_cast<T>(kNegInf));
-    for (int64_t b = 0; b < nb; ++b) {
-      const V<T> x = acc[b] + ld(base.data() + b * kLanes) + ld(w2row + b * kLanes);
-      st(s.data() + b * kLanes, x);
-      mx = mx > x ? mx : x;
-    }
-    return hmax<T>(mx);
-  }
 };
 
 template <typename T>
@@ -162,7 +104,9 @@ void forward_impl(const Tensors<T>& x, const Level<T>& g, T scale, T* out, T* ls
   const int64_t groups = runs.groups();
   at::parallel_for(0, x.B * H * groups, 1, [&](int64_t begin, int64_t end) {
     Box<T> box(g, runs, D, false);
-    std::vector<T> o((D + kLanes - 1) / kLanes * kLanes);
+    const int64_t Pp = box.Pp, nb = box.nb;
+    std::vector<T> o(kRowQ * box.Dp), qsc(kRowQ * D), S(kRowQ * Pp);
+    std::vector<V<T>> acc(kRowQ * nb);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / groups, grp = task % groups, b = bh / H;
       const int64_t r[3] = {grp / (runs.count[1] * runs.count[2]), grp / runs.count[2] % runs.count[1],
@@ -176,34 +120,54 @@ void forward_impl(const Tensors<T>& x, const Level<T>& g, T scale, T* out, T* ls
         for (int64_t i1 = runs.begin[1][r[1]]; i1 < runs.begin[1][r[1] + 1]; ++i1) {
           box.row_base(g, i0, i1);
           const int64_t row0 = (i0 * g.n[1] + i1) * g.n[2];
-          for (int64_t i2 = b2; i2 < e2; ++i2) {
-            const int64_t iq = row0 + i2;
-            if (i2 + kAhead < e2)
-              for (int64_t d = 0; d < D; d += 4) __builtin_prefetch(qb + d * Nq + iq + kAhead);
-            const T mx = box.scores(qb + iq, Nq, scale, box.w2.data() + (i2 - b2) * box.Pp);
-            if (mx == static_cast<T>(kNegInf)) {
-              if (!gamma) {
-                for (int64_t e = 0; e < D; ++e) ob[e * Nq + iq] = 0;
-                lb[iq] = mx;
+          for (int64_t j2 = b2; j2 < e2; j2 += kRowQ) {  // kRowQ queries of the row at a time
+            const int nq = static_cast<int>(std::min<int64_t>(kRowQ, e2 - j2));
+            const int64_t iq0 = row0 + j2;
+            for (int j = 0; j < nq; ++j)
+              for (int64_t d = 0; d < D; ++d) qsc[j * D + d] = qb[d * Nq + iq0 + j] * scale;
+            dots_n<T>(nq, qsc.data(), D, box.kt.data(), D, nb, acc.data());
+            bool empty[kRowQ];
+            T total[kRowQ], mxs[kRowQ];
+            for (int j = 0; j < nq; ++j) {
+              const T* w2row = box.w2.data() + (j2 + j - b2) * Pp;
+              T* sj = S.data() + j * Pp;
+              V<T> mv = splat<T>(static_cast<T>(kNegInf));
+              for (int64_t bb = 0; bb < nb; ++bb) {
+                const V<T> z = acc[j * nb + bb] + ld(box.base.data() + bb * kLanes) + ld(w2row + bb * kLanes);
+                st(sj + bb * kLanes, z);
+                mv = mv > z ? mv : z;
               }
-              continue;
+              const T mx = hmax<T>(mv);
+              mxs[j] = mx;
+              empty[j] = mx == static_cast<T>(kNegInf);
+              V<T> sum{};
+              for (int64_t bb = 0; bb < nb; ++bb) {
+                const V<T> e = empty[j] ? V<T>{} : vexp(ld(sj + bb * kLanes) - mx);
+                st(sj + bb * kLanes, e);
+                sum += e;
+              }
+              total[j] = hsum<T>(sum);
             }
-            V<T> sum{};
-            for (int64_t bb = 0; bb < box.nb; ++bb) {
-              const V<T> e = vexp(ld(box.s.data() + bb * kLanes) - mx);
-              st(box.s.data() + bb * kLanes, e);
-              sum += e;
+            row_sums_n<T>(nq, S.data(), Pp, box.vr.data(), box.P, box.Dp, o.data());
+            for (int j = 0; j < nq; ++j) {
+              const int64_t iq = iq0 + j;
+              const T* oj = o.data() + j * box.Dp;
+              if (empty[j]) {
+                if (!gamma) {
+                  for (int64_t e = 0; e < D; ++e) ob[e * Nq + iq] = 0;
+                  lb[iq] = mxs[j];
+                }
+                continue;
+              }
+              const T inv = T(1) / total[j];
+              if (gamma) {  // accumulate: out += gamma_h A (inference; no log-sum-exp kept)
+                const T gh = gamma[bh % H] * inv;
+                for (int64_t e = 0; e < D; ++e) ob[e * Nq + iq] += oj[e] * gh;
+                continue;
+              }
+              for (int64_t e = 0; e < D; ++e) ob[e * Nq + iq] = oj[e] * inv;
+              lb[iq] = mxs[j] + std::log(total[j]);
             }
-            const T total = hsum<T>(sum);
-            row_sums(box.s.data(), box.vr.data(), box.P, box.Dp, o.data());
-            const T inv = T(1) / total;
-            if (gamma) {  // accumulate: out += gamma_h A (inference; no log-sum-exp kept)
-              const T gh = gamma[bh % H] * inv;
-              for (int64_t e = 0; e < D; ++e) ob[e * Nq + iq] += o[e] * gh;
-              continue;
-            }
-            for (int64_t e = 0; e < D; ++e) ob[e * Nq + iq] = o[e] * inv;
-            lb[iq] = mx + std::log(total);
           }
         }
     }
@@ -213,6 +177,7 @@ void forward_impl(const Tensors<T>& x, const Level<T>& g, T scale, T* out, T* ls
 template <typename T>
 void backward_impl(const Tensors<T>& x, const Level<T>& g, T scale, const T* out, const T* lse, const T* gout,
                    T* dq, T* dk, T* dv, T* dlogw) {
+  static_assert(kBlockQ == 8 && kBlockQ % kRowQ == 0, "flush_outer handles blocks of up to 8 queries");
   const int64_t H = x.H, D = x.D, Nq = g.Nq, Nk = g.Nk, B = x.B;
   const Runs runs(g);
   std::vector<T> dlw(dlogw ? B * H * Nk : 0, T(0));  // per (batch, head), summed over the heads afterwards
@@ -220,7 +185,10 @@ void backward_impl(const Tensors<T>& x, const Level<T>& g, T scale, const T* out
     Box<T> box(g, runs, D, true);
     const int64_t P = box.P, Pp = box.Pp, nb = box.nb;
     const int64_t Dp = box.Dp;
-    std::vector<T> prob(Pp), ds(Pp), dkb(P * Dp), dvb(P * Dp), dlb(Pp), gq(Dp), go(Dp, T(0)), qrow(Dp, T(0));
+    // per buffered query: probabilities and score gradients (Pp), its query and output gradient (Dp, zero beyond D)
+    std::vector<T> prob(kBlockQ * Pp), ds(kBlockQ * Pp), dkb(P * Dp), dvb(P * Dp), dlb(Pp), gq(kRowQ * Dp),
+        gos(kBlockQ * Dp, T(0)), qrows(kBlockQ * Dp, T(0)), qsc(kRowQ * D);
+    std::vector<V<T>> sacc(kRowQ * nb), dacc(kRowQ * nb);
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / H;
       const T* qb = x.q + bh * D * Nq;
@@ -235,48 +203,70 @@ void backward_impl(const Tensors<T>& x, const Level<T>& g, T scale, const T* out
         std::fill(dkb.begin(), dkb.end(), T(0));
         std::fill(dvb.begin(), dvb.end(), T(0));
         std::fill(dlb.begin(), dlb.end(), T(0));
+        int nq = 0;
         const int64_t b2 = runs.begin[2][r[2]], e2 = runs.begin[2][r[2] + 1];
         for (int64_t i0 = runs.begin[0][r[0]]; i0 < runs.begin[0][r[0] + 1]; ++i0)
           for (int64_t i1 = runs.begin[1][r[1]]; i1 < runs.begin[1][r[1] + 1]; ++i1) {
             box.row_base(g, i0, i1);
             const int64_t row0 = (i0 * g.n[1] + i1) * g.n[2];
-            for (int64_t i2 = b2; i2 < e2; ++i2) {
-              const int64_t iq = row0 + i2;
-              const T l = lb[iq];
-              if (l == static_cast<T>(kNegInf)) {
-                for (int64_t d = 0; d < D; ++d) dqb[d * Nq + iq] = 0;
-                continue;
+            for (int64_t j2 = b2; j2 < e2; j2 += kRowQ) {  // kRowQ queries of the row at a time
+              const int64_t cnt = std::min<int64_t>(kRowQ, e2 - j2);
+              if (nq + kRowQ > kBlockQ) {
+                flush_outer<T>(nq, dkb.data(), dvb.data(), ds.data(), prob.data(), qrows.data(), gos.data(), P, Pp,
+                               Dp, scale);
+                nq = 0;
               }
-              box.scores(qb + iq, Nq, scale, box.w2.data() + (i2 - b2) * Pp);
-              T di = 0;
-              for (int64_t e = 0; e < D; ++e) {
-                go[e] = gb[e * Nq + iq];
-                qrow[e] = qb[e * Nq + iq];
-                di += go[e] * ob[e * Nq + iq];
+              int nl = 0;  // live queries (with an admissible key), in slots nq .. nq + nl - 1
+              int64_t iqs[kRowQ];
+              T ls[kRowQ], dis[kRowQ];
+              const T* w2rows[kRowQ];
+              for (int64_t i2 = j2; i2 < j2 + cnt; ++i2) {
+                const int64_t iq = row0 + i2;
+                const T l = lb[iq];
+                if (l == static_cast<T>(kNegInf)) {
+                  for (int64_t d = 0; d < D; ++d) dqb[d * Nq + iq] = 0;
+                  continue;
+                }
+                T* go = gos.data() + (nq + nl) * Dp;
+                T* qrow = qrows.data() + (nq + nl) * Dp;
+                T di = 0;
+                for (int64_t e = 0; e < D; ++e) {
+                  go[e] = gb[e * Nq + iq];
+                  qrow[e] = qb[e * Nq + iq];
+                  qsc[nl * D + e] = qrow[e] * scale;
+                  di += go[e] * ob[e * Nq + iq];
+                }
+                iqs[nl] = iq;
+                ls[nl] = l;
+                dis[nl] = di;
+                w2rows[nl] = box.w2.data() + (i2 - b2) * Pp;
+                ++nl;
               }
-              all_block_dots<T>(go.data(), box.vt.data(), D, nb, box.acc.data());  // dO . v_p
-              for (int64_t bb = 0; bb < nb; ++bb) {
-                V<T> z = ld(box.s.data() + bb * kLanes) - l;
-                z = z > T(0) ? V<T>{} : z;
-                const V<T> pv = vexp(z);
-                const V<T> dsv = pv * (box.acc[bb] - di);
-                st(prob.data() + bb * kLanes, pv);
-                st(ds.data() + bb * kLanes, dsv);
-                st(dlb.data() + bb * kLanes, ld(dlb.data() + bb * kLanes) + dsv);
-              }
-              row_sums(ds.data(), box.kr.data(), P, Dp, gq.data());
-              for (int64_t d = 0; d < D; ++d) dqb[d * Nq + iq] = gq[d] * scale;
-              T* __restrict dka = dkb.data();
-              T* __restrict dva = dvb.data();
-              for (int64_t p = 0; p < P; ++p) {
-                const T dss = ds[p] * scale, pr = prob[p];
-                for (int64_t e0 = 0; e0 < Dp; e0 += kLanes) {
-                  st(dka + p * Dp + e0, ld(dka + p * Dp + e0) + dss * ld(qrow.data() + e0));
-                  st(dva + p * Dp + e0, ld(dva + p * Dp + e0) + pr * ld(go.data() + e0));
+              if (!nl) continue;
+              dots_n<T>(nl, qsc.data(), D, box.kt.data(), D, nb, sacc.data());                 // scores
+              dots_n<T>(nl, gos.data() + nq * Dp, Dp, box.vt.data(), D, nb, dacc.data());  // dO . v_p
+              for (int j = 0; j < nl; ++j) {
+                T* pq = prob.data() + (nq + j) * Pp;
+                T* dsq = ds.data() + (nq + j) * Pp;
+                for (int64_t bb = 0; bb < nb; ++bb) {
+                  const V<T> sc = sacc[j * nb + bb] + ld(box.base.data() + bb * kLanes) + ld(w2rows[j] + bb * kLanes);
+                  V<T> z = sc - ls[j];
+                  z = z > T(0) ? V<T>{} : z;
+                  const V<T> pv = vexp(z);
+                  const V<T> dsv = pv * (dacc[j * nb + bb] - dis[j]);
+                  st(pq + bb * kLanes, pv);
+                  st(dsq + bb * kLanes, dsv);
+                  st(dlb.data() + bb * kLanes, ld(dlb.data() + bb * kLanes) + dsv);
                 }
               }
+              row_sums_n<T>(nl, ds.data() + nq * Pp, Pp, box.kr.data(), P, Dp, gq.data());
+              for (int j = 0; j < nl; ++j)
+                for (int64_t d = 0; d < D; ++d) dqb[d * Nq + iqs[j]] = gq[j * Dp + d] * scale;
+              nq += nl;
             }
           }
+        flush_outer<T>(nq, dkb.data(), dvb.data(), ds.data(), prob.data(), qrows.data(), gos.data(), P, Pp, Dp,
+                       scale);
         T* dkh = dk + bh * D * Nk;
         T* dvh = dv + bh * D * Nk;
         for (int64_t p = 0; p < P; ++p) {
