@@ -98,7 +98,7 @@ def _rank(obj) -> int:
 def write_api_pages(out: Path) -> dict[int, str]:
     """Write ``out/<module>.rst`` for every module of :data:`GROUPS` and ``out/toc.rst.inc`` (the
     grouped toctrees that ``api/index.rst`` includes). Files are rewritten only when they change, so
-    an incremental build stays incremental. Returns ``{id(object): qualified name}`` of every class
+    an incremental build stays incremental; pages of modules no longer listed are removed. Returns ``{id(object): qualified name}`` of every class
     and function documented (where its entry is): a name shared by several modules is documented once, on the
     page of a family module (:data:`OWNER_FIRST`) if one lists it, else on the first page that lists it."""
     out.mkdir(parents=True, exist_ok=True)
@@ -140,6 +140,11 @@ def write_api_pages(out: Path) -> dict[int, str]:
                 lines += [f"   ~{q[len(modname) + 1:] if q.startswith(modname + '.') else q}" for q in elsewhere] + [""]
             _write(out / f"{modname}.rst", "\n".join(lines))
     _write(out / "toc.rst.inc", "\n".join(toc))
+    # a page of a module that is no longer listed (moved or removed) would still be built, with duplicate targets
+    pages = {f"{m}.rst" for _caption, mods in groups for m in mods}
+    for stale in out.glob("*.rst"):
+        if stale.name not in pages:
+            stale.unlink()
     return documented
 
 
