@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from sciattn.train.checkpoint import FORMAT
-from sciattn.train.run import _keep_stored_variant
+from sciattn.train.run import _keep_stored_settings
 
 
 def _stored(tmp_path, operator: str, config: dict):
@@ -26,14 +26,14 @@ def _stored(tmp_path, operator: str, config: dict):
 ])
 def test_a_run_stored_before_the_new_defaults_resumes_as_trained(tmp_path, operator, stored, key, kept):
     cfg = SimpleNamespace(model={"name": operator})
-    _keep_stored_variant(cfg, _stored(tmp_path, operator, stored))
+    _keep_stored_settings(cfg, _stored(tmp_path, operator, stored))
     assert key in cfg.model and cfg.model[key] == kept
 
 
 def test_a_run_stored_with_the_new_keys_and_the_user_s_choice_are_left_alone(tmp_path):
     cfg = SimpleNamespace(model={"name": "erwin"})
-    _keep_stored_variant(cfg, _stored(tmp_path, "erwin", {"ball_mode": None, "key_diameter": None}))
+    _keep_stored_settings(cfg, _stored(tmp_path, "erwin", {"ball_mode": None, "key_diameter": None}))
     assert cfg.model == {"name": "erwin"}  # stored under the multiscale default: nothing to keep
     cfg = SimpleNamespace(model={"name": "bsa_transformer", "window": 512})
-    _keep_stored_variant(cfg, _stored(tmp_path, "bsa_transformer", {"ball_size": 64}))
+    _keep_stored_settings(cfg, _stored(tmp_path, "bsa_transformer", {"ball_size": 64}))
     assert cfg.model["window"] == 512

@@ -325,7 +325,7 @@ def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, 
     t = cfg.train
     if resume:
         check_resume_config(cfg, out)
-        _keep_stored_variant(cfg, out)
+        _keep_stored_settings(cfg, out)
     if t.threads:
         torch.set_num_threads(t.threads)
     torch.manual_seed(t.seed)
@@ -407,7 +407,7 @@ def _train_run(cfg: RunConfig, out: Path, ctx, *, resume: bool, progress: bool, 
     return metrics
 
 
-def _keep_stored_variant(cfg: RunConfig, out: Path) -> None:
+def _keep_stored_settings(cfg: RunConfig, out: Path) -> None:
     """A run stored before its operator's current defaults resumes with the settings it was trained with: every key
     the operator's migration of its stored config fills in or changes (:meth:`~sciattn.operators.Operator.migrate_config`,
     e.g. ``variant="sciattn_v1"``, Erwin's ball mode, BSA's global branches) is kept unless the config sets it. A
