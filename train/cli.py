@@ -31,7 +31,7 @@ def _cmd_train(args) -> int:
     if resume and args.force:
         raise ValueError("--resume, --force: expected one of them (--resume continues the run, --force replaces it)")
     if args.config is not None:
-        cfg = load_config(args.config, args.set)
+        cfg = load_config(args.config, args.set, args.unset)
     else:
         from .config import ConfigError, apply_overrides
         from .training.checkpoint import load_checkpoint
@@ -40,7 +40,7 @@ def _cmd_train(args) -> int:
         message = _run_dir_error(out, resume=True, force=None)
         if message is not None:
             raise ConfigError(message)
-        cfg = from_dict(apply_overrides(json.loads(load_checkpoint(out)["run_config"]), args.set))
+        cfg = from_dict(apply_overrides(json.loads(load_checkpoint(out)["run_config"]), args.set, args.unset))
     # the run-directory checks (existing run, checkpoint to resume, writability, stale temporary files)
     # run in train_run on rank 0, before the data or the model are built; every rank raises their error
     metrics = train_run(cfg, out, resume=resume, force=bool(args.force), progress=not args.no_progress,
@@ -198,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
                                              "--resume RUN_DIR: the run's stored config)")
     t.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a config value (TOML literal); repeatable")
+    t.add_argument("--unset", action="append", default=[], metavar="SECTION.KEY",
+                   help="remove a key the config sets, so that it takes its default (TOML has no null); "
+                        "repeatable, applied before --set")
     t.add_argument("--out", help="run directory (default runs/<config name>)")
     t.add_argument("--resume", nargs="?", const=True, default=False, metavar="RUN_DIR",
                    help="continue exactly from RUN_DIR/checkpoint.pt (default RUN_DIR: --out), mid-epoch included; "

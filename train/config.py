@@ -13,6 +13,7 @@ literals, never evaluated as Python.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import tomllib
@@ -339,6 +340,10 @@ def from_dict(raw: dict[str, Any]) -> RunConfig:
                      validate_train(_section(TrainConfig, "train", raw.get("train", {}))))
 
 
+#: words users write for "no value", which TOML does not have (``--unset`` removes a key instead)
+_NULL_WORDS = ("null", "None")
+
+
 def _literal(text: str) -> Any:
     try:
         return tomllib.loads(f"v = {text}")["v"]
@@ -354,12 +359,36 @@ def parse_overrides(pairs: list[str]) -> list[tuple[str, str, Any]]:
             raise ConfigError(f"--set: expected section.key=value, got {pair!r}")
         path, text = pair.split("=", 1)
         section, key = path.strip().split(".", 1)
+        if text.strip() in _NULL_WORDS:
+            raise ConfigError(f"--set {path.strip()}={text.strip()}: TOML has no null value; to drop the key and take "
+                              f"its default, use --unset {path.strip()}")
         out.append((section, key, _literal(text.strip())))
     return out
 
 
-def apply_overrides(raw: dict[str, Any], pairs: list[str]) -> dict[str, Any]:
-    raw = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}  # wrong types: reported by from_dict
+def _unset(raw: dict[str, Any], path: str) -> None:
+    """Remove ``section.key`` (``data.options.t_in``: a key of an inline table) from ``raw``, so that the key
+    takes its default; a key the config does not hold is an error (a typo would otherwise pass unnoticed)."""
+    if "." not in path:
+        raise ConfigError(f"--unset: expected section.key, got {path!r}")
+    section, key = path.split(".", 1)
+    if section not in ("model", "data", "train"):
+        raise ConfigError(f"--unset {path}: unknown section {section!r}; expected model, data or train")
+    target = raw.get(section)
+    *parents, leaf = key.split(".")
+    for part in parents:
+        target = target.get(part) if isinstance(target, dict) else None
+    if not isinstance(target, dict) or leaf not in target:
+        raise ConfigError(f"--unset {path}: expected a key the config sets, got one it does not hold")
+    del target[leaf]
+
+
+def apply_overrides(raw: dict[str, Any], pairs: list[str], unset: list[str] | None = None) -> dict[str, Any]:
+    """``raw`` with the ``--unset`` keys removed (they take their defaults), then the ``--set`` pairs applied;
+    ``raw`` itself is not modified."""
+    raw = copy.deepcopy(raw)  # wrong types: reported by from_dict
+    for path in unset or []:
+        _unset(raw, path.strip())
     for section, key, value in parse_overrides(pairs):
         if section not in ("model", "data", "train"):
             raise ConfigError(f"--set {section}.{key}: unknown section {section!r}; expected model, data or train")
@@ -376,8 +405,10 @@ def apply_overrides(raw: dict[str, Any], pairs: list[str]) -> dict[str, Any]:
     return raw
 
 
-def load_config(source: str | Path | dict[str, Any], overrides: list[str] | None = None) -> RunConfig:
-    """Load a TOML file (or an already parsed dict), apply overrides and validate every key."""
+def load_config(source: str | Path | dict[str, Any], overrides: list[str] | None = None,
+                unset: list[str] | None = None) -> RunConfig:
+    """Load a TOML file (or an already parsed dict), remove the ``unset`` keys, apply the overrides and validate
+    every key."""
     if isinstance(source, dict):
         raw = source
     else:
@@ -388,4 +419,4 @@ def load_config(source: str | Path | dict[str, Any], overrides: list[str] | None
             raw = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(f"config: {str(path)!r} is not valid TOML: {err}") from None
-    return from_dict(apply_overrides(raw, overrides or []))
+    return from_dict(apply_overrides(raw, overrides or [], unset))

@@ -66,7 +66,15 @@ def test_cli_errors_name_the_problem(tiny_files, tmp_path, capsys):
     root, cfg = tiny_files
     assert main(["train", str(cfg), "--out", str(tmp_path / "r"), "--set", "train.lr_max=1"]) == 2
     assert "unknown key(s) ['lr_max']" in capsys.readouterr().err
-    main(["train", str(cfg), "--out", str(tmp_path / "r"), "--no-progress", "--set", "train.epochs=1"])
+    assert main(["train", str(cfg), "--out", str(tmp_path / "r"), "--unset", "train.lr_max"]) == 2
+    assert "--unset train.lr_max: expected a key the config sets" in capsys.readouterr().err
+    assert main(["train", str(cfg), "--out", str(tmp_path / "r"), "--set", "model.n_layers=null"]) == 2
+    assert "use --unset model.n_layers" in capsys.readouterr().err
+    main(["train", str(cfg), "--out", str(tmp_path / "r"), "--no-progress", "--set", "train.epochs=1",
+          "--unset", "model.n_layers"])
+    from sciattn.train.checkpoint import load_checkpoint
+
+    assert "n_layers" not in json.loads(load_checkpoint(tmp_path / "r")["run_config"])["model"]
     assert main(["evaluate", str(tmp_path / "r"), "--data", str(tmp_path / "missing.pt")]) == 2
     assert "missing.pt" in capsys.readouterr().err
     corrupt = tmp_path / "darcy_test_8.pt"

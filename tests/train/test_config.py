@@ -64,3 +64,30 @@ def test_unknown_section_and_missing_file(tmp_path):
         load_config(tmp_path / "nope.toml")
     with pytest.raises(ConfigError, match="is not valid TOML"):
         load_config(_write(tmp_path, "[model\n"))
+
+
+def test_unset_drops_a_key_so_it_takes_its_default(tmp_path):
+    text = BASE + "grad_clip = 0.5\n"
+    default = load_config(_write(tmp_path, BASE))
+    cfg = load_config(_write(tmp_path, text), unset=["train.grad_clip", "model.d_model"])
+    assert cfg.train.grad_clip == default.train.grad_clip != 0.5
+    assert "d_model" not in cfg.model_params
+    # --unset runs before --set, so a key can be replaced wholesale
+    assert load_config(_write(tmp_path, text), ["model.d_model=8"], unset=["model.d_model"]).model_params == {"d_model": 8}
+
+
+@pytest.mark.parametrize("unset, match", [
+    (["train.grad_clip"], r"--unset train.grad_clip: expected a key the config sets"),
+    (["optim.lr"], "--unset optim.lr: unknown section 'optim'"),
+    (["epochs"], "--unset: expected section.key, got 'epochs'"),
+])
+def test_unset_errors_name_the_key(tmp_path, unset, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(_write(tmp_path), unset=unset)
+
+
+@pytest.mark.parametrize("word", ["null", "None"])
+def test_null_words_point_to_unset(tmp_path, word):
+    with pytest.raises(ConfigError, match=rf"--set model.d_model={word}: TOML has no null value; .*--unset model.d_model"):
+        load_config(_write(tmp_path), [f"model.d_model={word}"])
+    assert load_config(_write(tmp_path), ["data.test=none"]).data.test == "none"  # a lowercase word is a string
