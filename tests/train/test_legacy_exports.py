@@ -7,6 +7,7 @@ program's output on a fixed input.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,26 @@ def test_legacy_export_keeps_its_dynamic_sizes_and_input_checks(legacy):
     assert program(x).shape == (3, 1, 12, 10)
     with pytest.raises(ValueError, match="expected C_in = 1 input channels"):
         program(torch.zeros(2, 3, 8, 8))
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def test_a_program_without_the_pt2_suffix_loads_quietly(legacy, tmp_path):
+    copy = tmp_path / "program"
+    copy.write_bytes((DATA / "legacy_galerkin_transformer.pt2").read_bytes())
+    records, logger = _Records(), logging.getLogger("torch.export")  # torch's loggers do not reach caplog
+    logger.addHandler(records)
+    try:
+        program = load_program(copy)
+    finally:
+        logger.removeHandler(records)
+    assert not [m for m in records.messages if "pt2" in m], records.messages  # torch warns about the file name
+    io = legacy[1]
+    torch.testing.assert_close(program(io["x"]), io["y"], rtol=1e-5, atol=1e-6)

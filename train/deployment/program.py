@@ -159,7 +159,8 @@ def load_program(path: str | os.PathLike) -> LoadedProgram:
         raise FileNotFoundError(f"path: expected a .pt2 file written by export_run, got {str(path)!r} (no such file)")
     extra = {SPEC_FILE: ""}
     try:
-        program = torch.export.load(str(path), extra_files=extra)
+        with path.open("rb") as f:  # a file object: torch warns about a file name without the .pt2 suffix
+            program = torch.export.load(f, extra_files=extra)
     except Exception as err:  # noqa: BLE001 - torch raises many types for a file that is not a program
         raise ValueError(f"path: expected a torch.export program (.pt2), could not load {str(path)!r} "
                          f"({type(err).__name__}: {_first_line(err)[:200]})") from err
