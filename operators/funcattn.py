@@ -13,10 +13,11 @@ on padding), functional attention is the discretisation of
     S_g ≈ Σ_i w_i φ_ig f_i / (Σ_i w_i φ_ig + ε),    a = sigmoid(α) (α learnable, init ``alpha_init``).
 
 So the pairwise softmax affinities of attention are replaced by a ridge least-squares map between the basis
-coefficients of keys and queries (``(1 - a) C = argmin_C ‖C K - Q‖² + λ‖C‖²``, ``λ = a / (1 - a)``); the only softmax is over the G basis functions at each point. ``C V`` is formed
-as ``Q (M^{-1} (Kᵀ V))``, ``M = (1 - a) KᵀK + a I`` (a ``d × d`` solve with ``d`` right-hand sides; the published
-code forms ``C`` first, ``G × G``: the same product in another order, equal up to round-off). The solve runs in at
-least float32, outside autocast (the reference notes: ``linalg.solve`` is unsupported or unstable in half precision).
+coefficients of keys and queries (``(1 - a) C = argmin_C ‖C K - Q‖² + λ‖C‖²``, ``λ = a / (1 - a)``); the only
+softmax is over the G basis functions at each point. ``C V`` is formed as ``Q (M^{-1} (Kᵀ V))``,
+``M = (1 - a) KᵀK + a I`` (a ``d × d`` solve with ``d`` right-hand sides; the published code forms ``C`` first,
+``G × G``: the same product in another order, equal up to round-off). The solve runs in at least float32, outside
+autocast (``linalg.solve`` is unsupported or unstable in half precision).
 
 Published code (xjffff/FUNCATTN ``PDE-StandardBenchmark/model/Functional_attention.py`` and
 ``Functional_Attention_Irregular_Mesh_Shared.py``, the Elasticity model: the only one whose basis projections are
