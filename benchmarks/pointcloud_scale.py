@@ -55,7 +55,7 @@ from .multipole_scaling import fit_exponent
 
 ROOT = Path(__file__).resolve().parents[1]
 
-OPERATORS = ("transolver", "linear_no", "gnot", "ono", "oformer", "galerkin_transformer", "erwin", "bsa_transformer")
+OPERATORS = ("transolver", "linear_no", "gnot", "ono", "funcattn", "oformer", "galerkin_transformer", "erwin", "bsa_transformer")
 EXTRA = {"galerkin_transformer": {"regressor": "pointwise"}}
 TARGET_N, TARGET_MB = 2 ** 20, 16 * 1024
 DIMS = 3

@@ -7,6 +7,7 @@ from .contract import ExportPolicy, Operator
 from .erwin import Erwin
 from .factformer import FactFormer
 from .fno import FNO
+from .funcattn import FuncAttn
 from .galerkin_transformer import GalerkinTransformer
 from .gnot import GNOT
 from .linear_no import LinearNO
@@ -26,6 +27,7 @@ __all__ = [
     "ExportPolicy",
     "FactFormer",
     "FNO",
+    "FuncAttn",
     "GalerkinTransformer",
     "GNOT",
     "LinearNO",

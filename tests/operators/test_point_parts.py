@@ -36,6 +36,7 @@ CFGS = {
                       learn_temperature=True),
     "gnot": dict(in_channels=2, out_channels=3, spatial_dims=2, width=8, n_layers=2, n_heads=2, n_experts=2),
     "ono": dict(in_channels=2, out_channels=3, spatial_dims=2, width=8, n_layers=2, n_heads=2, psi_dim=4),
+    "funcattn": dict(in_channels=2, out_channels=3, spatial_dims=2, width=8, n_layers=2, n_heads=2, basis_num=5),
 }
 N = 49  # 40 real points of sample 0, 20 of sample 1, padded with garbage (NaN features and weights)
 
@@ -186,10 +187,10 @@ def test_two_gloo_ranks_equal_one_process_outputs_and_gradients():
 
 # ----------------------------------------------------------------------------- the protocol
 def test_operators_without_the_capability_are_refused_by_name():
-    assert supporting_operators() == ["bsa_transformer", "erwin", "gnot", "linear_no", "ono", "transolver"]
+    assert supporting_operators() == ["bsa_transformer", "erwin", "funcattn", "gnot", "linear_no", "ono", "transolver"]
     oformer = create_operator("oformer", in_channels=1, out_channels=1, spatial_dims=2)
     with pytest.raises(ValueError, match=r"train.domain_parallel: operator 'oformer' \(OFormer\) does not run "
-                                         r"domain-parallel .*operators that do: \['bsa_transformer', 'erwin', 'gnot', "
+                                         r"domain-parallel .*operators that do: \['bsa_transformer', 'erwin', 'funcattn', 'gnot', "
                                          r"'linear_no', 'ono', 'transolver'\]"):
         check_supports(oformer, key="train.domain_parallel")
     erwin = create_operator("erwin", in_channels=1, out_channels=1, spatial_dims=2)

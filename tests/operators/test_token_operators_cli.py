@@ -17,11 +17,13 @@ CONFIGS = {
     "transolver": "slice_num = 4",
     "linear_no": "key_ratio = 4",
     "ono": "psi_dim = 4",
+    "funcattn": "basis_num = 4",
 }
 
 
 @pytest.mark.parametrize("name", [
-    "transolver", pytest.param("linear_no", marks=pytest.mark.slow), pytest.param("ono", marks=pytest.mark.slow)])
+    "transolver", pytest.param("linear_no", marks=pytest.mark.slow), pytest.param("ono", marks=pytest.mark.slow),
+    pytest.param("funcattn", marks=pytest.mark.slow)])
 def test_train_evaluate_export(name, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SCIATTN_DATA", str(tmp_path / "data"))
     cfg = tmp_path / "cfg.toml"
