@@ -6,6 +6,7 @@ from .codano import CoDANO
 from .contract import ExportPolicy, Operator
 from .erwin import Erwin
 from .factformer import FactFormer
+from .fastmax_transformer import FastmaxTransformer
 from .fno import FNO
 from .galerkin_transformer import GalerkinTransformer
 from .gnot import GNOT
@@ -25,6 +26,7 @@ __all__ = [
     "Erwin",
     "ExportPolicy",
     "FactFormer",
+    "FastmaxTransformer",
     "FNO",
     "GalerkinTransformer",
     "GNOT",
