@@ -25,24 +25,38 @@ def _scaled(t, normalize, lim, mask):
     return lim * t / n.clamp_min(torch.finfo(t.dtype).tiny)
 
 
+def _prepared(q, k, mask, normalize, lim):
+    """Padded keys (and, with ``Nq == Nk``, non-finite padded queries) read as zero, then the ``normalize`` rule."""
+    nq, nk = q.shape[2], k.shape[2]
+    if mask is not None:
+        keep = mask[:, None, :, None]
+        k = torch.where(keep, k, torch.zeros((), dtype=k.dtype, device=k.device))
+        if nq == nk:
+            q = torch.where(keep | torch.isfinite(q), q, torch.zeros((), dtype=q.dtype, device=q.device))
+    return _scaled(q, normalize, lim, mask if nq == nk else None), _scaled(k, normalize, lim, mask)
+
+
+def _kernel(q, k, coefficients, temperature):
+    """``f(q_i·k_j / temperature)`` ``(B, H, Nq, Nk)`` by Horner's rule."""
+    s = torch.einsum("bhid,bhjd->bhij", q, k) / temperature
+    a = s * coefficients[-1]
+    for c in reversed(coefficients[1:-1]):
+        a = (a + c) * s
+    return a + coefficients[0]
+
+
+def _key_weights(weights, mask, b, nk, dtype, device):
+    w = torch.ones(b, nk, dtype=dtype, device=device) if weights is None else weights.to(dtype).expand(b, nk)
+    return w if mask is None else torch.where(mask, w, torch.zeros((), dtype=dtype, device=device))
+
+
 def fastmax_matrix(q, k, weights=None, mask=None, *, coefficients=(1.0, 1.0, 0.5), normalize="max", lim=1.0,
                    temperature=1.0, causal=False):
     """The row-normalised attention matrix ``(B, H, Nq, Nk)`` (zero at padded keys and, with ``causal``, above the
     diagonal)."""
-    b, _, nq, _ = q.shape
-    nk = k.shape[2]
-    keep = torch.ones(b, nk, dtype=torch.bool, device=q.device) if mask is None else mask
-    if mask is not None:
-        k = torch.where(keep[:, None, :, None], k, torch.zeros((), dtype=k.dtype, device=k.device))
-        if nq == nk:
-            q = torch.where(keep[:, None, :, None] | torch.isfinite(q), q, torch.zeros((), dtype=q.dtype))
-    q = _scaled(q, normalize, lim, mask if nq == nk else None)
-    k = _scaled(k, normalize, lim, mask)
-    s = torch.einsum("bhid,bhjd->bhij", q, k) / temperature
-    a = sum(c * s**p for p, c in enumerate(coefficients))
-    w = torch.ones(b, nk, dtype=q.dtype, device=q.device) if weights is None else weights.to(q.dtype).expand(b, nk)
-    w = torch.where(keep, w, torch.zeros((), dtype=q.dtype, device=q.device))
-    a = a * w[:, None, None, :]
+    q, k = _prepared(q, k, mask, normalize, lim)
+    a = _kernel(q, k, tuple(coefficients), temperature)
+    a = a * _key_weights(weights, mask, q.shape[0], k.shape[2], q.dtype, q.device)[:, None, None, :]
     if causal:
         a = torch.tril(a)
     return a / a.sum(-1, keepdim=True)
@@ -50,18 +64,21 @@ def fastmax_matrix(q, k, weights=None, mask=None, *, coefficients=(1.0, 1.0, 0.5
 
 def fastmax_dense(q, k, v, weights=None, mask=None, *, order=2, coefficients=None, normalize="max", lim=1.0,
                   temperature=1.0, causal=False, block=None):
-    """``A v`` with ``A`` from :func:`fastmax_matrix`; ``block``: that many query rows at a time (non-causal)."""
+    """``A v`` with ``A`` the matrix of :func:`fastmax_matrix`, computed as ``(K (w ṽ))[:E] / (K (w ṽ))[E]`` with
+    ``K_ij = f(s_ij)`` and ``ṽ = [v, 1]``; ``block``: that many query rows of ``K`` at a time."""
     coefficients = (1.0, 1.0, 0.5)[: order + 1] if coefficients is None else tuple(coefficients)
     if mask is not None:
         v = torch.where(mask[:, None, :, None], v, torch.zeros((), dtype=v.dtype, device=v.device))
-    opts = dict(coefficients=coefficients, normalize=normalize, lim=lim, temperature=temperature, causal=causal)
-    if block is None or causal or (mask is not None and q.shape[2] == k.shape[2]):
-        return fastmax_matrix(q, k, weights, mask, **opts) @ v
-    # normalise q over all queries first, so that blocks see the same maximum
-    if mask is not None:
-        k = torch.where(mask[:, None, :, None], k, torch.zeros((), dtype=k.dtype, device=k.device))
-    qn = _scaled(q, normalize, lim, None)
-    opts["normalize"] = None
-    kn = _scaled(k, normalize, lim, mask)
-    return torch.cat([fastmax_matrix(qn[:, :, i:i + block], kn, weights, mask, **opts) @ v
-                      for i in range(0, q.shape[2], block)], dim=2)
+    q, k = _prepared(q, k, mask, normalize, lim)
+    w = _key_weights(weights, mask, q.shape[0], k.shape[2], q.dtype, q.device)
+    vt = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1) * w[:, None, :, None]
+    nq = q.shape[2]
+    step = nq if block is None else block
+    outs = []
+    for i in range(0, nq, step):
+        kmat = _kernel(q[:, :, i:i + step], k, coefficients, temperature)
+        if causal:
+            kmat = torch.tril(kmat, diagonal=i)
+        outs.append(kmat @ vt)
+    out = torch.cat(outs, dim=2)
+    return out[..., :-1] / out[..., -1:]
