@@ -27,7 +27,7 @@ from typing import Any
 from benchmarks.harness import int_param, module_benchmarks
 
 PARAMS: dict[str, Any] = {
-    "sizes": [256, 512, 1024, 2048, 4096, 8192, 16384], "heads": 4, "dim": 16, "order": 2, "lim": 1.0,
+    "sizes": [256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536], "heads": 4, "dim": 16, "order": 2, "lim": 1.0,
     "dense_max": 16384, "error_max": 4096, "fit_from": 1024, "block": 1024, "reps": 3, "seed": 0,
 }
 QUICK: dict[str, Any] = {"sizes": [256, 512, 1024, 2048], "dense_max": 2048, "error_max": 1024, "fit_from": 512,

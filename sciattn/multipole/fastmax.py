@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 
 from .._attention_inputs import check_key_weights_and_mask, check_qkv, mask_padding
-from .._checks import check_attention_dtypes, check_quadrature_weights
+from .._checks import check_attention_dtypes, check_positive_int, check_quadrature_weights
 from ..domain import normalized_weights
 
 __all__ = ["fastmax_attention", "check_fastmax_options", "fastmax_normalize", "NORMALIZE"]
@@ -75,21 +75,52 @@ def fastmax_normalize(t: torch.Tensor, normalize: str | None, lim: float, mask: 
     return lim * t / norm.clamp_min(torch.finfo(t.dtype).tiny)
 
 
-def _moments_apply(q, k, vt, coeffs, c):
-    """``Σ_j f(c q_i·k_j) vt_j`` by the moments (non-causal); ``vt`` ``(B, H, N, F)`` already carries the weights."""
-    out = coeffs[0] * vt.sum(dim=2, keepdim=True) + (coeffs[1] * c) * (q @ (k.transpose(-1, -2) @ vt))
-    if len(coeffs) == 3:
-        b, h, n, d = k.shape
-        f = vt.shape[-1]
-        kv = (k[..., :, None] * vt[..., None, :]).reshape(b, h, n, d * f)  # k_j ⊗ vt_j
-        m2 = (k.transpose(-1, -2) @ kv).reshape(b, h, d, d * f)  # Σ_j k_j ⊗ k_j ⊗ vt_j as (D, D·F)
-        qm = (q @ m2).reshape(*q.shape[:3], d, f)  # Σ_d' q_d' M2[d', d, :]
-        out = out + (coeffs[2] * c * c) * (q[..., :, None] * qm).sum(dim=-2)
-    return out
+def _starts(n, chunk):
+    """Chunk starts over ``n`` points; one chunk when ``n`` is symbolic (``torch.export`` with a dynamic size)."""
+    return range(0, n, chunk) if isinstance(n, int) else (0,)
 
 
-def _moments_apply_causal(q, k, vt, coeffs, c):
-    """The prefix-sum form, ``Σ_{j<=i}``: running moments per point (the published masked path)."""
+def _piece(t, i, chunk, n):
+    return t[:, :, i:i + chunk] if isinstance(n, int) else t
+
+
+def _moments(k, vt, order, chunk):
+    """``(M0 (B, H, 1, F), M1 (B, H, D, F), M2 (B, H, D, D·F) or None)`` accumulated over ``chunk`` points at a time
+    (the intermediates ``k_j ⊗ vt_j`` of a chunk stay in cache); ``vt`` already carries the weights."""
+    b, h, n, d = k.shape
+    f = vt.shape[-1]
+    m0, m1, m2 = vt.new_zeros(b, h, 1, f), vt.new_zeros(b, h, d, f), None
+    if order == 2:
+        m2 = vt.new_zeros(b, h, d, d * f)
+    for i in _starts(n, chunk):
+        kc, vc = _piece(k, i, chunk, n), _piece(vt, i, chunk, n)
+        kct = kc.transpose(-1, -2)
+        m0 = m0 + vc.sum(dim=2, keepdim=True)
+        m1 = m1 + kct @ vc
+        if m2 is not None:
+            m2 = m2 + kct @ (kc[..., :, None] * vc[..., None, :]).reshape(b, h, -1, d * f)  # Σ k ⊗ k ⊗ vt
+    return m0, m1, m2
+
+
+def _moments_apply(q, k, vt, coeffs, c, chunk):
+    """``Σ_j f(c q_i·k_j) vt_j`` by the moments (non-causal), ``chunk`` points at a time on both sides."""
+    m0, m1, m2 = _moments(k, vt, len(coeffs) - 1, chunk)
+    d, f = k.shape[-1], vt.shape[-1]
+    outs = []
+    nq = q.shape[2]
+    for i in _starts(nq, chunk):
+        qc = _piece(q, i, chunk, nq)
+        out = coeffs[0] * m0 + (coeffs[1] * c) * (qc @ m1)
+        if m2 is not None:
+            qm = (qc @ m2).reshape(*qc.shape[:3], d, f)  # Σ_d' q_d' M2[d', d, :]
+            out = out + (coeffs[2] * c * c) * (qc[..., :, None] * qm).sum(dim=-2)
+        outs.append(out)
+    return torch.cat(outs, dim=2)
+
+
+def _moments_apply_causal(q, k, vt, coeffs, c, chunk):
+    """The prefix-sum form, ``Σ_{j<=i}``: running moments per point (the published masked path; not chunked)."""
+    del chunk
     out = coeffs[0] * vt.cumsum(dim=2)
     m1 = (k[..., :, None] * vt[..., None, :]).cumsum(dim=2)  # (B, H, N, D, F)
     out = out + (coeffs[1] * c) * (q[..., None, :] @ m1).squeeze(-2)
@@ -114,6 +145,7 @@ def fastmax_attention(
     lim: float = 1.0,
     temperature: float = 1.0,
     causal: bool = False,
+    chunk: int = 512,
 ) -> torch.Tensor:
     """Fastmax attention by its factorised moments (module docstring), with quadrature weights on every sum.
 
@@ -129,6 +161,8 @@ def fastmax_attention(
         normalize: ``"max"`` (published), ``"token"`` or ``None``; ``lim``: the radius they scale to.
         temperature: ``s_ij = q_i·k_j / temperature``.
         causal: only keys ``j <= i`` (needs ``Nq == Nk``).
+        chunk: points per step when forming and applying the moments (a cache size: the answer is the same up
+            to the order of the sums).
 
     Returns:
         ``(B, H, Nq, E)``.
@@ -142,6 +176,7 @@ def fastmax_attention(
     check_quadrature_weights("weights", weights, mask, need_mass=True)
     if not isinstance(causal, bool):
         raise TypeError(f"causal: expected a bool, got {causal!r}")
+    check_positive_int("chunk", chunk)
     if causal and q.shape[2] != nk:
         raise ValueError(f"causal: expected as many queries as keys, got Nq={q.shape[2]} and Nk={nk}")
     wdtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
@@ -154,5 +189,5 @@ def fastmax_attention(
     ones = torch.ones((*v.shape[:3], 1), dtype=v.dtype, device=v.device)
     vt = torch.cat([v, ones], dim=-1) * w[:, None, :, None].to(v.dtype)  # weighted [v, 1]
     apply = _moments_apply_causal if causal else _moments_apply
-    out = apply(q, k, vt, coeffs, 1.0 / temperature)
+    out = apply(q, k, vt, coeffs, 1.0 / temperature, chunk)
     return out[..., :-1] / out[..., -1:]

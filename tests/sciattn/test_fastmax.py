@@ -88,6 +88,7 @@ def test_weighted_padded_cross_attention_equals_the_dense_kernel(normalize, orde
         assert _rel(a, b) <= TOL
     blocked = fastmax_dense(q, k, v, w, mask, block=3, **opts)
     assert _rel(blocked, ref) <= TOL
+    assert _rel(fastmax_attention(q, k, v, w, mask, chunk=4, **opts), ref) <= TOL  # chunks of 4 over 7 and 13
 
 
 def test_self_attention_mask_indexes_the_queries_too():
@@ -132,7 +133,8 @@ def test_close_to_softmax_for_small_scores():
 
 @pytest.mark.parametrize("kw,words", [(dict(order=3), "order"), (dict(coefficients=(1.0, 1.0)), "coefficients"),
                                       (dict(normalize="l2"), "normalize"), (dict(lim=0.0), "lim"),
-                                      (dict(temperature=-1.0), "temperature"), (dict(causal=1), "causal")])
+                                      (dict(temperature=-1.0), "temperature"), (dict(causal=1), "causal"),
+                                      (dict(chunk=0), "chunk")])
 def test_bad_options_are_named(kw, words):
     q, k, v = _qkv(nq=4, nk=4)
     with pytest.raises((ValueError, TypeError), match=words):
