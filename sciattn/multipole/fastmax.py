@@ -75,13 +75,11 @@ def fastmax_normalize(t: torch.Tensor, normalize: str | None, lim: float, mask: 
     return lim * t / norm.clamp_min(torch.finfo(t.dtype).tiny)
 
 
-def _starts(n, chunk):
-    """Chunk starts over ``n`` points; one chunk when ``n`` is symbolic (``torch.export`` with a dynamic size)."""
-    return range(0, n, chunk) if isinstance(n, int) else (0,)
-
-
-def _piece(t, i, chunk, n):
-    return t[:, :, i:i + chunk] if isinstance(n, int) else t
+def _pieces(t, chunk):
+    """``t`` ``(B, H, N, ·)`` in pieces of ``chunk`` points by ``split`` (whose backward is one concatenation; slicing
+    would build a full-size zero gradient per piece, quadratic in N); one piece when ``N`` is symbolic
+    (``torch.export`` with a dynamic size)."""
+    return t.split(chunk, dim=2) if isinstance(t.shape[2], int) else (t,)
 
 
 def _moments(k, vt, order, chunk):
@@ -92,8 +90,7 @@ def _moments(k, vt, order, chunk):
     m0, m1, m2 = vt.new_zeros(b, h, 1, f), vt.new_zeros(b, h, d, f), None
     if order == 2:
         m2 = vt.new_zeros(b, h, d, d * f)
-    for i in _starts(n, chunk):
-        kc, vc = _piece(k, i, chunk, n), _piece(vt, i, chunk, n)
+    for kc, vc in zip(_pieces(k, chunk), _pieces(vt, chunk)):
         kct = kc.transpose(-1, -2)
         m0 = m0 + vc.sum(dim=2, keepdim=True)
         m1 = m1 + kct @ vc
@@ -107,9 +104,7 @@ def _moments_apply(q, k, vt, coeffs, c, chunk):
     m0, m1, m2 = _moments(k, vt, len(coeffs) - 1, chunk)
     d, f = k.shape[-1], vt.shape[-1]
     outs = []
-    nq = q.shape[2]
-    for i in _starts(nq, chunk):
-        qc = _piece(q, i, chunk, nq)
+    for qc in _pieces(q, chunk):
         out = coeffs[0] * m0 + (coeffs[1] * c) * (qc @ m1)
         if m2 is not None:
             qm = (qc @ m2).reshape(*qc.shape[:3], d, f)  # Σ_d' q_d' M2[d', d, :]
