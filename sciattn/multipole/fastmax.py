@@ -145,7 +145,8 @@ def fastmax_attention(
     """Fastmax attention by its factorised moments (module docstring), with quadrature weights on every sum.
 
     Args:
-        q, k, v: ``(B, H, Nq, D)``, ``(B, H, Nk, D)``, ``(B, H, Nk, E)``, floating, one dtype.
+        q, k, v: ``(B, H, Nq, D)``, ``(B, H, Nk, D)``, ``(B, H, Nk, E)``, floating, one dtype (float16 and
+            bfloat16 are computed in float32 and the output cast back).
         weights: ``(Nk,)`` or ``(B, Nk)`` quadrature weights of the keys (None: uniform, the published average);
             finite and ``>= 0`` at real keys with a positive total per sample, else ``ValueError``.
         mask: ``(B, Nk)`` bool, True at real keys; padded keys, values and weights are never read.
@@ -174,8 +175,10 @@ def fastmax_attention(
     check_positive_int("chunk", chunk)
     if causal and q.shape[2] != nk:
         raise ValueError(f"causal: expected as many queries as keys, got Nq={q.shape[2]} and Nk={nk}")
-    wdtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-    w = normalized_weights(weights, mask, (b, nk), wdtype, q.device)
+    dtype = q.dtype
+    if dtype in (torch.float16, torch.bfloat16):  # moments accumulate in float32 (cancellation in a0 + a1 s + a2 s²)
+        q, k, v = q.float(), k.float(), v.float()
+    w = normalized_weights(weights, mask, (b, nk), q.dtype, q.device)
     if mask is not None:
         q, k, v = mask_padding(q, k, v, mask)
     qmask = mask if mask is not None and q.shape[2] == nk else None
@@ -185,4 +188,4 @@ def fastmax_attention(
     vt = torch.cat([v, ones], dim=-1) * w[:, None, :, None].to(v.dtype)  # weighted [v, 1]
     apply = _moments_apply_causal if causal else _moments_apply
     out = apply(q, k, vt, coeffs, 1.0 / temperature, chunk)
-    return out[..., :-1] / out[..., -1:]
+    return (out[..., :-1] / out[..., -1:]).to(dtype)

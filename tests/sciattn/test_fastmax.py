@@ -117,6 +117,15 @@ def test_weights_are_a_quadrature():
     assert _rel(fastmax_attention(q, k, v, w), fastmax_attention(q, k, v)) > 1e-3
 
 
+def test_half_precision_accumulates_in_float32():
+    q, k, v = _qkv(nq=300, nk=300, seed=8)
+    ref = fastmax_attention(q, k, v, normalize=None)
+    for dtype in (torch.float16, torch.bfloat16):
+        out = fastmax_attention(*(t.to(dtype) for t in (q, k, v)), normalize=None)
+        assert out.dtype == dtype
+        assert _rel(out.double(), ref) < (2e-3 if dtype == torch.float16 else 1.5e-2)
+
+
 def test_close_to_softmax_for_small_scores():
     """The order-2 Taylor kernel differs from ``exp`` by ``O(s³)``: shrinking the scores 4x shrinks the gap from
     softmax attention by more than 20x."""
