@@ -84,6 +84,7 @@ WIDTH_KEYS: dict[str, tuple[str, int]] = {
     "fno": ("hidden_channels", 1), "mano": ("width", 4), "mano_extended": ("width", 4), "codano": ("width", 2),
     "erwin": ("c_hidden", 8), "bsa_transformer": ("width", 4), "anie": ("width", 2),
     "funcattn": ("width", 4),
+    "fastmax_transformer": ("width", 4),
 }
 
 

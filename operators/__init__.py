@@ -6,6 +6,7 @@ from .codano import CoDANO
 from .contract import ExportPolicy, Operator
 from .erwin import Erwin
 from .factformer import FactFormer
+from .fastmax_transformer import FastmaxTransformer
 from .fno import FNO
 from .funcattn import FuncAttn
 from .galerkin_transformer import GalerkinTransformer
@@ -26,6 +27,7 @@ __all__ = [
     "Erwin",
     "ExportPolicy",
     "FactFormer",
+    "FastmaxTransformer",
     "FNO",
     "FuncAttn",
     "GalerkinTransformer",

@@ -16,6 +16,7 @@ from .codomain import CodomainAttention, codomain_attention
 from .domain import Grid, PointCloud, SphereGrid
 from .galerkin import GalerkinAttention, galerkin_attention
 from .multipole import MultipoleAttention, window_attention
+from .multipole.fastmax import fastmax_attention
 from .neighborhood import neighborhood_attention
 from .spherical import SphericalAttention, SphericalNeighborhoodAttention
 from .weighted_softmax import weighted_softmax_attention
@@ -39,6 +40,7 @@ __all__ = [
     "build_ball_tree",
     "capability_report",
     "codomain_attention",
+    "fastmax_attention",
     "galerkin_attention",
     "neighborhood_attention",
     "window_attention",

@@ -1,7 +1,10 @@
-"""Multipole attention: windowed softmax attention on a grid pyramid, combined coarse to fine (MANO)."""
+"""Multipole attention: windowed softmax attention on a grid pyramid, combined coarse to fine (MANO); and Fastmax,
+the factorable attention whose polynomial kernel's sums over points are moments (FAST)."""
 
+from .fastmax import fastmax_attention
+from .fastmax_reference import fastmax_dense
 from .functional import window_attention
 from .module import MultipoleAttention
 from .spec import MultipoleSpec
 
-__all__ = ["window_attention", "MultipoleAttention", "MultipoleSpec"]
+__all__ = ["window_attention", "MultipoleAttention", "MultipoleSpec", "fastmax_attention", "fastmax_dense"]

@@ -37,6 +37,7 @@ VALID = {
     "fno": dict(in_channels=1, out_channels=1, n_modes=2, hidden_channels=4, n_layers=1),
     "anie": dict(in_channels=1, out_channels=1, state_channels=2, width=4, n_layers=1, n_heads=2, dim_ff=4),
     "funcattn": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, basis_num=2),
+    "fastmax_transformer": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, dim_ff=4),
 }
 REQUIRED = {"codano": "variables", "spherical_transformer": "nlat", "planar_transformer": "nlon"}
 # one integer hyperparameter of each operator, for non-positive / bool / float values
@@ -54,6 +55,8 @@ SIZE |= {"anie": "state_channels"}
 HEADS |= {"anie": "n_heads"}
 SIZE |= {"funcattn": "basis_num"}
 HEADS |= {"funcattn": "n_heads"}
+SIZE |= {"fastmax_transformer": "width"}
+HEADS |= {"fastmax_transformer": "n_heads"}
 
 
 def make(name: str, **change):
