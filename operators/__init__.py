@@ -15,6 +15,7 @@ from .mano_extended import MANOExtended
 from .oformer import OFormer
 from .ono import ONO
 from .registry import create_operator, list_operators, migrate_stored, register_operator
+from .schwarz import SchwarzTransformer
 from .spherical_transformer import PlanarTransformer, SphericalTransformer
 from .transolver import Transolver
 
@@ -28,6 +29,7 @@ __all__ = [
     "FNO",
     "GalerkinTransformer",
     "GNOT",
+    "SchwarzTransformer",
     "LinearNO",
     "MANO",
     "MANOExtended",
