@@ -83,6 +83,7 @@ WIDTH_KEYS: dict[str, tuple[str, int]] = {
     "ono": ("width", 4), "gnot": ("width", 2), "factformer": ("width", 4), "oformer": ("width", 4),
     "fno": ("hidden_channels", 1), "mano": ("width", 4), "mano_extended": ("width", 4), "codano": ("width", 2),
     "erwin": ("c_hidden", 8), "bsa_transformer": ("width", 4), "anie": ("width", 2),
+    "schwarz_transformer": ("width", 4),
 }
 
 

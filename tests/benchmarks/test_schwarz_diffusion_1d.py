@@ -1,0 +1,72 @@
+"""benchmarks/schwarz_diffusion_1d.py: the generated pairs solve the diffusion problem (the Laplacian's discrete
+eigenvectors are checked independently), the paper's two-level matrix model is the transcribed operator, a short run
+writes valid rows, and bad parameters are refused by name."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks import harness
+from benchmarks import schwarz_diffusion_1d as sd
+from tests.operators import _schwarz_paper as paper
+
+
+def test_stiffness_is_the_finite_difference_laplacian_and_the_pairs_solve_it():
+    n = 31
+    h = 1 / (n + 1)
+    lap = sd.stiffness(n, 0.0)
+    x = torch.arange(1, n + 1, dtype=torch.float64) * h
+    for k in (1, 5, 17):  # sin(kπx) is an eigenvector with eigenvalue 4 sin²(kπh/2) / h²
+        s = torch.sin(k * math.pi * x)
+        assert torch.allclose(lap @ s, 4 * math.sin(k * math.pi * h / 2) ** 2 / h**2 * s, atol=1e-9)
+    a = sd.stiffness(n, 0.5)
+    assert torch.allclose(a, a.T) and torch.linalg.eigvalsh(a).min() > 0
+    f, u = sd.samples(4, n, 8, 0.5, seed=3)
+    assert (u @ a.T - f).abs().max() < 1e-10 * f.abs().max()
+
+
+def test_two_level_matrix_model_is_the_papers_operator():
+    params = {**sd.PARAMS, "n": 40, "subdomains": 4, "overlap": 0.1, "coarse_nodes": 5, "coarse_rank": 3}
+    torch.manual_seed(0)
+    (q, k, q0, k0), apply = sd.matrix_model("schwarz_two_level", params)
+    n = params["n"]
+    pos = np.arange(1, n + 1) / (n + 1)
+    ref = paper.schwarz_matrix(paper.axis_partition_physical(pos, 4, 0.1), q.detach().double().numpy(),
+                               k.detach().double().numpy(), np.full(n, 1 / n), paper.axis_hats(pos, 5),
+                               q0.detach().double().numpy(), k0.detach().double().numpy())
+    ours = sd._matrix(apply, n).double().numpy()
+    assert np.abs(ours - ref).max() < 1e-5 * np.abs(ref).max()  # float32 model
+    assert np.abs(ref).max() > 0
+
+
+def test_short_run_rows(tmp_path):
+    records = harness.run_benchmark("schwarz_diffusion_1d", quick=True, results=tmp_path, command="pytest",
+                                    overrides={"n": 63, "n_train": 64, "n_test": 16, "matrix_steps": 100,
+                                               "checkpoints": [50, 100], "epochs": 1, "resolutions": [63, 127]})
+    rows = {(r["row"]["model"], r["row"]["resolution"], r["row"]["steps"]): r["row"] for r in records}
+    for name in sd.PARAMS["matrix_models"]:
+        assert {(name, 63, 50), (name, 63, 100)} <= set(rows)
+    assert {("schwarz_transformer", 63, 2), ("schwarz_transformer", 127, 2)} <= set(rows)
+    two, one = rows[("schwarz_two_level", 63, 100)], rows[("global_lowrank", 63, 100)]
+    assert two["parameters"] < one["parameters"]
+    assert 0 < two["operator_error"] < one["operator_error"]
+    assert rows[("schwarz_transformer", 63, 2)]["operator_error"] is None
+    table = harness.markdown_table(harness.get("schwarz_diffusion_1d"), records)
+    assert "| schwarz_two_level | " in table
+
+
+@pytest.mark.parametrize("key,value,words", [("amplitude", 1.0, "amplitude"), ("overlap", 0.2, "overlap"),
+                                             ("checkpoints", [5000], "checkpoints"), ("resolutions", [4], "resolutions"),
+                                             ("matrix_steps", 0, "matrix_steps")])
+def test_bad_parameters_are_named(key, value, words):
+    with pytest.raises(ValueError, match=words):
+        sd.check_params({**sd.PARAMS, key: value})
+
+
+def test_unknown_models_are_named():
+    with pytest.raises(ValueError, match="matrix_models: expected"):
+        sd.matrix_model("dense", sd.PARAMS)
