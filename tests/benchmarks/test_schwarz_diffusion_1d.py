@@ -70,3 +70,5 @@ def test_bad_parameters_are_named(key, value, words):
 def test_unknown_models_are_named():
     with pytest.raises(ValueError, match="matrix_models: expected"):
         sd.matrix_model("dense", sd.PARAMS)
+    with pytest.raises(ValueError, match=r"operators: expected a registered name or one of \["):
+        sd.train_operator("schwarz_transformer:cells", {**sd.PARAMS, "n_train": 4, "epochs": 0})
