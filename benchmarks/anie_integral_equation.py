@@ -22,9 +22,9 @@ published number is set beside ours (docs/operators/anie.md).
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+from benchmarks._fit import fit_relative_l2
 from benchmarks.harness import int_param, module_benchmarks
 
 PARAMS: dict[str, Any] = {
@@ -115,24 +115,7 @@ def train_and_test(name: str, params: dict[str, Any]) -> list[dict]:
     torch.manual_seed(seed)
     model = create_operator(name, in_channels=1, out_channels=1, spatial_dims=1)
     n_params = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.Adam(model.parameters(), lr=params["lr"])
-    steps = params["epochs"] * (len(x) // params["batch"])
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(steps, 1))
-    gen = torch.Generator().manual_seed(seed)
-    start = time.perf_counter()
-    model.train()
-    for _ in range(params["epochs"]):
-        perm = torch.randperm(len(x), generator=gen)
-        for i in range(0, len(x) - params["batch"] + 1, params["batch"]):
-            idx = perm[i:i + params["batch"]]
-            pred = model(x[idx])
-            loss = ((pred - y[idx]).flatten(1).norm(dim=1) / y[idx].flatten(1).norm(dim=1)).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            sched.step()
-    seconds = time.perf_counter() - start
-    model.eval()
+    _, seconds = fit_relative_l2(model, x, y, params)
     rows = []
     with torch.no_grad():
         for n in params["resolutions"]:

@@ -85,6 +85,7 @@ WIDTH_KEYS: dict[str, tuple[str, int]] = {
     "erwin": ("c_hidden", 8), "bsa_transformer": ("width", 4), "anie": ("width", 2),
     "funcattn": ("width", 4),
     "fastmax_transformer": ("width", 4),
+    "schwarz_transformer": ("width", 4),
 }
 
 

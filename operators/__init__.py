@@ -17,6 +17,7 @@ from .mano_extended import MANOExtended
 from .oformer import OFormer
 from .ono import ONO
 from .registry import create_operator, list_operators, migrate_stored, register_operator
+from .schwarz import SchwarzTransformer
 from .spherical_transformer import PlanarTransformer, SphericalTransformer
 from .transolver import Transolver
 
@@ -32,6 +33,7 @@ __all__ = [
     "FuncAttn",
     "GalerkinTransformer",
     "GNOT",
+    "SchwarzTransformer",
     "LinearNO",
     "MANO",
     "MANOExtended",

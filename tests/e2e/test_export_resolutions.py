@@ -41,6 +41,7 @@ GRID = {
     "anie": dict(in_channels=2, out_channels=1, state_channels=4, width=8, n_layers=2, n_heads=2, dim_ff=16),
     "funcattn": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, basis_num=4),
     "fastmax_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=2, n_heads=2, dim_ff=16),
+    "schwarz_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=1, n_heads=2, subdomains=2),
 }
 SPHERE = {
     "spherical_transformer": dict(in_channels=2, out_channels=1, nlat=9, nlon=16, embed_dim=8, n_layers=1, n_heads=2),
@@ -63,6 +64,7 @@ POINTS = {
     "anie": dict(in_channels=2, out_channels=1, state_channels=4, width=8, n_layers=1, n_heads=2, dim_ff=16),
     "funcattn": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, basis_num=4),
     "fastmax_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=1, n_heads=2, dim_ff=16),
+    "schwarz_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=1, n_heads=2, subdomains=2),
 }
 # from the operators' contract: point-set operators, and those whose programs pad the cloud in the graph (ball trees)
 POINT_OPERATORS = [n for n in list_operators() if operator_kind(n) == "points"]

@@ -36,6 +36,7 @@ SMALL = {
     "anie": dict(in_channels=2, out_channels=1, state_channels=4, width=8, n_layers=2, n_heads=2, dim_ff=16),
     "funcattn": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, basis_num=4),
     "fastmax_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=2, n_heads=2, dim_ff=16),
+    "schwarz_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=2, n_heads=2, subdomains=2, overlap=0.125),
 }
 # Operators on a sphere grid (input_kind "sphere") are built for one (nlat, nlon) grid and run on others whose nlon is
 # a multiple or a divisor of their internal grid's (here 8), with the same weights.

@@ -50,6 +50,7 @@ VARIANTS = {
     "anie": [dict(spatial_dims=1), dict(spatial_dims=3), dict(accumulate_grads=False, max_iterations=1)],
     "funcattn": [dict(spatial_dims=1), dict(spatial_dims=3, shared_basis=False, mlp_ratio=2)],
     "fastmax_transformer": [dict(spatial_dims=1), dict(spatial_dims=3, order=1, lim=0.9), dict(normalize="token")],
+    "schwarz_transformer": [dict(spatial_dims=1), dict(coarse=False), dict(geometry="points", quadrature=False)],
 }
 
 

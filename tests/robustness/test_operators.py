@@ -38,6 +38,7 @@ VALID = {
     "anie": dict(in_channels=1, out_channels=1, state_channels=2, width=4, n_layers=1, n_heads=2, dim_ff=4),
     "funcattn": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, basis_num=2),
     "fastmax_transformer": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, dim_ff=4),
+    "schwarz_transformer": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, subdomains=2),
 }
 REQUIRED = {"codano": "variables", "spherical_transformer": "nlat", "planar_transformer": "nlon"}
 # one integer hyperparameter of each operator, for non-positive / bool / float values
@@ -57,6 +58,8 @@ SIZE |= {"funcattn": "basis_num"}
 HEADS |= {"funcattn": "n_heads"}
 SIZE |= {"fastmax_transformer": "width"}
 HEADS |= {"fastmax_transformer": "n_heads"}
+SIZE |= {"schwarz_transformer": "mlp_ratio"}
+HEADS |= {"schwarz_transformer": "n_heads"}
 
 
 def make(name: str, **change):
