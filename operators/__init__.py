@@ -3,6 +3,7 @@
 from .anie import ANIE
 from .bsa import BSATransformer
 from .codano import CoDANO
+from .continuum_transformer import ContinuumTransformer
 from .contract import ExportPolicy, Operator
 from .erwin import Erwin
 from .factformer import FactFormer
@@ -22,6 +23,7 @@ __all__ = [
     "ANIE",
     "BSATransformer",
     "CoDANO",
+    "ContinuumTransformer",
     "Erwin",
     "ExportPolicy",
     "FactFormer",

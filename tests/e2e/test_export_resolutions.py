@@ -39,6 +39,7 @@ GRID = {
                     rff_features=8),
     "fno": dict(in_channels=2, out_channels=1, n_modes=[4, 4], hidden_channels=8, n_layers=2),
     "anie": dict(in_channels=2, out_channels=1, state_channels=4, width=8, n_layers=2, n_heads=2, dim_ff=16),
+    "continuum_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=2, n_heads=2, dim_ff=16),
 }
 SPHERE = {
     "spherical_transformer": dict(in_channels=2, out_channels=1, nlat=9, nlon=16, embed_dim=8, n_layers=1, n_heads=2),
@@ -59,6 +60,7 @@ POINTS = {
     "oformer": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, dim_head=8, latent_width=16,
                     rff_features=8),
     "anie": dict(in_channels=2, out_channels=1, state_channels=4, width=8, n_layers=1, n_heads=2, dim_ff=16),
+    "continuum_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=1, n_heads=2, dim_ff=16),
 }
 # from the operators' contract: point-set operators, and those whose programs pad the cloud in the graph (ball trees)
 POINT_OPERATORS = [n for n in list_operators() if operator_kind(n) == "points"]

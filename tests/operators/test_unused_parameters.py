@@ -48,6 +48,7 @@ VARIANTS = {
     "fno": [dict(norm="group_norm", domain_padding=0.25), dict(spatial_dims=1, n_modes=4),
             dict(factorization="tucker", rank=0.5, positional_embedding=None)],
     "anie": [dict(spatial_dims=1), dict(spatial_dims=3), dict(accumulate_grads=False, max_iterations=1)],
+    "continuum_transformer": [dict(spatial_dims=1, rule="trapezoid"), dict(spatial_dims=3, activation="relu")],
 }
 
 
