@@ -4,6 +4,7 @@ from .anie import ANIE
 from .bsa import BSATransformer
 from .codano import CoDANO
 from .continuum_transformer import ContinuumTransformer
+from .continuum_vitno import ContinuumViTNO
 from .contract import ExportPolicy, Operator
 from .erwin import Erwin
 from .factformer import FactFormer
@@ -24,6 +25,7 @@ __all__ = [
     "BSATransformer",
     "CoDANO",
     "ContinuumTransformer",
+    "ContinuumViTNO",
     "Erwin",
     "ExportPolicy",
     "FactFormer",

@@ -44,12 +44,23 @@ from ._token_inputs import check_grid_input, point_tokens, to_grid, zero_padding
 from .contract import Operator
 from .registry import register_operator
 
-__all__ = ["ContinuumTransformer", "GRID_RULES", "ACTIVATIONS"]
+__all__ = ["ACTIVATIONS", "ContinuumAttention", "ContinuumTransformer", "GRID_RULES", "PostNormBlock"]
 
 #: quadrature rules of grid inputs: ``uniform`` (the grid's own nodes ``a + (b-a) i/n``, weights ``1/N``; the
 #: published plain softmax) and ``trapezoid`` (nodes ``a + (b-a) i/(n-1)``, ends halved; the published 1-D rule)
 GRID_RULES = ("uniform", "trapezoid")
 ACTIVATIONS = ("gelu", "relu")
+
+
+def check_encoder_args(*, activation: str, dropout: float, width: int, n_heads: int, **sizes: int) -> None:
+    """The checks of the encoder's arguments shared by the continuum operators: positive ``sizes`` and ``width``,
+    ``n_heads`` dividing ``width``, an activation of :data:`ACTIVATIONS`, ``0 <= dropout < 1``."""
+    for name, value in [*sizes.items(), ("width", width), ("n_heads", n_heads)]:
+        check_positive_int(name, value)
+    check_heads("width", width, n_heads)
+    check_choice("activation", activation, ACTIVATIONS)
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise ValueError(f"dropout: expected a number in [0, 1), got {dropout!r}")
 
 
 class ContinuumAttention(nn.Module):
@@ -70,20 +81,23 @@ class ContinuumAttention(nn.Module):
         return self.o(z.transpose(1, 2).reshape(b, n, c))
 
 
-class _Block(nn.Module):
-    """Published 1-D ``TransformerEncoderLayer`` (post-norm whatever its ``norm_first``)."""
+class PostNormBlock(nn.Module):
+    """A post-norm encoder layer around ``attn``: ``h <- LN1(h + attn(h, ...)); h <- LN2(h + FFN(h))``, ``FFN =
+    Lin(act(Lin))``: the published 1-D ``TransformerEncoderLayer`` (post-norm whatever its ``norm_first``; no dropout
+    inside the FFN) and, with ``ffn_dropout``, ``TransformerEncoderLayer_ViTNO`` at ``norm_first=False``."""
 
-    def __init__(self, width, n_heads, dim_ff, activation, dropout, norm_eps):
+    def __init__(self, attn: nn.Module, width, dim_ff, activation, dropout, norm_eps, ffn_dropout=False):
         super().__init__()
-        self.attn = ContinuumAttention(width, n_heads)
+        self.attn = attn
         self.ln1, self.ln2 = nn.LayerNorm(width, eps=norm_eps), nn.LayerNorm(width, eps=norm_eps)
         self.fc1, self.fc2 = nn.Linear(width, dim_ff), nn.Linear(dim_ff, width)
         self.act = F.gelu if activation == "gelu" else F.relu
         self.drop = nn.Dropout(dropout)
+        self.ffn_drop = nn.Dropout(dropout if ffn_dropout else 0.0)
 
-    def forward(self, h, w, mask):
-        h = self.ln1(h + self.drop(self.attn(h, w, mask)))
-        return self.ln2(h + self.drop(self.fc2(self.act(self.fc1(h)))))
+    def forward(self, h, *args):
+        h = self.ln1(h + self.drop(self.attn(h, *args)))
+        return self.ln2(h + self.drop(self.fc2(self.ffn_drop(self.act(self.fc1(h))))))
 
 
 @register_operator("continuum_transformer")
@@ -123,21 +137,16 @@ class ContinuumTransformer(Operator):
         norm_eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        for name, value in [("in_channels", in_channels), ("out_channels", out_channels), ("width", width),
-                            ("n_layers", n_layers), ("n_heads", n_heads), ("dim_ff", dim_ff)]:
-            check_positive_int(name, value)
-        check_heads("width", width, n_heads)
+        check_encoder_args(in_channels=in_channels, out_channels=out_channels, width=width, n_layers=n_layers,
+                           n_heads=n_heads, dim_ff=dim_ff, activation=activation, dropout=dropout)
         if spatial_dims not in (1, 2, 3):
             raise ValueError(f"spatial_dims: expected 1, 2 or 3, got {spatial_dims!r}")
-        check_choice("activation", activation, ACTIVATIONS)
         check_choice("rule", rule, GRID_RULES)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
-            raise ValueError(f"dropout: expected a number in [0, 1), got {dropout!r}")
         self.in_channels, self.out_channels, self.spatial_dims = in_channels, out_channels, spatial_dims
         self.rule = rule
         self.lift = nn.Linear(in_channels + spatial_dims, width)  # published linear_in_position on [a, x]
-        self.blocks = nn.ModuleList(_Block(width, n_heads, dim_ff, activation, dropout, norm_eps)
-                                    for _ in range(n_layers))
+        self.blocks = nn.ModuleList(PostNormBlock(ContinuumAttention(width, n_heads), width, dim_ff, activation,
+                                                  dropout, norm_eps) for _ in range(n_layers))
         self.head = nn.Linear(width, out_channels)
 
     def encode(self, a: torch.Tensor, pos: torch.Tensor, w: torch.Tensor, mask=None) -> torch.Tensor:

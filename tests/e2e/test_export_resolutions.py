@@ -40,6 +40,9 @@ GRID = {
     "fno": dict(in_channels=2, out_channels=1, n_modes=[4, 4], hidden_channels=8, n_layers=2),
     "anie": dict(in_channels=2, out_channels=1, state_channels=4, width=8, n_layers=2, n_heads=2, dim_ff=16),
     "continuum_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=2, n_heads=2, dim_ff=16),
+    # modes 1: the traced sizes hold every mode from 8 points per axis (export_size_range), so 20x12 runs
+    "continuum_vitno": dict(in_channels=2, out_channels=1, width=8, n_layers=2, n_heads=2, dim_ff=16, modes=1,
+                            smoothing_modes=4),
 }
 SPHERE = {
     "spherical_transformer": dict(in_channels=2, out_channels=1, nlat=9, nlon=16, embed_dim=8, n_layers=1, n_heads=2),

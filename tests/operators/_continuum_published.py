@@ -59,3 +59,84 @@ def tno_forward(P, a, coords, *, n_layers, n_heads, activation="gelu", trapezoid
         ff = _lin(P, pre + "fc2", act(_lin(P, pre + "fc1", x)))
         x = F.layer_norm(x + ff, (width,), P[pre + "ln2.weight"], P[pre + "ln2.bias"], eps)
     return _lin(P, "head", x)
+
+
+# ---- ViTNO: models/ViTNO/ViTNO_pytorch.py SimpleEncoder and its layers ------------------------------------------
+# ``chop_to_patches`` (patch index row-major over the patch grid), ``linear_in = SpectralConv2d_in(C + 2, d,
+# modes)`` on each patch, ``TransformerEncoderLayer_ViTNO`` with ``norm_first=False, do_layer_norm=True``:
+# ``x = norm1(x + attn(x)); x = norm2(x + linear2(act(linear1(x))))``; ``MultiheadAttention_ViTNO``: heads split as
+# ``view(..., d_k, nhead)`` (head index last), ``scores = einsum(q, k over pixels and d_k) / im_size²``, softmax
+# over patches, ``einsum(α, v)``; the inverse reshape of the patches, ``linear_out``, then ``x + smoothing(x)``
+# (``SpectralConv2d``; on whatever ``smoothing`` says, since the attribute is overwritten by the module). ``P``: our
+# module's parameters; the spectral weights are the published complex tensors stored as real pairs.
+
+
+def spectral_conv(u, w1, w2, modes):
+    """Published ``SpectralConv2d(_in)``: ``u`` ``(..., C, n1, n2)``, complex ``w1, w2`` ``(C, O, m1, m2)``."""
+    m1, m2 = modes
+    u_ft = torch.fft.rfft2(u)
+    out = torch.zeros(*u.shape[:-3], w1.shape[1], u.shape[-2], u.shape[-1] // 2 + 1, dtype=u_ft.dtype)
+    out[..., :m1, :m2] = torch.einsum("...ixy,ioxy->...oxy", u_ft[..., :m1, :m2], w1)
+    out[..., -m1:, :m2] = torch.einsum("...ixy,ioxy->...oxy", u_ft[..., -m1:, :m2], w2)
+    return torch.fft.irfft2(out, s=(u.shape[-2], u.shape[-1]))
+
+
+def chop_to_patches(x, patch_size):
+    """``(B, C, im, im)`` -> ``(B, num_patches, p, p, C)`` by the published sequence of reshapes."""
+    b, c, rows, cols = x.shape
+    x = x.reshape(b, c, rows // patch_size, patch_size, cols // patch_size, patch_size)
+    x = x.permute(0, 2, 4, 1, 3, 5).permute(0, 3, 4, 5, 1, 2)
+    x = x.reshape(b, c, patch_size, patch_size, x.shape[4] * x.shape[5])
+    return x.permute(0, 4, 2, 3, 1)
+
+
+def vitno_forward(P, x, coords, *, patch_size, n_layers, n_heads, modes, smoothing_modes, activation="gelu",
+                  eps=1e-5):
+    """``x`` ``(B, C, im, im)``, ``coords`` ``(2, im, im)`` -> ``(B, C_out, im, im)``; ``patch_size`` in points
+    (``set_im_size(im, patch_size)`` done: the score scale is ``im²``)."""
+    cplx = torch.view_as_complex
+    b, _, im, _ = x.shape
+    u = chop_to_patches(torch.cat([x, coords.expand(b, *coords.shape)], dim=1), patch_size)
+    h = spectral_conv(u.permute(0, 1, 4, 2, 3), cplx(P["lift.weights1"]), cplx(P["lift.weights2"]), modes)
+    h = h.permute(0, 1, 3, 4, 2)  # (B, num_patches, p, p, d)
+    d = h.shape[-1]
+    d_k = d // n_heads
+    act = F.gelu if activation == "gelu" else F.relu
+    for i in range(n_layers):
+        pre = f"blocks.{i}."
+        q, k, v = (_lin(P, pre + f"attn.{m}", h).reshape(*h.shape[:4], d_k, n_heads).permute(0, 5, 1, 2, 3, 4)
+                   for m in "qkv")
+        scores = torch.einsum("bnpxyd,bnqxyd->bnpq", q, k) / (im ** 4) ** 0.5
+        z = torch.einsum("bnpq,bnqxyd->bnpxyd", torch.softmax(scores, dim=-1), v).permute(0, 2, 3, 4, 5, 1)
+        attn = _lin(P, pre + "attn.o", z.reshape(*h.shape[:4], n_heads * d_k))
+        h = F.layer_norm(h + attn, (d,), P[pre + "ln1.weight"], P[pre + "ln1.bias"], eps)
+        ff = _lin(P, pre + "fc2", act(_lin(P, pre + "fc1", h)))
+        h = F.layer_norm(h + ff, (d,), P[pre + "ln2.weight"], P[pre + "ln2.bias"], eps)
+    h = h.reshape(b, im // patch_size, im // patch_size, patch_size, patch_size, d).permute(0, 1, 3, 2, 4, 5)
+    out = _lin(P, "head", h.reshape(b, im, im, d)).permute(0, 3, 1, 2)
+    if smoothing_modes:
+        out = out + spectral_conv(out, cplx(P["smoothing.weights1"]), cplx(P["smoothing.weights2"]),
+                                  (smoothing_modes, smoothing_modes))
+    return out
+
+
+# ---- shared by the tests -------------------------------------------------------------------------------------------
+
+
+def perturbed_model(name, config, seed=0):
+    """``create_operator(name, **config)`` in float64, eval, every parameter moved by ``0.3 N(0, 1)`` (away from
+    the initialisation, so that every term of the forward matters)."""
+    from sciattn.operators import create_operator
+
+    torch.manual_seed(seed)
+    model = create_operator(name, **config).double().eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return model
+
+
+def rel(a, b):
+    """Max-norm difference of ``a`` to ``b``, relative to the size of ``b``."""
+    return float((a - b).abs().max().detach() / b.abs().max().detach())

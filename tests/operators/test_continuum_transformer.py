@@ -22,17 +22,10 @@ CFG = dict(in_channels=2, out_channels=3, width=8, n_layers=2, n_heads=2, dim_ff
 
 
 def _model(seed=0, **change):
-    torch.manual_seed(seed)
-    model = create_operator("continuum_transformer", **{**CFG, **change}).double().eval()
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    return model
+    return pub.perturbed_model("continuum_transformer", {**CFG, **change}, seed)
 
 
-def _rel(a, b):
-    return float((a - b).abs().max().detach() / b.abs().max().detach())
+_rel = pub.rel
 
 
 def _published(model, a, coords, trapezoid):

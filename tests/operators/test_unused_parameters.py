@@ -49,6 +49,7 @@ VARIANTS = {
             dict(factorization="tucker", rank=0.5, positional_embedding=None)],
     "anie": [dict(spatial_dims=1), dict(spatial_dims=3), dict(accumulate_grads=False, max_iterations=1)],
     "continuum_transformer": [dict(spatial_dims=1, rule="trapezoid"), dict(spatial_dims=3, activation="relu")],
+    "continuum_vitno": [dict(patches=None, patch_size=4, smoothing_modes=0)],
 }
 
 

@@ -37,6 +37,8 @@ VALID = {
     "fno": dict(in_channels=1, out_channels=1, n_modes=2, hidden_channels=4, n_layers=1),
     "anie": dict(in_channels=1, out_channels=1, state_channels=2, width=4, n_layers=1, n_heads=2, dim_ff=4),
     "continuum_transformer": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, dim_ff=4),
+    "continuum_vitno": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, dim_ff=4, modes=2,
+                            smoothing_modes=2),
 }
 REQUIRED = {"codano": "variables", "spherical_transformer": "nlat", "planar_transformer": "nlon"}
 # one integer hyperparameter of each operator, for non-positive / bool / float values
@@ -54,6 +56,8 @@ SIZE |= {"anie": "state_channels"}
 HEADS |= {"anie": "n_heads"}
 SIZE |= {"continuum_transformer": "dim_ff"}
 HEADS |= {"continuum_transformer": "n_heads"}
+SIZE |= {"continuum_vitno": "patches"}
+HEADS |= {"continuum_vitno": "n_heads"}
 
 
 def make(name: str, **change):
