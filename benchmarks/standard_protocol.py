@@ -87,6 +87,7 @@ WIDTH_KEYS: dict[str, tuple[str, int]] = {
     "fastmax_transformer": ("width", 4),
     "schwarz_transformer": ("width", 4),
 }
+WIDTH_KEYS |= {"continuum_transformer": ("width", 4), "continuum_vitno": ("width", 4)}
 
 
 def split_operator(op: str) -> tuple[str, dict[str, Any]]:
@@ -116,11 +117,13 @@ def model_at(operator: str, width: int) -> dict[str, Any]:
         extra = {"dim_head": max(4, width // 4)}
     elif operator == "anie":  # published n_ff = 2 dim_emb
         extra = {"dim_ff": 2 * width}
+    elif operator in ("continuum_transformer", "continuum_vitno"):  # defaults: dim_ff = 2 width
+        extra = {"dim_ff": 2 * width}
     return {key: width, **extra, **variant}
 
 
-#: operators whose cost grows quadratically in N at their defaults (none of the registered grid operators)
-QUADRATIC: frozenset[str] = frozenset()
+#: operators whose cost grows quadratically in N at their defaults (global softmax attention over all points)
+QUADRATIC: frozenset[str] = frozenset({"continuum_transformer"})
 
 DATASETS = ("darcy85", "navier_stokes64", "darcy_points")
 GEOFNO = ("elasticity", "plasticity", "airfoil", "pipe")

@@ -3,6 +3,8 @@
 from .anie import ANIE
 from .bsa import BSATransformer
 from .codano import CoDANO
+from .continuum_transformer import ContinuumTransformer
+from .continuum_vitno import ContinuumViTNO
 from .contract import ExportPolicy, Operator
 from .erwin import Erwin
 from .factformer import FactFormer
@@ -25,6 +27,8 @@ __all__ = [
     "ANIE",
     "BSATransformer",
     "CoDANO",
+    "ContinuumTransformer",
+    "ContinuumViTNO",
     "Erwin",
     "ExportPolicy",
     "FactFormer",

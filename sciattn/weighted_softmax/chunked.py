@@ -25,7 +25,8 @@ that bias depends on needs a gradient, PyTorch differentiates it through its unf
 Memory is ``O(chunk · N_k)`` (:data:`CHUNK_SCORES` scores per chunk) beside the inputs, never ``O(N_q · N_k)``.
 A query with no live key gets zeros and zero gradients. Second derivatives (``create_graph=True``) are taken
 through the reference's autograd graph; under ``torch.compile``/``torch.export``/``torch.jit.trace`` the
-backend is the reference.
+backend is one fused SDPA call over all queries (:func:`weighted_softmax_sdpa`): a Python loop over query chunks
+would pin ``N_q`` with a guard, so an exported program would hold one resolution.
 
 Shapes: q ``(B, H, Nq, D)``; k ``(B, H, Nk, D)``; v ``(B, H, Nk, E)``; log_w ``(B, Nk)``; q_pos ``(B, Nq, P)``,
 k_pos ``(B, Nk, P)``, distance_scale ``(H,)`` or all None; returns ``(B, H, Nq, E)``.
@@ -37,9 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .reference import weighted_softmax_reference
+from .reference import distance_bias, weighted_softmax_reference
 
-__all__ = ["weighted_softmax_chunked", "CHUNK_SCORES"]
+__all__ = ["weighted_softmax_chunked", "weighted_softmax_sdpa", "CHUNK_SCORES"]
 
 CHUNK_SCORES = 1 << 21  # scores (B·H·rows·Nk) per chunk of queries: 8 MiB in fp32
 MIN_ROWS = 16
@@ -192,5 +193,16 @@ def weighted_softmax_chunked(q, k, v, log_w, scale, q_pos=None, k_pos=None, dist
     """The ``chunked`` backend: prepared inputs as the functional passes them (keys, values and key positions
     zeroed on padding, ``log_w`` ``−inf`` there). Shapes: the module docstring."""
     if torch.compiler.is_compiling() or torch.jit.is_tracing():
-        return weighted_softmax_reference(q, k, v, log_w, scale, q_pos, k_pos, distance_scale)
+        return weighted_softmax_sdpa(q, k, v, log_w, scale, q_pos, k_pos, distance_scale)
     return _ChunkedWeightedSoftmax.apply(q, k, v, log_w, float(scale), q_pos, k_pos, distance_scale)
+
+
+def weighted_softmax_sdpa(q, k, v, log_w, scale, q_pos=None, k_pos=None, distance_scale=None):
+    """One fused SDPA call with the bias ``log w_j`` (and the distance term) as a float mask, over all queries (the
+    ``sdpa`` backend, and ``chunked`` under tracing); a query with no live key gets zeros."""
+    bias = log_w[:, None, None, :].to(q.dtype)
+    if distance_scale is not None:
+        bias = bias + distance_bias(q_pos, k_pos, distance_scale).to(q.dtype)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+    has_key = torch.isfinite(log_w).any(dim=-1)[:, None, None, None]
+    return torch.where(has_key, out, torch.zeros((), dtype=out.dtype, device=out.device))

@@ -36,7 +36,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 from .._attention_inputs import (
     check_key_weights_and_mask,
@@ -55,8 +54,8 @@ from .._backend_registry import (
 )
 from .._checks import check_attention_dtypes, check_quadrature_weights, check_rank, sanitize_padded_rows
 from ._ops import weighted_softmax_triton
-from .chunked import weighted_softmax_chunked
-from .reference import distance_bias, weighted_softmax_reference
+from .chunked import weighted_softmax_chunked, weighted_softmax_sdpa
+from .reference import weighted_softmax_reference
 
 __all__ = ["weighted_softmax_attention"]
 
@@ -139,13 +138,7 @@ def weighted_softmax_attention(
     return chosen.fn(q, k, v, log_w, scale, q_pos, k_pos, distance_scale)
 
 
-def _sdpa(q, k, v, log_w, scale, q_pos, k_pos, distance_scale):
-    bias = log_w[:, None, None, :].to(q.dtype)
-    if distance_scale is not None:
-        bias = bias + distance_bias(q_pos, k_pos, distance_scale).to(q.dtype)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
-    has_key = torch.isfinite(log_w).any(dim=-1)[:, None, None, None]
-    return torch.where(has_key, out, torch.zeros((), dtype=out.dtype, device=out.device))
+_sdpa = weighted_softmax_sdpa
 
 
 def _flex(q, k, v, log_w, scale, q_pos, k_pos, distance_scale):

@@ -42,6 +42,10 @@ GRID = {
     "funcattn": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, basis_num=4),
     "fastmax_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=2, n_heads=2, dim_ff=16),
     "schwarz_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=1, n_heads=2, subdomains=2),
+    "continuum_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=2, n_heads=2, dim_ff=16),
+    # modes 1: the traced sizes hold every mode from 8 points per axis (export_size_range), so 20x12 runs
+    "continuum_vitno": dict(in_channels=2, out_channels=1, width=8, n_layers=2, n_heads=2, dim_ff=16, modes=1,
+                            smoothing_modes=4),
 }
 SPHERE = {
     "spherical_transformer": dict(in_channels=2, out_channels=1, nlat=9, nlon=16, embed_dim=8, n_layers=1, n_heads=2),
@@ -65,6 +69,7 @@ POINTS = {
     "funcattn": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, basis_num=4),
     "fastmax_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=1, n_heads=2, dim_ff=16),
     "schwarz_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=1, n_heads=2, subdomains=2),
+    "continuum_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=1, n_heads=2, dim_ff=16),
 }
 # from the operators' contract: point-set operators, and those whose programs pad the cloud in the graph (ball trees)
 POINT_OPERATORS = [n for n in list_operators() if operator_kind(n) == "points"]

@@ -45,6 +45,7 @@ from sciattn.operators.registry import operator_kind
 # 2-D cases over ~10 s on one busy CPU thread (measured 2026-12-02: codano 10 s, mano_extended 26 s; mano 15 s,
 # galerkin_transformer 4 s stay in the default run): marked slow, their 1-D cases run by default.
 SLOW_2D = {"codano", "mano_extended"}
+SLOW_2D |= {"continuum_transformer"}  # global softmax over 256² = 65536 points: 85 s CPU (2026-12-07)
 
 
 def _cases():

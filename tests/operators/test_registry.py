@@ -37,6 +37,9 @@ SMALL = {
     "funcattn": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, basis_num=4),
     "fastmax_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=2, n_heads=2, dim_ff=16),
     "schwarz_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=2, n_heads=2, subdomains=2, overlap=0.125),
+    "continuum_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=2, n_heads=2, dim_ff=16),
+    "continuum_vitno": dict(in_channels=2, out_channels=1, width=8, n_layers=2, n_heads=2, dim_ff=16, modes=2,
+                            smoothing_modes=4),
 }
 # Operators on a sphere grid (input_kind "sphere") are built for one (nlat, nlon) grid and run on others whose nlon is
 # a multiple or a divisor of their internal grid's (here 8), with the same weights.
@@ -89,7 +92,7 @@ def test_config_is_plain_json_and_records_every_default(name):
 
 
 def test_unknown_operator_name_lists_the_registered_ones():
-    with pytest.raises(ValueError, match=r"name: expected a registered operator, one of \['anie', 'bsa_transformer', 'codano', 'erwin', 'factformer', 'fastmax_transformer', 'fno', 'funcattn', 'galerkin_transformer', 'gnot', 'linear_no', 'mano', 'mano_extended', 'oformer', 'ono', 'planar_transformer'"):
+    with pytest.raises(ValueError, match=r"name: expected a registered operator, one of \['anie', 'bsa_transformer', 'codano', 'continuum_transformer', 'continuum_vitno', 'erwin', 'factformer', 'fastmax_transformer', 'fno', 'funcattn', 'galerkin_transformer', 'gnot', 'linear_no', 'mano', 'mano_extended', 'oformer', 'ono', 'planar_transformer'"):
         create_operator("galerkin_transfomer", in_channels=1, out_channels=1)
 
 

@@ -51,6 +51,8 @@ VARIANTS = {
     "funcattn": [dict(spatial_dims=1), dict(spatial_dims=3, shared_basis=False, mlp_ratio=2)],
     "fastmax_transformer": [dict(spatial_dims=1), dict(spatial_dims=3, order=1, lim=0.9), dict(normalize="token")],
     "schwarz_transformer": [dict(spatial_dims=1), dict(coarse=False), dict(geometry="points", quadrature=False)],
+    "continuum_transformer": [dict(spatial_dims=1, rule="trapezoid"), dict(spatial_dims=3, activation="relu")],
+    "continuum_vitno": [dict(patches=None, patch_size=4, smoothing_modes=0)],
 }
 
 

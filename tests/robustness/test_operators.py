@@ -39,6 +39,9 @@ VALID = {
     "funcattn": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, basis_num=2),
     "fastmax_transformer": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, dim_ff=4),
     "schwarz_transformer": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, subdomains=2),
+    "continuum_transformer": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, dim_ff=4),
+    "continuum_vitno": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, dim_ff=4, modes=2,
+                            smoothing_modes=2),
 }
 REQUIRED = {"codano": "variables", "spherical_transformer": "nlat", "planar_transformer": "nlon"}
 # one integer hyperparameter of each operator, for non-positive / bool / float values
@@ -60,6 +63,10 @@ SIZE |= {"fastmax_transformer": "width"}
 HEADS |= {"fastmax_transformer": "n_heads"}
 SIZE |= {"schwarz_transformer": "mlp_ratio"}
 HEADS |= {"schwarz_transformer": "n_heads"}
+SIZE |= {"continuum_transformer": "dim_ff"}
+HEADS |= {"continuum_transformer": "n_heads"}
+SIZE |= {"continuum_vitno": "patches"}
+HEADS |= {"continuum_vitno": "n_heads"}
 
 
 def make(name: str, **change):
