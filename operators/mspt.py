@@ -116,6 +116,9 @@ class MSPT(BallTreeOperator):
             constructor's default; scripts: 32 to 600).
         patch_diameter: physical mode: the largest patch diameter, in the units of ``pos`` (default 0.25: 64
             patches in the unit square, 512 in the unit cube).
+        max_patches: physical mode: memory guard; a cloud with more non-empty patches (a domain much larger
+            than ``patch_diameter``, or a sparse cloud) takes patches ``√2`` times wider until it has at most
+            this many (the cost has a term ``O(K³)`` in the patch count; default 512).
     """
 
     ball_modes = BALL_MODES
@@ -139,11 +142,12 @@ class MSPT(BallTreeOperator):
         ball_mode: str | None = None,
         n_patches: int | None = None,
         patch_diameter: float | None = None,
+        max_patches: int = 512,
     ) -> None:
         super().__init__()
         for name, value in (("in_channels", in_channels), ("out_channels", out_channels), ("width", width),
                             ("depth", depth), ("spatial_dims", spatial_dims), ("mlp_ratio", mlp_ratio),
-                            ("n_heads", n_heads)):
+                            ("n_heads", n_heads), ("max_patches", max_patches)):
             check_positive_int(name, value)
         check_heads("width", width, n_heads)
         self.ball_mode = resolve_ball_mode(ball_mode, n_patches is not None, BALL_MODES, default="physical")
@@ -157,7 +161,7 @@ class MSPT(BallTreeOperator):
                 raise ValueError(f"n_patches: expected None with ball_mode='physical' (patches set by "
                                  f"patch_diameter), got {n_patches!r}")
             patch_diameter = check_positive_float("patch_diameter", 0.25 if patch_diameter is None else patch_diameter)
-        self.n_patches, self.patch_diameter = n_patches, patch_diameter
+        self.n_patches, self.patch_diameter, self.max_patches = n_patches, patch_diameter, max_patches
         self._set_io(in_channels, out_channels, spatial_dims, None)
         self.embed = nn.Sequential(nn.Linear(in_channels + spatial_dims, 2 * width), nn.GELU(),
                                    nn.Linear(2 * width, width))
@@ -194,7 +198,7 @@ class MSPT(BallTreeOperator):
         if self.ball_mode == "points":
             tree = count_patches(pos, mask, self.n_patches)
         else:
-            tree = physical_patches(pos, mask, self.patch_diameter)
+            tree = physical_patches(pos, mask, self.patch_diameter, self.max_patches)
         w = tree.mask.to(pos.dtype) if weights is None else tree.values_to_tree(weights.to(pos.dtype))
         return ErwinGeometry(tree, [LevelGeometry(tree.pos, tree.mask, w)])
 

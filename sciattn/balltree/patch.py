@@ -45,6 +45,29 @@ from .tree import BallTree
 __all__ = ["count_patches", "patch_attention", "physical_patches", "pool_patches"]
 
 
+def _assemble(pos: torch.Tensor, mask: torch.Tensor | None, index: torch.Tensor, slot: torch.Tensor,
+              n_slots: int, cap: int) -> BallTree:
+    """The layout whose slot ``slot[b, i]`` holds point ``index[b, i]`` (entries with ``slot < 0`` ignored); free
+    slots take the remaining input indices (masked points, then ``N .. n_slots - 1``) in increasing order."""
+    b, n, d = pos.shape
+    dev = pos.device
+    perm = torch.full((b, n_slots), -1, dtype=torch.long, device=dev)
+    real = slot >= 0
+    rows = torch.arange(b, device=dev)[:, None].expand_as(slot)
+    perm[rows[real], slot[real]] = index[real]
+    valid = torch.ones(b, n, dtype=torch.bool, device=dev) if mask is None else mask
+    ext_real = F.pad(valid, (0, n_slots - n), value=False)
+    rest = torch.sort(ext_real.to(torch.int8), dim=1, stable=True).indices
+    free = perm < 0
+    perm = torch.where(free, rest.gather(1, (free.long().cumsum(1) - 1).clamp_min(0)), perm)
+    inverse = torch.empty_like(perm).scatter_(1, perm, torch.arange(n_slots, device=dev).expand(b, n_slots))
+    tmask = ext_real.gather(1, perm)
+    base = pos.masked_fill(~valid[..., None], 0.0)
+    tpos = F.pad(base, (0, 0, 0, n_slots - n)).gather(1, perm[..., None].expand(b, n_slots, d))
+    tpos = torch.where(tmask[..., None], tpos, torch.zeros((), dtype=pos.dtype, device=dev))
+    return BallTree(perm, inverse, tmask, tpos, cap, n)
+
+
 def count_patches(pos: torch.Tensor, mask: torch.Tensor | None, n_patches: int) -> BallTree:
     """MSPT's published patches: every cloud's real points in ball-tree order, cut into ``n_patches`` contiguous
     runs of ``L_b = ⌈n_b / K⌉`` points (the last runs shorter, or empty when ``n_b < K(L_b - 1) + 1``).
@@ -54,38 +77,42 @@ def count_patches(pos: torch.Tensor, mask: torch.Tensor | None, n_patches: int) 
     own points only, so the layout is independent of the batch and of padding. The point count per patch is
     ``n_b / K``: it grows with the resolution (the published method's resolution dependence)."""
     check_positive_int("n_patches", n_patches)
-    b, n, _ = pos.shape
-    dev = pos.device
+    n = pos.shape[1]
     tree = build_ball_tree(pos, mask, 1)
     real = tree.mask  # (B, P0) real slots in tree order
-    counts = real.sum(1)  # (B,)
-    per = (counts + n_patches - 1) // n_patches  # L_b
+    per = (real.sum(1) + n_patches - 1) // n_patches  # L_b
     cap = max(int(per.max()), -(-n // n_patches), 1)  # host sync: the capacity is a shape
-    p = n_patches * cap
     rank = real.long().cumsum(1) - 1
     slot = torch.where(real, (rank // per[:, None]) * cap + rank % per[:, None], -1)
-    perm = torch.full((b, p), -1, dtype=torch.long, device=dev)
-    rows = torch.arange(b, device=dev)[:, None].expand_as(slot)
-    perm[rows[real], slot[real]] = tree.perm[real]
-    # free slots take the remaining input indices (masked points, then N..P-1) in increasing order
-    ext_real = F.pad(torch.ones(b, n, dtype=torch.bool, device=dev) if mask is None else mask, (0, p - n),
-                     value=False)
-    rest = torch.sort(ext_real.to(torch.int8), dim=1, stable=True).indices
-    free = perm < 0
-    perm = torch.where(free, rest.gather(1, (free.long().cumsum(1) - 1).clamp_min(0)), perm)
-    inverse = torch.empty_like(perm).scatter_(1, perm, torch.arange(p, device=dev).expand(b, p))
-    tmask = ext_real.gather(1, perm)
-    base = pos if mask is None else pos.masked_fill(~mask[..., None], 0.0)
-    tpos = F.pad(base, (0, 0, 0, p - n)).gather(1, perm[..., None].expand(b, p, pos.shape[-1]))
-    tpos = torch.where(tmask[..., None], tpos, torch.zeros((), dtype=pos.dtype, device=dev))
-    return BallTree(perm, inverse, tmask, tpos, cap, n)
+    return _assemble(pos, mask, tree.perm, slot, n_patches * cap, cap)
 
 
-def physical_patches(pos: torch.Tensor, mask: torch.Tensor | None, diameter: float) -> BallTree:
-    """Patches of a fixed physical size: the cells of :func:`~sciattn.balltree.physical.cell_layout` at most
-    ``diameter`` across (a spatial bisection of the cloud's snapped box), each padded to the batch's capacity.
-    The patches do not move under refinement; the points per patch grow with the resolution."""
-    return cell_layout(pos, mask, [diameter]).tree
+def physical_patches(pos: torch.Tensor, mask: torch.Tensor | None, diameter: float,
+                     max_patches: int | None = None) -> BallTree:
+    """Patches of a fixed physical size: the non-empty cells at most ``diameter`` across of a spatial bisection
+    of the cloud's snapped box (:func:`~sciattn.balltree.physical.cell_layout`), in the layout's k-d order,
+    each padded to the batch's capacity (a :class:`BallTree` with ``ball_size`` the capacity). The cells do not
+    move under refinement; the points per patch grow with the resolution. Empty cells are dropped (every
+    patch is a global token, whose count enters the cost squared); a cloud with fewer non-empty cells than
+    another has empty patches at the end.
+
+    Memory guard: while a cloud has more than ``max_patches`` non-empty cells (a cloud much larger than the
+    diameter, or sparse: the cost has a term ``K³``), the diameter is multiplied by ``√2`` (about one bisection
+    coarser); the layer is then coarser than asked, and says nothing about it (as the guards of
+    :func:`~sciattn.balltree.physical.cell_layout`)."""
+    while True:
+        lay = cell_layout(pos, mask, [diameter]).tree
+        b, cap = lay.perm.shape[0], lay.ball_size
+        filled = lay.mask.view(b, -1, cap).any(2)  # (B, cells)
+        if max_patches is None or int(filled.sum(1).max()) <= max_patches:  # host sync
+            break
+        diameter *= math.sqrt(2.0)
+    new_cell = filled.long().cumsum(1) - 1
+    n_cells = max(int(filled.sum(1).max()), -(-pos.shape[1] // cap))  # host sync: the patch count is a shape
+    offset = torch.arange(lay.perm.shape[1], device=pos.device) % cap
+    cell = torch.arange(lay.perm.shape[1], device=pos.device) // cap
+    slot = torch.where(lay.mask, new_cell[:, cell] * cap + offset, -1)
+    return _assemble(pos, mask, lay.perm, slot, n_cells * cap, cap)
 
 
 def pool_patches(h: torch.Tensor, w: torch.Tensor, patch_size: int) -> tuple[torch.Tensor, torch.Tensor]:

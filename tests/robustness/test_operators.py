@@ -36,6 +36,7 @@ VALID = {
                     rff_features=2),
     "fno": dict(in_channels=1, out_channels=1, n_modes=2, hidden_channels=4, n_layers=1),
     "anie": dict(in_channels=1, out_channels=1, state_channels=2, width=4, n_layers=1, n_heads=2, dim_ff=4),
+    "mspt": dict(in_channels=1, out_channels=1, width=8, depth=1, n_heads=2),
 }
 REQUIRED = {"codano": "variables", "spherical_transformer": "nlat", "planar_transformer": "nlon"}
 # one integer hyperparameter of each operator, for non-positive / bool / float values
@@ -51,6 +52,8 @@ SIZE |= {"gnot": "n_inner", "factformer": "dim_head", "oformer": "latent_width",
 HEADS |= {"gnot": "n_heads", "factformer": "n_heads", "oformer": "n_heads", "fno": "n_layers"}  # fno: no heads
 SIZE |= {"anie": "state_channels"}
 HEADS |= {"anie": "n_heads"}
+SIZE |= {"mspt": "max_patches"}
+HEADS |= {"mspt": "n_heads"}
 
 
 def make(name: str, **change):
