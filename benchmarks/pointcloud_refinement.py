@@ -1,5 +1,5 @@
-"""Point sets under refinement: published point-count balls against physically scaled balls (Erwin, BSA), and
-Erwin's multiscale balls (its default).
+"""Point sets under refinement: published point-count balls against physically scaled balls (Erwin, BSA, MSPT's
+patches), and Erwin's multiscale balls (its default).
 
 Two measurements, one table, one run (issue 26, items 6 and 7), one row per operator and ball mode:
 
@@ -36,7 +36,7 @@ from pathlib import Path
 
 from .harness import ROOT, int_param, module_benchmarks
 
-OPERATORS = ("erwin", "bsa_transformer")
+OPERATORS = ("erwin", "bsa_transformer", "mspt")
 BALLS = ("points", "physical", "multiscale")  # an operator runs the ones of its ball_modes
 RESOLUTIONS = (512, 2048)
 

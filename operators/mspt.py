@@ -114,8 +114,9 @@ class MSPT(BallTreeOperator):
             ``"physical"``).
         n_patches: points mode: the number of patches ``K`` (the published ``mspt_V``; default 32, the published
             constructor's default; scripts: 32 to 600).
-        patch_diameter: physical mode: the largest patch diameter, in the units of ``pos`` (default 0.25: 64
-            patches in the unit square, 512 in the unit cube).
+        patch_diameter: physical mode: the largest patch diameter, in the units of ``pos`` (defaults 0.25 in
+            1-D and 2-D, 64 patches in the unit square, and 0.32 in 3-D, 256 patches of ``1/8 × 1/8 × 1/4`` in the
+            unit cube: fewer patches cost more per point, ``N/K``, more cost ``K³``).
         max_patches: physical mode: memory guard; a cloud with more non-empty patches (a domain much larger
             than ``patch_diameter``, or a sparse cloud) takes patches ``√2`` times wider until it has at most
             this many (the cost has a term ``O(K³)`` in the patch count; default 512).
@@ -160,7 +161,9 @@ class MSPT(BallTreeOperator):
             if n_patches is not None:
                 raise ValueError(f"n_patches: expected None with ball_mode='physical' (patches set by "
                                  f"patch_diameter), got {n_patches!r}")
-            patch_diameter = check_positive_float("patch_diameter", 0.25 if patch_diameter is None else patch_diameter)
+            if patch_diameter is None:  # 64 patches in the unit square, 256 in the unit cube (cost: module docstring)
+                patch_diameter = 0.25 if spatial_dims <= 2 else 0.32
+            patch_diameter = check_positive_float("patch_diameter", patch_diameter)
         self.n_patches, self.patch_diameter, self.max_patches = n_patches, patch_diameter, max_patches
         self._set_io(in_channels, out_channels, spatial_dims, None)
         self.embed = nn.Sequential(nn.Linear(in_channels + spatial_dims, 2 * width), nn.GELU(),
@@ -208,13 +211,16 @@ class MSPT(BallTreeOperator):
         mask = lvl.mask
         w = torch.where(mask, lvl.weights, torch.zeros((), dtype=lvl.weights.dtype, device=mask.device))
         b, p = w.shape
+        if self.ball_mode == "points":  # weights relative to the cloud's mean: a point key weighs as a global key
+            n_real = mask.sum(1, keepdim=True).clamp_min(1).to(w.dtype)
+            w = w / (w.sum(1, keepdim=True) / n_real)
         mass = w.view(b, p // m, m).sum(2)
         ninf = torch.full((), float("-inf"), dtype=h.dtype, device=h.device)
         point_logw = torch.where(w > 0, w.to(h.dtype).log(), ninf)
         if self.ball_mode == "physical":  # global keys weigh their patch's mass; copies average by mass
             global_logw = torch.where(mass > 0, mass.to(h.dtype).log(), ninf)
             copy_w = mass / mass.sum(1, keepdim=True)
-        else:  # published: every (non-empty) patch's token counts once, copies by plain mean
+        else:  # published: every (non-empty) patch's token counts once (as one point), copies by plain mean
             global_logw = torch.where(mass > 0, torch.zeros((), dtype=h.dtype, device=h.device), ninf)
             used = (mass > 0).to(mass.dtype)
             copy_w = used / used.sum(1, keepdim=True)

@@ -91,7 +91,8 @@ def physical_patches(pos: torch.Tensor, mask: torch.Tensor | None, diameter: flo
                      max_patches: int | None = None) -> BallTree:
     """Patches of a fixed physical size: the non-empty cells at most ``diameter`` across of a spatial bisection
     of the cloud's snapped box (:func:`~sciattn.balltree.physical.cell_layout`), in the layout's k-d order,
-    each padded to the batch's capacity (a :class:`BallTree` with ``ball_size`` the capacity). The cells do not
+    each padded to the batch's capacity, the most points of a cell (a :class:`BallTree` with ``ball_size`` the
+    capacity). The cells do not
     move under refinement; the points per patch grow with the resolution. Empty cells are dropped (every
     patch is a global token, whose count enters the cost squared); a cloud with fewer non-empty cells than
     another has empty patches at the end.
@@ -102,15 +103,18 @@ def physical_patches(pos: torch.Tensor, mask: torch.Tensor | None, diameter: flo
     :func:`~sciattn.balltree.physical.cell_layout`)."""
     while True:
         lay = cell_layout(pos, mask, [diameter]).tree
-        b, cap = lay.perm.shape[0], lay.ball_size
-        filled = lay.mask.view(b, -1, cap).any(2)  # (B, cells)
+        b, cap0 = lay.perm.shape[0], lay.ball_size
+        counts = lay.mask.view(b, -1, cap0).sum(2)  # (B, cells)
+        filled = counts > 0
         if max_patches is None or int(filled.sum(1).max()) <= max_patches:  # host sync
             break
         diameter *= math.sqrt(2.0)
+    # a cell's points are the first slots of its run; the capacity is the fullest cell (not a power of two)
+    cap = max(int(counts.max()), 1)  # host sync: the capacity is a shape
     new_cell = filled.long().cumsum(1) - 1
     n_cells = max(int(filled.sum(1).max()), -(-pos.shape[1] // cap))  # host sync: the patch count is a shape
-    offset = torch.arange(lay.perm.shape[1], device=pos.device) % cap
-    cell = torch.arange(lay.perm.shape[1], device=pos.device) // cap
+    offset = torch.arange(lay.perm.shape[1], device=pos.device) % cap0
+    cell = torch.arange(lay.perm.shape[1], device=pos.device) // cap0
     slot = torch.where(lay.mask, new_cell[:, cell] * cap + offset, -1)
     return _assemble(pos, mask, lay.perm, slot, n_cells * cap, cap)
 

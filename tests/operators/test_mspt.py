@@ -127,6 +127,15 @@ def test_uniform_weights_change_nothing_and_weights_matter_in_the_physical_mode(
     assert _rel(model(x, pos, weights=w), y) > 1e-3
 
 
+def test_points_mode_weights_are_relative_to_the_cloud_mean():
+    model = _model(ball_mode="points", n_patches=8)
+    x, pos = _cloud(64)
+    y = model(x, pos)
+    assert _rel(model(x, pos, weights=torch.full((1, 64), 1 / 64, dtype=torch.float64)), y) <= TOL
+    w = torch.rand(1, 64, generator=torch.Generator().manual_seed(4), dtype=torch.float64) + 0.1
+    assert _rel(model(x, pos, weights=w), y) > 1e-3
+
+
 @pytest.mark.parametrize(("change", "match"), [
     (dict(ball_mode="points", patch_diameter=0.2), r"patch_diameter: expected None with ball_mode='points'"),
     (dict(ball_mode="physical", n_patches=8), r"n_patches: expected None with ball_mode='physical'"),
