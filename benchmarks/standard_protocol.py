@@ -83,6 +83,7 @@ WIDTH_KEYS: dict[str, tuple[str, int]] = {
     "ono": ("width", 4), "gnot": ("width", 2), "factformer": ("width", 4), "oformer": ("width", 4),
     "fno": ("hidden_channels", 1), "mano": ("width", 4), "mano_extended": ("width", 4), "codano": ("width", 2),
     "erwin": ("c_hidden", 8), "bsa_transformer": ("width", 4), "anie": ("width", 2),
+    "mspt": ("width", 4),
 }
 
 
@@ -116,8 +117,9 @@ def model_at(operator: str, width: int) -> dict[str, Any]:
     return {key: width, **extra, **variant}
 
 
-#: operators whose cost grows quadratically in N at their defaults (none of the registered grid operators)
-QUADRATIC: frozenset[str] = frozenset()
+#: operators whose cost grows quadratically in N at their defaults (none of the registered grid operators; MSPT's
+#: patches keep their physical size, so their points grow like N)
+QUADRATIC: frozenset[str] = frozenset({"mspt"})
 
 DATASETS = ("darcy85", "navier_stokes64", "darcy_points")
 GEOFNO = ("elasticity", "plasticity", "airfoil", "pipe")
