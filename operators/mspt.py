@@ -28,8 +28,10 @@ Two ``ball_mode``\ s (patch layouts):
   is a quadrature of a fixed integral and the output converges under refinement. Cost grows like ``N²/K``
   (the patches gain points).
 * ``"points"``: MSPT as published, ``n_patches`` contiguous runs of the ball-tree order, ``N/K`` points each
-  (:func:`~sciattn.balltree.patch.count_patches`), global tokens counted once each: the patches shrink as points
-  are added, so **the output depends on the resolution**.
+  (:func:`~sciattn.balltree.patch.count_patches`), every global token counted as one point: the patches keep their
+  number, so a patch's points grow like ``N`` against a fixed number of global tokens and the balance between the
+  local and the global term moves with the resolution (the run boundaries also follow the sample's medians), so
+  **the output depends on the resolution**.
 
 Shapes: ``x`` ``(B, N, C_in)``, ``pos`` ``(B, N, d)``, ``mask``/``weights`` ``(B, N)`` -> ``(B, N, C_out)``.
 """
