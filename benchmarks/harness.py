@@ -350,7 +350,8 @@ def latest_run(records: list[dict[str, Any]], run_id: str | None = None, full: b
                where: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The records of run ``run_id`` (default: the last run appended; with ``full``, the last one not made
     with the ``--quick`` budget, if any), in their order. ``where`` (see :func:`select`) first keeps the
-    runs whose parameters match, and then the rows of the chosen run that match a ``row.`` key."""
+    runs whose parameters match and, with ``row.`` keys, that hold a matching row; then the rows of the chosen
+    run that match (so a later run of other operators, merged into the same file, does not hide one's rows)."""
     if where:
         params_where = {k: v for k, v in where.items() if not k.startswith("row.")}
         row_where = {k: v for k, v in where.items() if k.startswith("row.")}
@@ -358,11 +359,12 @@ def latest_run(records: list[dict[str, Any]], run_id: str | None = None, full: b
         pool = select(records, params_where)
         if not pool:
             raise ValueError(f"where: no run has the parameters {params_where}")
-        chosen = latest_run(pool, run_id, full)
-        chosen = select(chosen, row_where)
-        if not chosen:
-            raise ValueError(f"where: no row of run {pool[-1]['run_id']} matches {row_where}")
-        return chosen
+        if row_where:
+            runs = {r["run_id"] for r in select(pool, row_where)}
+            if not runs:
+                raise ValueError(f"where: no row of the runs with the parameters {params_where} matches {row_where}")
+            pool = [r for r in pool if r["run_id"] in runs]
+        return select(latest_run(pool, run_id, full), row_where)
     if not records:
         return []
     if run_id is None:

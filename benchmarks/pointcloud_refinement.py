@@ -1,5 +1,5 @@
-"""Point sets under refinement: published point-count balls against physically scaled balls (Erwin, BSA), and
-Erwin's multiscale balls (its default).
+"""Point sets under refinement: published point-count balls against physically scaled balls (Erwin, BSA, MSPT's
+patches), and Erwin's multiscale balls (its default).
 
 Two measurements, one table, one run (issue 26, items 6 and 7), one row per operator and ball mode:
 
@@ -36,7 +36,7 @@ from pathlib import Path
 
 from .harness import ROOT, int_param, module_benchmarks
 
-OPERATORS = ("erwin", "bsa_transformer")
+OPERATORS = ("erwin", "bsa_transformer", "mspt")
 BALLS = ("points", "physical", "multiscale")  # an operator runs the ones of its ball_modes
 RESOLUTIONS = (512, 2048)
 
@@ -251,8 +251,8 @@ PARAMS = {"sizes": [1024, 4096, 16384], "seed": 1, "operators": list(OPERATORS),
 QUICK = {"sizes": [256, 1024, 2048], "epochs": 1, "n_train": 8, "n_test": 4, "mixing_points": 1024}
 
 BENCHMARKS = module_benchmarks(globals(),
-    description="Erwin and BSA point sets under refinement, published point-count balls against physical balls "
-                "(and Erwin's multiscale balls), at initialisation and after training;",
+    description="Erwin, BSA and MSPT point sets under refinement, published point-count balls against physical "
+                "balls (and Erwin's multiscale balls), at initialisation and after training;",
     claim="Erwin's physical and multiscale balls converge at first order at initialisation (e_4096 / e_1024 about "
           "0.5) and keep the trained error at 4× the points, its point-count balls do not converge "
           "(docs/fidelity.md)",

@@ -3,7 +3,7 @@ forward+backward up to 2^18 (3-D uniform clouds, default widths, batch 1, fp32, 
 
 Operators (:data:`OPERATORS`): Transolver, LinearNO, GNOT, ONO, OFormer, the point-set Galerkin Transformer
 (``regressor="pointwise"``, the only non-default argument: the default spectral regressor needs a grid), Erwin and
-BSA, each from the registry at its defaults with ``in_channels = out_channels = 1`` and ``spatial_dims = 3``. Input:
+BSA and MSPT, each from the registry at its defaults with ``in_channels = out_channels = 1`` and ``spatial_dims = 3``. Input:
 ``x ~ N(0, 1)`` at ``pos ~ U[0, 1]³`` (fixed seed), no weights (uniform quadrature).
 
 Each case (operator, N, phase) runs in a fresh subprocess (``python -m benchmarks.pointcloud_scale --worker``): the
@@ -55,7 +55,8 @@ from .multipole_scaling import fit_exponent
 
 ROOT = Path(__file__).resolve().parents[1]
 
-OPERATORS = ("transolver", "linear_no", "gnot", "ono", "funcattn", "oformer", "galerkin_transformer", "erwin", "bsa_transformer")
+OPERATORS = ("transolver", "linear_no", "gnot", "ono", "funcattn", "oformer", "galerkin_transformer", "erwin",
+             "bsa_transformer", "mspt")
 EXTRA = {"galerkin_transformer": {"regressor": "pointwise"}}
 TARGET_N, TARGET_MB = 2 ** 20, 16 * 1024
 DIMS = 3

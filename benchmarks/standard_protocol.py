@@ -86,6 +86,7 @@ WIDTH_KEYS: dict[str, tuple[str, int]] = {
     "funcattn": ("width", 4),
     "fastmax_transformer": ("width", 4),
     "schwarz_transformer": ("width", 4),
+    "mspt": ("width", 4),
 }
 WIDTH_KEYS |= {"continuum_transformer": ("width", 4), "continuum_vitno": ("width", 4)}
 
@@ -122,8 +123,9 @@ def model_at(operator: str, width: int) -> dict[str, Any]:
     return {key: width, **extra, **variant}
 
 
-#: operators whose cost grows quadratically in N at their defaults (global softmax attention over all points)
-QUADRATIC: frozenset[str] = frozenset({"continuum_transformer"})
+#: operators whose cost grows quadratically in N at their defaults: global softmax attention over all points
+#: (continuum_transformer), and MSPT, whose patches keep their physical size, so each patch's points grow like N
+QUADRATIC: frozenset[str] = frozenset({"continuum_transformer", "mspt"})
 
 DATASETS = ("darcy85", "navier_stokes64", "darcy_points")
 GEOFNO = ("elasticity", "plasticity", "airfoil", "pipe")

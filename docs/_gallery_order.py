@@ -5,7 +5,8 @@ class GalleryOrder:
     """Gallery order: the families first (as in the README), then the workflows."""
 
     ORDER = ["plot_galerkin_darcy.py", "plot_mano_zero_shot.py", "plot_codano_add_variable.py",
-             "plot_erwin_point_cloud.py", "plot_spherical_shallow_water.py", "plot_surrogate_in_solver.py"]
+             "plot_erwin_point_cloud.py", "plot_mspt_car.py", "plot_spherical_shallow_water.py",
+             "plot_surrogate_in_solver.py"]
 
     def __init__(self, src_dir):
         self.src_dir = src_dir

@@ -16,6 +16,7 @@ from .gnot import GNOT
 from .linear_no import LinearNO
 from .mano import MANO
 from .mano_extended import MANOExtended
+from .mspt import MSPT
 from .oformer import OFormer
 from .ono import ONO
 from .registry import create_operator, list_operators, migrate_stored, register_operator
@@ -41,6 +42,7 @@ __all__ = [
     "LinearNO",
     "MANO",
     "MANOExtended",
+    "MSPT",
     "OFormer",
     "ONO",
     "Operator",

@@ -63,13 +63,15 @@ def test_config_toml_carries_the_ball_mode():
     assert erwin["ball_mode"] == "points" and erwin["ball_sizes"] == [32, 32]
 
 
-@pytest.mark.parametrize("balls", [["points", "physical"], ["multiscale"]])
-def test_committed_rows_validate_and_render(balls):
-    """The two committed runs the docs show: point-count and physical balls (with the rotation rows), and Erwin's
-    multiscale balls."""
+@pytest.mark.parametrize(("operators", "balls", "rotation_rows"), [
+    (["erwin", "bsa_transformer"], ["points", "physical"], True), (["erwin"], ["multiscale"], False),
+    (["mspt"], ["points", "physical"], False)])
+def test_committed_rows_validate_and_render(operators, balls, rotation_rows):
+    """The committed runs the docs show: Erwin's and BSA's point-count and physical balls (with the rotation rows),
+    Erwin's multiscale balls, and MSPT's two patch modes."""
     bench = harness.get("pointcloud_refinement")
     records = harness.latest_run(harness.read_rows(harness.results_path("pointcloud_refinement")), full=True,
-                                 where={"balls": balls})
+                                 where={"balls": balls, "operators": operators})
     assert records
     for i, r in enumerate(records):
         harness.validate_row(bench, r["row"], i)
@@ -80,7 +82,7 @@ def test_committed_rows_validate_and_render(balls):
         cells = " | ".join(format(e, ".4f") for e in r["init_errors"])
         assert f"| {r['operator']} | {r['balls']} | {cells} |" in table
     mixing = any(r["row"]["part"] == "mixing" for r in records)
-    assert ("rotated balls per ball" in table) == mixing and mixing == (balls != ["multiscale"])
+    assert ("rotated balls per ball" in table) == mixing and mixing == rotation_rows
 
 
 @pytest.mark.parametrize(("key", "value"), [("balls", ["fixed"]), ("operators", ["fno"]), ("sizes", [1024, 256]),

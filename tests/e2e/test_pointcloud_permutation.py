@@ -21,9 +21,9 @@ TOL = dict(rtol=1e-5, atol=1e-5)
 def _modes():
     """Every ball-tree operator in every ball mode (``None``: its default); the physical modes, whose cost grows
     with the points per ball, run with ``-m slow``."""
-    for name in ("erwin", "bsa_transformer"):
+    for name in ("erwin", "bsa_transformer", "mspt"):
         for mode in (None, *operator_class(name).ball_modes):
-            marks = [pytest.mark.slow] if mode == "physical" else []
+            marks = [pytest.mark.slow] if mode == "physical" or (name, mode) == ("mspt", None) else []  # mspt: physical
             yield pytest.param(name, mode, marks=marks, id=f"{name}-{mode or 'default'}")
 
 

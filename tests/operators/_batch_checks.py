@@ -29,6 +29,7 @@ POINT_CONFIG = {"galerkin_transformer": {"regressor": "pointwise"}}
 SMALL = {
     "erwin": {"c_hidden": [8, 16], "enc_depths": [2, 1], "dec_depths": [1], "n_heads": 2, "mlp_ratio": 2},
     "bsa_transformer": {"width": 16, "depth": 2, "n_heads": 2, "mlp_ratio": 2},
+    "mspt": {"width": 16, "depth": 2, "n_heads": 2, "mlp_ratio": 2},
 }
 
 

@@ -45,8 +45,8 @@ def _check(name, mode, clouds):
 
 
 def _random_cases():
-    for n, m in CASES:  # BSA's physical mode (its cost grows with the points per ball) takes ~30 s: slow
-        marks = [pytest.mark.slow] if (n, m) == ("bsa_transformer", "physical") else []
+    for n, m in CASES:  # BSA's and MSPT's physical modes (cost grows with the points per ball) take ~30 s: slow
+        marks = [pytest.mark.slow] if (n, m) in {("bsa_transformer", "physical"), ("mspt", "physical")} else []
         yield pytest.param(n, m, marks=marks, id=f"{n}-{m}" if m else n)
 
 

@@ -23,6 +23,7 @@ SMALL = {
                   dec_depths=[1], strides=[2], n_heads=2, mlp_ratio=2),
     "bsa_transformer": dict(in_channels=2, out_channels=1, spatial_dims=2, width=8, depth=2, n_heads=2, ball_size=8,
                             block_size=2, top_k=2, mlp_ratio=2),
+    "mspt": dict(in_channels=2, out_channels=1, spatial_dims=2, width=8, depth=2, n_heads=2, mlp_ratio=2),
     "spherical_transformer": dict(in_channels=2, out_channels=1, nlat=9, nlon=16, embed_dim=8, n_layers=1, n_heads=2),
     "planar_transformer": dict(in_channels=2, out_channels=1, nlat=9, nlon=16, embed_dim=8, n_layers=1, n_heads=2),
     "transolver": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, slice_num=4),
@@ -92,7 +93,7 @@ def test_config_is_plain_json_and_records_every_default(name):
 
 
 def test_unknown_operator_name_lists_the_registered_ones():
-    with pytest.raises(ValueError, match=r"name: expected a registered operator, one of \['anie', 'bsa_transformer', 'codano', 'continuum_transformer', 'continuum_vitno', 'erwin', 'factformer', 'fastmax_transformer', 'fno', 'funcattn', 'galerkin_transformer', 'gnot', 'linear_no', 'mano', 'mano_extended', 'oformer', 'ono', 'planar_transformer'"):
+    with pytest.raises(ValueError, match=r"name: expected a registered operator, one of \['anie', 'bsa_transformer', 'codano', 'continuum_transformer', 'continuum_vitno', 'erwin', 'factformer', 'fastmax_transformer', 'fno', 'funcattn', 'galerkin_transformer', 'gnot', 'linear_no', 'mano', 'mano_extended', 'mspt', 'oformer', 'ono', 'planar_transformer'"):
         create_operator("galerkin_transfomer", in_channels=1, out_channels=1)
 
 

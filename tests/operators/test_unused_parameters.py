@@ -37,6 +37,7 @@ VARIANTS = {
               dict(ball_sizes=None, strides=None)],  # physical balls (ball_mode inferred)
     "bsa_transformer": [dict(coarse_queries=False), dict(exclude_own_ball=False), dict(rotate=None),
                         dict(depth=3, group_size=4), dict(ball_size=None, block_size=None)],
+    "mspt": [dict(ball_mode="points", n_patches=8), dict(patch_diameter=0.5, depth=3)],
     "spherical_transformer": [dict(n_layers=2)],
     "planar_transformer": [dict(n_layers=2)],
     "transolver": [dict(spatial_dims=1), dict(spatial_dims=3, mlp_ratio=2)],

@@ -42,6 +42,7 @@ VALID = {
     "continuum_transformer": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, dim_ff=4),
     "continuum_vitno": dict(in_channels=1, out_channels=1, width=4, n_layers=1, n_heads=2, dim_ff=4, modes=2,
                             smoothing_modes=2),
+    "mspt": dict(in_channels=1, out_channels=1, width=8, depth=1, n_heads=2),
 }
 REQUIRED = {"codano": "variables", "spherical_transformer": "nlat", "planar_transformer": "nlon"}
 # one integer hyperparameter of each operator, for non-positive / bool / float values
@@ -67,6 +68,8 @@ SIZE |= {"continuum_transformer": "dim_ff"}
 HEADS |= {"continuum_transformer": "n_heads"}
 SIZE |= {"continuum_vitno": "patches"}
 HEADS |= {"continuum_vitno": "n_heads"}
+SIZE |= {"mspt": "max_patches"}
+HEADS |= {"mspt": "n_heads"}
 
 
 def make(name: str, **change):
