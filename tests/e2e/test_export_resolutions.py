@@ -245,6 +245,7 @@ def test_mano_with_window_fraction_exports_every_multiple_of_its_pyramid_unit(tm
 SHIPPED_MANO = Path(__file__).resolve().parents[2] / "examples" / "configs" / "darcy64_mano.toml"
 
 
+@pytest.mark.slow  # about a minute; the default run exports MANO's default pyramid at multiples of 64 (next test)
 def test_shipped_darcy64_mano_exports_every_multiple_of_64(tmp_path):
     cfg = {k: v for k, v in tomllib.loads(SHIPPED_MANO.read_text())["model"].items() if k != "name"}
     assert cfg["coarse_cells"] == 8 and cfg["head_grid"] == 64 and cfg["lift_stencil"] == 3

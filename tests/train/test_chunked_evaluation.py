@@ -56,7 +56,7 @@ def test_surrogate_predict_in_chunks_equals_the_whole_prediction_float64(name, e
 def test_chunk_points_is_refused_by_name_for_other_operators_and_bad_values():
     fno = create_operator("fno", in_channels=1, out_channels=1, n_modes=[4, 4], hidden_channels=8, n_layers=1)
     with pytest.raises(ValueError, match=r"chunk_points: operator 'fno' \(FNO\) does not evaluate in chunks of points; "
-                                         r"operators that do: \['gnot', 'linear_no', 'ono', 'transolver'\]"):
+                                         r"operators that do: \['funcattn', 'gnot', 'linear_no', 'ono', 'transolver'\]"):
         Surrogate(fno, spatial_dims=2, chunk_points=100)
     sur = Surrogate(fno, spatial_dims=2)
     with pytest.raises(ValueError, match="chunk_points: operator 'fno'"):
