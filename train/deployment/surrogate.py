@@ -8,6 +8,7 @@ channel names, units) out of the caller's code::
     u = sur.predict(a)                 # NumPy (C, H, W) or (B, C, H, W) -> same layout, same dtype
     u = sur.predict(a_da)              # xarray.DataArray -> DataArray on the same coordinates
     traj = sur.rollout(state, 10)      # 11 states: the initial one and 10 applications of step()
+    p = sur.predict_points(f, pos)     # a point-set run: (N, C) features at (N, d) positions -> (N, C_out)
 
 Accepted inputs (``x`` for :meth:`Surrogate.predict`, ``state`` for :meth:`Surrogate.step`):
 
@@ -318,7 +319,10 @@ class Surrogate:
                 raise TypeError(f"{name}: expected a real or bool tensor, got dtype {x.dtype}")
             shape = tuple(x.shape)
             if len(shape) not in (self.spatial_dims + 1, self.spatial_dims + 2):
-                raise self._rank_error(name, shape, "")
+                hint = ""
+                if self.run_meta.get("layout") == "points" or getattr(self.model, "input_kind", None) == "points":
+                    hint = " (this operator was trained on point sets: predict_points(x, pos, weights))"
+                raise self._rank_error(name, shape, hint)
             t = torch.from_numpy(np.ascontiguousarray(x)) if is_np else x.detach()
             batched = len(shape) == self.spatial_dims + 2
             frame = _Frame("numpy" if is_np else "torch", t if batched else t.unsqueeze(0), batched,
@@ -555,6 +559,14 @@ class Surrogate:
         return self._pack(frame, self._forward(frame.tensor, chunk_points), as_state=False)
 
     __call__ = predict
+
+    def predict_points(self, x: Any, pos: Any, weights: Any = None, *, chunk_points: int | None = None) -> Any:
+        """Apply a point-set operator: features ``x`` ``(N, C)`` or ``(B, N, C)`` at positions ``pos`` ``(N, d)`` or
+        ``(B, N, d)`` with quadrature ``weights`` ``(N,)`` / ``(B, N)`` (default ``1/N``); returns ``(N, C_out)`` or
+        ``(B, N, C_out)`` of the input's kind (:mod:`.point_prediction`)."""
+        from .point_prediction import predict_points
+
+        return predict_points(self, x, pos, weights, chunk_points=_check_chunk_points(self.model, chunk_points))
 
     def _stepper_check(self, c_in: int, c_out: int) -> None:
         if c_out != c_in and (c_out == 0 or c_in % c_out != 0):
