@@ -101,7 +101,7 @@ def config_toml(name: str, extra: dict, epochs: int, n_train: int, n_test: int) 
                               if name == "erwin" else {"width": 32, "depth": 4, "n_heads": 4})}
     model.update(extra)
     if name == "erwin" and extra.get("ball_mode") == "points":
-        model.update(ball_sizes=[32, 32], strides=[2])  # examples/configs/darcy_points_erwin.toml
+        model.update(ball_sizes=[32, 32], strides=[2])  # the published balls (the shipped config's --set hint)
     lines = ["[model]"] + [f"{k} = {json.dumps(v)}" for k, v in model.items()]
     lines += ["", "[data]", 'train = "darcy_irregular"', f"resolution = {RESOLUTIONS[0]}", f"n_train = {n_train}",
               f"n_test = {n_test}", 'options = { fine_resolution = 64, layout = "jittered" }', "",
