@@ -61,3 +61,13 @@ def test_a_program_without_the_pt2_suffix_loads_quietly(legacy, tmp_path):
     assert not [m for m in records.messages if "pt2" in m], records.messages  # torch warns about the file name
     io = legacy[1]
     torch.testing.assert_close(program(io["x"]), io["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_loaded_programs_weights_are_frozen_but_input_gradients_flow(legacy):
+    program, io = legacy
+    y = program(io["x"])
+    assert not y.requires_grad and y.numpy().shape == (2, 1, 8, 8)  # no .detach() needed for NumPy
+    x = io["x"].clone().requires_grad_()
+    program(x).sum().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    assert not any(p.requires_grad for p in program.module.parameters())

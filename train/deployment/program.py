@@ -38,11 +38,13 @@ class LoadedProgram:
     ``program(x)`` (grids) or ``program(x, pos, weights, mask)`` (point sets) checks every input against the
     spec ``export_run`` recorded (type, rank, channels, dtype, sizes, finiteness at real points), raising a
     one-line ``TypeError``/``ValueError`` that names the argument, what was expected and what was given,
-    then calls the plain program (``module``). ``spec`` is that record (``export_run``'s result without
-    ``path``).
+    then calls the plain program (``module``), whose weights are frozen (the output requires a gradient only
+    when an input does). ``spec`` is that record (``export_run``'s result without ``path``).
     """
 
     def __init__(self, module: nn.Module, spec: dict[str, Any], path: str):
+        for p in module.parameters():  # a deployed program's weights are frozen: outputs need no .detach(), and
+            p.requires_grad_(False)    # gradients with respect to inputs that require them still flow
         self.module, self.spec, self.path = module, spec, path
 
     def __repr__(self) -> str:
