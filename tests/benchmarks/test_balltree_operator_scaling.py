@@ -13,6 +13,7 @@ from benchmarks import balltree_operator_scaling as bos
 from benchmarks import harness
 
 
+@pytest.mark.slow  # 15 s; the worker path is in test_a_row_measured_in_its_own_process
 def test_tiny_run_through_the_harness(tmp_path):
     over = {"sizes": [256, 1024], "clouds": ["uniform", "shell_cluster"], "reps": 1,
             "variants": {"erwin": None, "bsa_transformer": None, "erwin physical": 256}}

@@ -213,6 +213,7 @@ MANO_FRACTION = dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_head
                      pyramid="input", coarse_cells=None)
 
 
+@pytest.mark.slow  # 15-20 s; the default pyramid's export (the previous test) stays in the default run
 def test_mano_with_window_fraction_exports_every_multiple_of_its_pyramid_unit(tmp_path):
     run, model, xn, yn = _run(tmp_path, "mano", MANO_FRACTION, sample_shape=(16, 16),
                               domain={"kind": "grid", "shape": [16, 16]}, train_resolution=(16, 16))
