@@ -24,7 +24,7 @@ from sciattn._checks import (
 from sciattn.domain import Grid, PointCloud
 from sciattn.partial_sums import RankSums, raise_together
 
-__all__ = ["check_grid_input", "grid_tokens", "point_tokens", "to_grid", "zero_padding"]
+__all__ = ["check_grid_input", "grid_tokens", "point_tokens", "to_grid", "zero_padding", "grid_or_point_forward"]
 
 
 def check_grid_input(op: nn.Module, x: torch.Tensor, name: str) -> Grid:
@@ -117,3 +117,15 @@ def zero_padding(out: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
     if keep is None:
         return out
     return torch.where(keep, out, torch.zeros((), dtype=out.dtype, device=out.device))
+
+
+def grid_or_point_forward(op: nn.Module, x, pos, weights, mask, name: str) -> torch.Tensor:
+    """The forward of an operator that maps tokens with ``op.encode(a, pos, w, mask)``: a grid ``(B, C, *spatial)``
+    as its nodes with normalised cell volumes, or a padded point set ``(B, N, C)`` with ``pos`` and quadrature
+    weights (zeros returned on padding). ``name``: the operator's name in input errors."""
+    if pos is None:
+        a, p, w, grid = grid_tokens(op, x, name)
+        return to_grid(op.encode(a, p, w), op, grid)
+    a, p, w, keep = point_tokens(op, x, pos, weights, mask)
+    return zero_padding(op.encode(a, p, w, mask), keep)
+

@@ -42,7 +42,7 @@ from torch import nn
 from sciattn import galerkin_attention
 from sciattn._checks import check_heads, check_positive_int
 
-from ._token_inputs import grid_tokens, point_tokens, to_grid, zero_padding
+from ._token_inputs import grid_or_point_forward
 from .contract import Operator
 from .registry import register_operator
 
@@ -192,8 +192,4 @@ class ANIE(Operator):
     def forward(self, x, pos=None, weights=None, mask=None, *, y=None):
         """``y`` is accepted and ignored (neuraloperator's ``Trainer`` calls ``model(**sample)``)."""
         del y
-        if pos is None:
-            a, p, w, grid = grid_tokens(self, x, "ANIE")
-            return to_grid(self.encode(a, p, w), self, grid)
-        a, p, w, keep = point_tokens(self, x, pos, weights, mask)
-        return zero_padding(self.encode(a, p, w, mask), keep)
+        return grid_or_point_forward(self, x, pos, weights, mask, "ANIE")
