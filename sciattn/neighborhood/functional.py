@@ -46,6 +46,8 @@ from .._backend_registry import (
     triton_backend,
 )
 from .._checks import check_attention_dtypes, check_quadrature_weights
+from ._cpu import neighborhood_cpu
+from ._cpu import unavailable as cpu_unavailable
 from ._ops import neighborhood_triton
 from ._sparse import neighborhood_sparse
 from .csr import check_csr
@@ -123,4 +125,9 @@ register_backend(triton_backend("neighborhood", neighborhood_triton, priority=10
 # Above the reference, below triton: the default on CPU. Plain torch sparse ops; widen to CUDA once checked on a GPU.
 register_backend(
     torch_backend("neighborhood", "sparse", neighborhood_sparse, priority=5, devices=("cpu",), tolerances=_TORCH_TOLERANCES)
+)
+# The fused C++ kernels (_cpu.py, built on first use): above sparse on the CPU wherever they build.
+register_backend(
+    torch_backend("neighborhood", "cpu", neighborhood_cpu, priority=7, devices=("cpu",),
+                  dtypes=(torch.float32, torch.float64), available=cpu_unavailable, tolerances=_TORCH_TOLERANCES)
 )

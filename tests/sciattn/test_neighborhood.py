@@ -191,10 +191,18 @@ def test_forced_kernel_on_cpu_lists_why_each_backend_was_refused(monkeypatch):
         neighborhood_attention(_q, _k, torch.zeros(1, 2, 5, 129), _ro, _ci, backend="triton")
 
 
-def test_default_backend_is_sparse_on_cpu_and_the_kernel_on_cuda(monkeypatch):
+def test_default_backend_is_the_cpu_kernel_or_sparse_on_cpu_and_the_kernel_on_cuda(monkeypatch):
+    from sciattn.neighborhood._cpu import unavailable
+
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # even with the interpreter on, CPU never defaults to triton
     props = dict(dtype=torch.float32, head_dim=64, has_mask=True, has_weights=True, requires_grad=True)
+    cpu_default = "sparse" if unavailable() else "cpu"
+    assert select_backend("neighborhood", None, device=torch.device("cpu"), **props).name == cpu_default
+    assert select_backend("neighborhood", None, device=torch.device("cpu"), **dict(props, dtype=torch.float16)).name \
+        == "sparse"
+    monkeypatch.setenv("SCIATTN_CPU_KERNELS", "0")  # the switch hands the CPU back to the sparse backend
     assert select_backend("neighborhood", None, device=torch.device("cpu"), **props).name == "sparse"
+    monkeypatch.delenv("SCIATTN_CPU_KERNELS")
     cuda64 = dict(props, dtype=F64)
     assert select_backend("neighborhood", None, device=torch.device("cuda"), **cuda64).name == "reference"
     if not has_triton():

@@ -1,0 +1,458 @@
+// Fused CPU kernels of neighbourhood attention over a CSR index (sciattn/neighborhood/_cpu.py):
+//
+//   out_i = sum_{n in row i} p_n v_{j(n)},  p_n = exp(t_n - lse_i),  t_n = scale q_i . k_{j(n)} + log w_{j(n)} + c_n,
+//   lse_i = log sum_n exp(t_n)
+//
+// (c_n the optional per-entry bias, log of a pair's multiplicity). One query row at a time: its logits into a
+// small buffer (dot products over the head channels, which the compiler vectorises), a vectorised exponential,
+// then the weighted sum of the gathered value rows. Nothing of size nnz is stored. The backward recomputes the
+// probabilities from the saved log-sum-exp:
+//
+//   dp_n = dO_i . v_j,  ds_n = p_n (dp_n - dO_i . O_i),  dq_i = scale sum_n ds_n k_j,
+//   dk_j += scale ds_n q_i,  dv_j += p_n dO_i,  dlogw_{b,h,j} += ds_n,
+//
+// one task per (batch, head), which owns that head's dk, dv and dlogw rows: no atomics, and the same sums in the
+// same order on every run (deterministic). Layout: q (B, H, Nq, D), k (B, H, Nk, D), v (B, H, Nk, E), out
+// (B, H, Nq, E), all contiguous; logw (B, Nk) (-inf on padding); lse (B, H, Nq); row_offsets (Nq + 1) and
+// col_indices (nnz) int64, canonical (sorted, duplicate-free). A row without a live key (empty, or every key at
+// -inf) gets out = 0 and lse = -inf, and contributes nothing to any gradient.
+#include "simd.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+namespace sciattn_csr {
+namespace {
+
+using namespace sciattn_simd;
+
+template <typename T>
+inline T dot(const T* a, const T* b, int64_t n) {
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t d = 0; d < n; ++d) s += a[d] * b[d];
+  return s;
+}
+
+template <typename T>
+inline void axpy(T alpha, const T* x, T* y, int64_t n) {
+#pragma omp simd
+  for (int64_t d = 0; d < n; ++d) y[d] += alpha * x[d];
+}
+
+// buf[0:n] = exp(buf[0:n] - shift), lane by lane (buf holds at least n rounded up to kLanes values).
+template <typename T>
+inline void exp_shifted(T* buf, int64_t n, T shift) {
+  const V<T> s = splat<T>(shift);
+  for (int64_t c = 0; c < n; c += kLanes) st(buf + c, vexp(ld(buf + c) - s));
+}
+
+struct Csr {
+  const int64_t* ro;
+  const int64_t* ci;
+  int64_t nq, nk, max_row;
+};
+
+Csr csr_of(const at::Tensor& row_offsets, const at::Tensor& col_indices, int64_t nq, int64_t nk) {
+  Csr c{row_offsets.data_ptr<int64_t>(), col_indices.data_ptr<int64_t>(), nq, nk, 0};
+  for (int64_t i = 0; i < nq; ++i) c.max_row = std::max(c.max_row, c.ro[i + 1] - c.ro[i]);
+  return c;
+}
+
+// The logits t_n of row i into buf; returns their maximum (-inf when the row has no live key).
+template <typename T>
+inline T row_logits(const Csr& g, int64_t i, const T* qi, const T* kh, const T* lw, const T* eb, int64_t D,
+                    T scale, T* buf) {
+  const int64_t lo = g.ro[i], n = g.ro[i + 1] - lo;
+  T m = static_cast<T>(kNegInf);
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t j = g.ci[lo + t];
+    T s = scale * dot(qi, kh + j * D, D) + lw[j];
+    if (eb) s += eb[lo + t];
+    buf[t] = s;
+    m = s > m ? s : m;
+  }
+  for (int64_t t = n; t < (n + kLanes - 1) / kLanes * kLanes; ++t) buf[t] = static_cast<T>(kNegInf);
+  return m;
+}
+
+template <typename T>
+void forward_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+                  const Csr& g, const c10::optional<at::Tensor>& edge_bias, double scale_, const at::Tensor& out,
+                  const at::Tensor& lse) {
+  const int64_t B = q.size(0), H = q.size(1), Nq = q.size(2), D = q.size(3), Nk = k.size(2), E = v.size(3);
+  const T scale = static_cast<T>(scale_);
+  const T *qp = q.data_ptr<T>(), *kp = k.data_ptr<T>(), *vp = v.data_ptr<T>(), *lwp = logw.data_ptr<T>();
+  const T* eb = edge_bias.has_value() ? edge_bias->data_ptr<T>() : nullptr;
+  T *op = out.data_ptr<T>(), *lp = lse.data_ptr<T>();
+  constexpr int64_t kRows = 256;
+  const int64_t blocks = (Nq + kRows - 1) / kRows;
+  const int64_t padded = (g.max_row + kLanes - 1) / kLanes * kLanes + kLanes;
+  at::parallel_for(0, B * H * blocks, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<T> buf(padded), acc(E);
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t bh = task / blocks, b = bh / H, i0 = (task % blocks) * kRows, i1 = std::min(Nq, i0 + kRows);
+      const T *kh = kp + bh * Nk * D, *vh = vp + bh * Nk * E, *lw = lwp + b * Nk;
+      for (int64_t i = i0; i < i1; ++i) {
+        T* oi = op + (bh * Nq + i) * E;
+        const T m = row_logits(g, i, qp + (bh * Nq + i) * D, kh, lw, eb, D, scale, buf.data());
+        if (!(m > static_cast<T>(kNegInf))) {
+          std::fill(oi, oi + E, T(0));
+          lp[bh * Nq + i] = static_cast<T>(kNegInf);
+          continue;
+        }
+        const int64_t lo = g.ro[i], n = g.ro[i + 1] - lo;
+        exp_shifted(buf.data(), n, m);
+        std::fill(acc.begin(), acc.end(), T(0));
+        T z = 0;
+        for (int64_t t = 0; t < n; ++t) {
+          z += buf[t];
+          axpy(buf[t], vh + g.ci[lo + t] * E, acc.data(), E);
+        }
+        const T rz = T(1) / z;
+#pragma omp simd
+        for (int64_t e = 0; e < E; ++e) oi[e] = acc[e] * rz;
+        lp[bh * Nq + i] = m + std::log(z);
+      }
+    }
+  });
+}
+
+template <typename T>
+void backward_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+                   const Csr& g, const c10::optional<at::Tensor>& edge_bias, double scale_, const at::Tensor& out,
+                   const at::Tensor& lse, const at::Tensor& gout, const at::Tensor& dq, const at::Tensor& dk,
+                   const at::Tensor& dv, const c10::optional<at::Tensor>& dlogw) {
+  const int64_t B = q.size(0), H = q.size(1), Nq = q.size(2), D = q.size(3), Nk = k.size(2), E = v.size(3);
+  const T scale = static_cast<T>(scale_);
+  const T *qp = q.data_ptr<T>(), *kp = k.data_ptr<T>(), *vp = v.data_ptr<T>(), *lwp = logw.data_ptr<T>();
+  const T *opp = out.data_ptr<T>(), *lp = lse.data_ptr<T>(), *gp = gout.data_ptr<T>();
+  const T* eb = edge_bias.has_value() ? edge_bias->data_ptr<T>() : nullptr;
+  T *dqp = dq.data_ptr<T>(), *dkp = dk.data_ptr<T>(), *dvp = dv.data_ptr<T>();
+  T* dlp = dlogw.has_value() ? dlogw->data_ptr<T>() : nullptr;
+  const int64_t padded = (g.max_row + kLanes - 1) / kLanes * kLanes + kLanes;
+  at::parallel_for(0, B * H, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<T> buf(padded), acc(D);
+    for (int64_t bh = t0; bh < t1; ++bh) {
+      const int64_t b = bh / H;
+      const T *kh = kp + bh * Nk * D, *vh = vp + bh * Nk * E, *lw = lwp + b * Nk;
+      T *dkh = dkp + bh * Nk * D, *dvh = dvp + bh * Nk * E, *dlh = dlp ? dlp + bh * Nk : nullptr;
+      for (int64_t i = 0; i < Nq; ++i) {
+        const T *qi = qp + (bh * Nq + i) * D, *gi = gp + (bh * Nq + i) * E;
+        T* dqi = dqp + (bh * Nq + i) * D;
+        const T l = lp[bh * Nq + i];
+        if (!(l > static_cast<T>(kNegInf))) {
+          std::fill(dqi, dqi + D, T(0));
+          continue;
+        }
+        const int64_t lo = g.ro[i], n = g.ro[i + 1] - lo;
+        row_logits(g, i, qi, kh, lw, eb, D, scale, buf.data());
+        exp_shifted(buf.data(), n, l);
+        const T delta = dot(gi, opp + (bh * Nq + i) * E, E);
+        std::fill(acc.begin(), acc.end(), T(0));
+        for (int64_t t = 0; t < n; ++t) {
+          const int64_t j = g.ci[lo + t];
+          const T p = buf[t];
+          const T ds = p * (dot(gi, vh + j * E, E) - delta);
+          axpy(ds, kh + j * D, acc.data(), D);
+          axpy(scale * ds, qi, dkh + j * D, D);
+          axpy(p, gi, dvh + j * E, E);
+          if (dlh) dlh[j] += ds;
+        }
+#pragma omp simd
+        for (int64_t d = 0; d < D; ++d) dqi[d] = scale * acc[d];
+      }
+    }
+  });
+}
+
+// ---- float32 with D, E multiples of kLanes (at most 4 vectors): the rows' neighbours in blocks of kLanes ----
+//
+// The logits of kLanes neighbours are kLanes dot products, each a vector of partial sums (DV fused multiply-adds),
+// reduced together by a transposing tree of shuffles (15 combines instead of kLanes horizontal sums); lane l of
+// the result is neighbour l's logit. A block past the row's end repeats its last neighbour and masks it out.
+
+using VF = V<float>;
+
+// z lanes: the pairwise half-block sums of x's blocks, then y's (blocks of width 2W -> W). The masks are
+// compile-time constants once the loop is unrolled.
+template <int W>
+inline VF combine(const VF& x, const VF& y) {
+  VI lo, hi;
+  for (int l = 0; l < kLanes; ++l) {
+    const int blk = l / W, r = l % W, nb = kLanes / (2 * W);  // nb blocks per source vector
+    const int src = (blk < nb ? 0 : kLanes) + (blk % nb) * 2 * W + r;
+    lo[l] = src;
+    hi[l] = src + W;
+  }
+  return __builtin_shuffle(x, y, lo) + __builtin_shuffle(x, y, hi);
+}
+
+// out lane l = the sum of p[l]'s lanes.
+inline VF transpose_sum(VF* p) {
+  for (int i = 0; i < 8; ++i) p[i] = combine<8>(p[2 * i], p[2 * i + 1]);
+  for (int i = 0; i < 4; ++i) p[i] = combine<4>(p[2 * i], p[2 * i + 1]);
+  for (int i = 0; i < 2; ++i) p[i] = combine<2>(p[2 * i], p[2 * i + 1]);
+  return combine<1>(p[0], p[1]);
+}
+
+// Logits of neighbours lo + t0 .. lo + t0 + kLanes - 1 of one row (qv its query, scaled), -inf past n.
+template <int DV>
+inline VF block_logits(const VF* qv, const float* kh, const int64_t* cols, int64_t t0, int64_t n, const float* lw,
+                       const float* eb, int64_t* j) {
+  VF part[kLanes];
+  for (int l = 0; l < kLanes; ++l) {
+    j[l] = cols[std::min<int64_t>(t0 + l, n - 1)];
+    const float* kj = kh + j[l] * DV * kLanes;
+    VF a = qv[0] * ld(kj);
+    for (int dv = 1; dv < DV; ++dv) a += qv[dv] * ld(kj + dv * kLanes);
+    part[l] = a;
+  }
+  alignas(64) float bias[kLanes];
+  for (int l = 0; l < kLanes; ++l)
+    bias[l] = t0 + l < n ? lw[j[l]] + (eb ? eb[t0 + l] : 0.0f) : static_cast<float>(kNegInf);
+  return transpose_sum(part) + ld(bias);
+}
+
+template <int DV, int EV>
+void forward_fast(const float* qp, const float* kp, const float* vp, const float* lwp, const Csr& g, const float* eb,
+                  float scale, float* op, float* lp, int64_t B, int64_t H) {
+  const int64_t Nq = g.nq, Nk = g.nk, D = DV * kLanes, E = EV * kLanes;
+  constexpr int64_t kRows = 256;
+  const int64_t blocks = (Nq + kRows - 1) / kRows;
+  const int64_t padded = (g.max_row + kLanes - 1) / kLanes * kLanes + kLanes;
+  at::parallel_for(0, B * H * blocks, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> buf(padded);
+    std::vector<int64_t> jj(padded);
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t bh = task / blocks, b = bh / H, i0 = (task % blocks) * kRows, i1 = std::min(Nq, i0 + kRows);
+      const float *kh = kp + bh * Nk * D, *vh = vp + bh * Nk * E, *lw = lwp + b * Nk;
+      for (int64_t i = i0; i < i1; ++i) {
+        float* oi = op + (bh * Nq + i) * E;
+        const int64_t lo = g.ro[i], n = g.ro[i + 1] - lo;
+        VF qv[DV];
+        for (int dv = 0; dv < DV; ++dv) qv[dv] = ld(qp + (bh * Nq + i) * D + dv * kLanes) * scale;
+        VF mv = splat<float>(static_cast<float>(kNegInf));
+        for (int64_t t = 0; t < n; t += kLanes) {
+          const VF s = block_logits<DV>(qv, kh, g.ci + lo, t, n, lw, eb ? eb + lo : nullptr, jj.data() + t);
+          st(buf.data() + t, s);
+          mv = s > mv ? s : mv;
+        }
+        const float m = n > 0 ? hmax<float>(mv) : static_cast<float>(kNegInf);
+        if (!(m > static_cast<float>(kNegInf))) {
+          std::fill(oi, oi + E, 0.0f);
+          lp[bh * Nq + i] = static_cast<float>(kNegInf);
+          continue;
+        }
+        VF acc[EV] = {}, zv = {};
+        for (int64_t t = 0; t < n; t += kLanes) {
+          const VF p = vexp(ld(buf.data() + t) - m);  // 0 past the row's end
+          zv += p;
+          alignas(64) float pl[kLanes];
+          st(pl, p);
+          const int64_t* js = jj.data() + t;
+          if (n - t >= kLanes) {
+            for (int l = 0; l < kLanes; ++l) {
+              const float* vj = vh + js[l] * E;
+              for (int ev = 0; ev < EV; ++ev) acc[ev] += pl[l] * ld(vj + ev * kLanes);
+            }
+          } else {
+            for (int64_t l = 0; l < n - t; ++l) {
+              const float* vj = vh + js[l] * E;
+              for (int ev = 0; ev < EV; ++ev) acc[ev] += pl[l] * ld(vj + ev * kLanes);
+            }
+          }
+        }
+        const float z = hsum<float>(zv);
+        for (int ev = 0; ev < EV; ++ev) st(oi + ev * kLanes, acc[ev] * (1.0f / z));
+        lp[bh * Nq + i] = m + std::log(z);
+      }
+    }
+  });
+}
+
+template <int DV, int EV>
+void backward_fast(const float* qp, const float* kp, const float* vp, const float* lwp, const Csr& g, const float* eb,
+                   float scale, const float* opp, const float* lp, const float* gp, float* dqp, float* dkp,
+                   float* dvp, float* dlp, int64_t B, int64_t H) {
+  const int64_t Nq = g.nq, Nk = g.nk, D = DV * kLanes, E = EV * kLanes;
+  at::parallel_for(0, B * H, 1, [&](int64_t t0, int64_t t1) {
+    int64_t jj[kLanes];
+    for (int64_t bh = t0; bh < t1; ++bh) {
+      const int64_t b = bh / H;
+      const float *kh = kp + bh * Nk * D, *vh = vp + bh * Nk * E, *lw = lwp + b * Nk;
+      float *dkh = dkp + bh * Nk * D, *dvh = dvp + bh * Nk * E, *dlh = dlp ? dlp + bh * Nk : nullptr;
+      for (int64_t i = 0; i < Nq; ++i) {
+        const float *qi = qp + (bh * Nq + i) * D, *gi = gp + (bh * Nq + i) * E, *oi = opp + (bh * Nq + i) * E;
+        float* dqi = dqp + (bh * Nq + i) * D;
+        const float l = lp[bh * Nq + i];
+        const int64_t lo = g.ro[i], n = g.ro[i + 1] - lo;
+        if (!(l > static_cast<float>(kNegInf))) {
+          std::fill(dqi, dqi + D, 0.0f);
+          continue;
+        }
+        VF qv[DV], qs[DV], gv[EV], dq[DV] = {};
+        VF dv0 = {};
+        for (int dv = 0; dv < DV; ++dv) {
+          qv[dv] = ld(qi + dv * kLanes);
+          qs[dv] = qv[dv] * scale;
+        }
+        for (int ev = 0; ev < EV; ++ev) {
+          gv[ev] = ld(gi + ev * kLanes);
+          dv0 += gv[ev] * ld(oi + ev * kLanes);
+        }
+        const float delta = hsum<float>(dv0);
+        for (int64_t t = 0; t < n; t += kLanes) {
+          const VF p = vexp(block_logits<DV>(qs, kh, g.ci + lo, t, n, lw, eb ? eb + lo : nullptr, jj) - l);
+          VF part[kLanes];
+          for (int x = 0; x < kLanes; ++x) {
+            const float* vj = vh + jj[x] * E;
+            VF a = gv[0] * ld(vj);
+            for (int ev = 1; ev < EV; ++ev) a += gv[ev] * ld(vj + ev * kLanes);
+            part[x] = a;
+          }
+          const VF ds = p * (transpose_sum(part) - delta);  // 0 past the row's end (p = 0 there)
+          const int64_t cnt = std::min<int64_t>(kLanes, n - t);
+          for (int64_t x = 0; x < cnt; ++x) {
+            const int64_t j = jj[x];
+            const float* kj = kh + j * D;
+            float *dkj = dkh + j * D, *dvj = dvh + j * E;
+            const float d = ds[x], sd = scale * ds[x], px = p[x];
+            for (int dv = 0; dv < DV; ++dv) {
+              dq[dv] += d * ld(kj + dv * kLanes);
+              st(dkj + dv * kLanes, ld(dkj + dv * kLanes) + sd * qv[dv]);
+            }
+            for (int ev = 0; ev < EV; ++ev) st(dvj + ev * kLanes, ld(dvj + ev * kLanes) + px * gv[ev]);
+            if (dlh) dlh[j] += d;
+          }
+        }
+        for (int dv = 0; dv < DV; ++dv) st(dqi + dv * kLanes, dq[dv] * scale);
+      }
+    }
+  });
+}
+
+using ForwardFast = void (*)(const float*, const float*, const float*, const float*, const Csr&, const float*, float,
+                             float*, float*, int64_t, int64_t);
+using BackwardFast = void (*)(const float*, const float*, const float*, const float*, const Csr&, const float*,
+                              float, const float*, const float*, const float*, float*, float*, float*, float*, int64_t,
+                              int64_t);
+
+template <int DV>
+std::pair<ForwardFast, BackwardFast> fast_for_e(int64_t ev) {
+  switch (ev) {
+    case 1: return {forward_fast<DV, 1>, backward_fast<DV, 1>};
+    case 2: return {forward_fast<DV, 2>, backward_fast<DV, 2>};
+    case 3: return {forward_fast<DV, 3>, backward_fast<DV, 3>};
+    case 4: return {forward_fast<DV, 4>, backward_fast<DV, 4>};
+    default: return {nullptr, nullptr};
+  }
+}
+
+// The specialised float32 kernels for head sizes D, E (multiples of kLanes up to 4 kLanes), or nulls.
+std::pair<ForwardFast, BackwardFast> fast_kernels(const at::Tensor& q, const at::Tensor& v) {
+  const int64_t D = q.size(3), E = v.size(3);
+  if (q.scalar_type() != at::kFloat || D % kLanes || E % kLanes) return {nullptr, nullptr};
+  switch (D / kLanes) {
+    case 1: return fast_for_e<1>(E / kLanes);
+    case 2: return fast_for_e<2>(E / kLanes);
+    case 3: return fast_for_e<3>(E / kLanes);
+    case 4: return fast_for_e<4>(E / kLanes);
+    default: return {nullptr, nullptr};
+  }
+}
+
+void check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+           const at::Tensor& row_offsets, const at::Tensor& col_indices, const c10::optional<at::Tensor>& edge_bias) {
+  TORCH_CHECK(q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu() && logw.device().is_cpu(),
+              "csr_attention: expected CPU tensors, got q on ", q.device());
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && logw.dim() == 2,
+              "csr_attention: expected q, k, v (B, H, N, D) and logw (B, Nk)");
+  for (const at::Tensor* t : {&q, &k, &v, &logw})
+    TORCH_CHECK(t->is_contiguous() && t->scalar_type() == q.scalar_type(),
+                "csr_attention: expected contiguous q, k, v, logw of one dtype");
+  TORCH_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && logw.size(0) == q.size(0) &&
+                  k.size(1) == q.size(1) && v.size(1) == q.size(1) && k.size(3) == q.size(3) &&
+                  v.size(2) == k.size(2) && logw.size(1) == k.size(2),
+              "csr_attention: q, k, v, logw sizes do not match");
+  TORCH_CHECK(row_offsets.dim() == 1 && row_offsets.numel() == q.size(2) + 1 && row_offsets.is_contiguous() &&
+                  row_offsets.scalar_type() == at::kLong && col_indices.dim() == 1 && col_indices.is_contiguous() &&
+                  col_indices.scalar_type() == at::kLong,
+              "csr_attention: expected int64 row_offsets (Nq + 1) and col_indices (nnz)");
+  if (edge_bias.has_value())
+    TORCH_CHECK(edge_bias->numel() == col_indices.numel() && edge_bias->is_contiguous() &&
+                    edge_bias->scalar_type() == q.scalar_type(),
+                "csr_attention: edge_bias (nnz,) of q's dtype");
+}
+
+}  // namespace
+
+void csr_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+                 const at::Tensor& row_offsets, const at::Tensor& col_indices,
+                 const c10::optional<at::Tensor>& edge_bias, double scale, const at::Tensor& out,
+                 const at::Tensor& lse) {
+  check(q, k, v, logw, row_offsets, col_indices, edge_bias);
+  TORCH_CHECK(out.is_contiguous() && lse.is_contiguous() && out.scalar_type() == q.scalar_type() &&
+                  lse.scalar_type() == q.scalar_type() && out.size(2) == q.size(2) && out.size(3) == v.size(3) &&
+                  lse.numel() == q.size(0) * q.size(1) * q.size(2),
+              "csr_attention: out (B, H, Nq, E) and lse (B, H, Nq) like q");
+  const Csr g = csr_of(row_offsets, col_indices, q.size(2), k.size(2));
+  const auto fast = fast_kernels(q, v).first;
+  if (fast) {
+    fast(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), logw.data_ptr<float>(), g,
+         edge_bias.has_value() ? edge_bias->data_ptr<float>() : nullptr, static_cast<float>(scale),
+         out.data_ptr<float>(), lse.data_ptr<float>(), q.size(0), q.size(1));
+    return;
+  }
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "csr_forward",
+                             [&] { forward_impl<scalar_t>(q, k, v, logw, g, edge_bias, scale, out, lse); });
+}
+
+void csr_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+                  const at::Tensor& row_offsets, const at::Tensor& col_indices,
+                  const c10::optional<at::Tensor>& edge_bias, double scale, const at::Tensor& out,
+                  const at::Tensor& lse, const at::Tensor& gout, const at::Tensor& dq, const at::Tensor& dk,
+                  const at::Tensor& dv, const c10::optional<at::Tensor>& dlogw) {
+  check(q, k, v, logw, row_offsets, col_indices, edge_bias);
+  for (const at::Tensor* t : {&out, &lse, &gout, &dq, &dk, &dv})
+    TORCH_CHECK(t->is_contiguous() && t->scalar_type() == q.scalar_type(), "csr_attention: backward buffers");
+  TORCH_CHECK(dq.sizes() == q.sizes() && dk.sizes() == k.sizes() && dv.sizes() == v.sizes() &&
+                  gout.sizes() == out.sizes(),
+              "csr_attention: gradient sizes");
+  if (dlogw.has_value())
+    TORCH_CHECK(dlogw->is_contiguous() && dlogw->scalar_type() == q.scalar_type() &&
+                    dlogw->numel() == q.size(0) * q.size(1) * k.size(2),
+                "csr_attention: dlogw (B, H, Nk)");
+  const Csr g = csr_of(row_offsets, col_indices, q.size(2), k.size(2));
+  const auto fast = fast_kernels(q, v).second;
+  if (fast) {
+    fast(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), logw.data_ptr<float>(), g,
+         edge_bias.has_value() ? edge_bias->data_ptr<float>() : nullptr, static_cast<float>(scale),
+         out.data_ptr<float>(), lse.data_ptr<float>(), gout.data_ptr<float>(), dq.data_ptr<float>(),
+         dk.data_ptr<float>(), dv.data_ptr<float>(), dlogw.has_value() ? dlogw->data_ptr<float>() : nullptr,
+         q.size(0), q.size(1));
+    return;
+  }
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "csr_backward", [&] {
+    backward_impl<scalar_t>(q, k, v, logw, g, edge_bias, scale, out, lse, gout, dq, dk, dv, dlogw);
+  });
+}
+
+}  // namespace sciattn_csr
+
+#define SCIATTN_CSR_ARGS \
+  "Tensor q, Tensor k, Tensor v, Tensor logw, Tensor row_offsets, Tensor col_indices, Tensor? edge_bias, float scale"
+
+TORCH_LIBRARY(SCIATTN_LIBRARY, lib) {
+  lib.def("csr_forward(" SCIATTN_CSR_ARGS ", Tensor(a!) out, Tensor(b!) lse) -> ()", &sciattn_csr::csr_forward);
+  lib.def("csr_backward(" SCIATTN_CSR_ARGS
+          ", Tensor out, Tensor lse, Tensor gout, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor(d!)? dlogw) -> ()",
+          &sciattn_csr::csr_backward);
+}
