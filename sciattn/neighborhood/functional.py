@@ -21,9 +21,11 @@ Equivalent dense PyTorch (quadratic memory, for checking only)::
 Backends (see :func:`sciattn.available_backends`): ``triton`` (:mod:`._triton`: one program per
 query row and batch·head runs an online softmax over the gathered neighbours; the backward
 recomputes the scores and is deterministic under ``torch.use_deterministic_algorithms(True)``;
-the default on CUDA), ``sparse`` (:mod:`._sparse`: scores sampled at the neighbour pairs and a
+the default on CUDA), ``cpu`` (:mod:`._cpu`: fused C++ kernels built on first use, one pass per query row
+over its gathered neighbours, recompute backward, deterministic; the default on CPU in float32/float64 where
+it builds), ``sparse`` (:mod:`._sparse`: scores sampled at the neighbour pairs and a
 sparse-times-dense product with PyTorch's sparse kernels, recompute backward, deterministic; the
-default on CPU) and ``reference`` (chunked segment softmax in plain PyTorch, the oracle).
+CPU default otherwise) and ``reference`` (chunked segment softmax in plain PyTorch, the oracle).
 """
 
 from __future__ import annotations

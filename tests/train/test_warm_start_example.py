@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from sciattn.pde_data.darcy import DARCY_DEFAULTS, darcy_system, sample_coefficient, solve_darcy
 
@@ -30,6 +31,7 @@ def test_darcy_system_matches_the_direct_solver_and_cg_counts_iterations():
     assert half > 0  # a perturbed start needs iterations again (noise is not cheaper than zero for CG)
 
 
+@pytest.mark.slow  # about 30 s; the example's solver and CG are checked above in the default run
 def test_example_runs_end_to_end(tmp_path):
     out = tmp_path / "report.json"
     subprocess.run([sys.executable, str(EXAMPLE), "--epochs", "1", "--n-train", "16", "--n-test", "2",
