@@ -46,18 +46,24 @@ def _edge_bias(plan: SparsePlan, dtype: torch.dtype) -> torch.Tensor | None:
     return None if plan.log2_mult is None else (plan.log2_mult * math.log(2.0)).to(dtype)
 
 
+def _unit_rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself when its channels are unit-stride (any other strides, e.g. heads split from a token-major
+    projection, are read in place by the kernels), else a contiguous copy."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
 class _CpuNeighborhoodAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, log_w, plan: SparsePlan, scale: float):
         lib = EXTENSION.load()
         b, h, nq, _ = q.shape
-        qc, kc, vc = (t.contiguous() for t in (q, k, v))
+        qr, kr, vr = (_unit_rows(t) for t in (q, k, v))
         lw = log_w.to(q.dtype).contiguous()
-        bias = _edge_bias(plan, q.dtype)
-        out = torch.empty(b, h, nq, v.shape[-1], dtype=q.dtype)
+        # token-major (B, Nq, H, E) memory seen as (B, H, Nq, E): a layer's merge of the heads is then a view
+        out = torch.empty(b, nq, h, v.shape[-1], dtype=q.dtype).transpose(1, 2)
         lse = torch.empty(b, h, nq, dtype=q.dtype)
-        lib.csr_forward(qc, kc, vc, lw, plan.row_offsets, plan.col_indices, bias, scale, out, lse)
-        ctx.save_for_backward(qc, kc, vc, log_w, out, lse)
+        lib.csr_forward(qr, kr, vr, lw, plan.row_offsets, plan.col_indices, _edge_bias(plan, q.dtype), scale, out, lse)
+        ctx.save_for_backward(qr, kr, vr, log_w, out, lse)
         ctx.plan, ctx.scale = plan, scale
         return out
 
@@ -68,10 +74,10 @@ class _CpuNeighborhoodAttention(torch.autograd.Function):
         plan, scale = ctx.plan, ctx.scale
         need = ctx.needs_input_grad
         lib = EXTENSION.load()
-        dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)  # q's, k's and v's strides
         dlw = torch.zeros(k.shape[:3], dtype=q.dtype) if need[3] else None
         lib.csr_backward(q, k, v, log_w.to(q.dtype).contiguous(), plan.row_offsets, plan.col_indices,
-                         _edge_bias(plan, q.dtype), scale, out, lse, grad_out.to(q.dtype).contiguous(), dq, dk, dv,
+                         _edge_bias(plan, q.dtype), scale, out, lse, _unit_rows(grad_out.to(q.dtype)), dq, dk, dv,
                          dlw)
         if dlw is not None:
             dlw = torch.where(torch.isfinite(log_w), dlw.sum(1), torch.zeros((), dtype=q.dtype)).to(log_w.dtype)

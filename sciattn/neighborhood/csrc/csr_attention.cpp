@@ -13,7 +13,9 @@
 //
 // one task per (batch, head), which owns that head's dk, dv and dlogw rows: no atomics, and the same sums in the
 // same order on every run (deterministic). Layout: q (B, H, Nq, D), k (B, H, Nk, D), v (B, H, Nk, E), out
-// (B, H, Nq, E), all contiguous; logw (B, Nk) (-inf on padding); lse (B, H, Nq); row_offsets (Nq + 1) and
+// (B, H, Nq, E) and the gradients, with any strides but unit stride along the channels (heads split from a
+// token-major projection are read in place); logw (B, Nk) (-inf on padding); lse (B, H, Nq) contiguous;
+// row_offsets (Nq + 1) and
 // col_indices (nnz) int64, canonical (sorted, duplicate-free). A row without a live key (empty, or every key at
 // -inf) gets out = 0 and lse = -inf, and contributes nothing to any gradient.
 #include "simd.h"
@@ -60,6 +62,15 @@ struct Csr {
   int64_t nq, nk, max_row;
 };
 
+// Rows of a (B, H, N, C) tensor with unit stride along C: head (b, h) starts at b sb + h sh, its rows sn apart.
+template <typename T>
+struct Rows {
+  T* p;
+  int64_t sb, sh, sn;
+  explicit Rows(const at::Tensor& t) : p(t.data_ptr<T>()), sb(t.stride(0)), sh(t.stride(1)), sn(t.stride(2)) {}
+  T* head(int64_t b, int64_t h) const { return p + b * sb + h * sh; }
+};
+
 Csr csr_of(const at::Tensor& row_offsets, const at::Tensor& col_indices, int64_t nq, int64_t nk) {
   Csr c{row_offsets.data_ptr<int64_t>(), col_indices.data_ptr<int64_t>(), nq, nk, 0};
   for (int64_t i = 0; i < nq; ++i) c.max_row = std::max(c.max_row, c.ro[i + 1] - c.ro[i]);
@@ -68,13 +79,13 @@ Csr csr_of(const at::Tensor& row_offsets, const at::Tensor& col_indices, int64_t
 
 // The logits t_n of row i into buf; returns their maximum (-inf when the row has no live key).
 template <typename T>
-inline T row_logits(const Csr& g, int64_t i, const T* qi, const T* kh, const T* lw, const T* eb, int64_t D,
-                    T scale, T* buf) {
+inline T row_logits(const Csr& g, int64_t i, const T* qi, const T* kh, int64_t ks, const T* lw, const T* eb,
+                    int64_t D, T scale, T* buf) {
   const int64_t lo = g.ro[i], n = g.ro[i + 1] - lo;
   T m = static_cast<T>(kNegInf);
   for (int64_t t = 0; t < n; ++t) {
     const int64_t j = g.ci[lo + t];
-    T s = scale * dot(qi, kh + j * D, D) + lw[j];
+    T s = scale * dot(qi, kh + j * ks, D) + lw[j];
     if (eb) s += eb[lo + t];
     buf[t] = s;
     m = s > m ? s : m;
@@ -89,20 +100,23 @@ void forward_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   const at::Tensor& lse) {
   const int64_t B = q.size(0), H = q.size(1), Nq = q.size(2), D = q.size(3), Nk = k.size(2), E = v.size(3);
   const T scale = static_cast<T>(scale_);
-  const T *qp = q.data_ptr<T>(), *kp = k.data_ptr<T>(), *vp = v.data_ptr<T>(), *lwp = logw.data_ptr<T>();
+  const Rows<T> Q(q), K(k), V(v), O(out);
+  const T* lwp = logw.data_ptr<T>();
   const T* eb = edge_bias.has_value() ? edge_bias->data_ptr<T>() : nullptr;
-  T *op = out.data_ptr<T>(), *lp = lse.data_ptr<T>();
+  T* lp = lse.data_ptr<T>();
   constexpr int64_t kRows = 256;
   const int64_t blocks = (Nq + kRows - 1) / kRows;
   const int64_t padded = (g.max_row + kLanes - 1) / kLanes * kLanes + kLanes;
   at::parallel_for(0, B * H * blocks, 1, [&](int64_t t0, int64_t t1) {
     std::vector<T> buf(padded), acc(E);
     for (int64_t task = t0; task < t1; ++task) {
-      const int64_t bh = task / blocks, b = bh / H, i0 = (task % blocks) * kRows, i1 = std::min(Nq, i0 + kRows);
-      const T *kh = kp + bh * Nk * D, *vh = vp + bh * Nk * E, *lw = lwp + b * Nk;
+      const int64_t bh = task / blocks, b = bh / H, h = bh % H, i0 = (task % blocks) * kRows;
+      const int64_t i1 = std::min(Nq, i0 + kRows);
+      const T *qh = Q.head(b, h), *kh = K.head(b, h), *vh = V.head(b, h), *lw = lwp + b * Nk;
+      T* oh = O.head(b, h);
       for (int64_t i = i0; i < i1; ++i) {
-        T* oi = op + (bh * Nq + i) * E;
-        const T m = row_logits(g, i, qp + (bh * Nq + i) * D, kh, lw, eb, D, scale, buf.data());
+        T* oi = oh + i * O.sn;
+        const T m = row_logits(g, i, qh + i * Q.sn, kh, K.sn, lw, eb, D, scale, buf.data());
         if (!(m > static_cast<T>(kNegInf))) {
           std::fill(oi, oi + E, T(0));
           lp[bh * Nq + i] = static_cast<T>(kNegInf);
@@ -114,7 +128,7 @@ void forward_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
         T z = 0;
         for (int64_t t = 0; t < n; ++t) {
           z += buf[t];
-          axpy(buf[t], vh + g.ci[lo + t] * E, acc.data(), E);
+          axpy(buf[t], vh + g.ci[lo + t] * V.sn, acc.data(), E);
         }
         const T rz = T(1) / z;
 #pragma omp simd
@@ -132,38 +146,37 @@ void backward_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
                    const at::Tensor& dv, const c10::optional<at::Tensor>& dlogw) {
   const int64_t B = q.size(0), H = q.size(1), Nq = q.size(2), D = q.size(3), Nk = k.size(2), E = v.size(3);
   const T scale = static_cast<T>(scale_);
-  const T *qp = q.data_ptr<T>(), *kp = k.data_ptr<T>(), *vp = v.data_ptr<T>(), *lwp = logw.data_ptr<T>();
-  const T *opp = out.data_ptr<T>(), *lp = lse.data_ptr<T>(), *gp = gout.data_ptr<T>();
+  const Rows<T> Q(q), K(k), V(v), O(out), G(gout), DQ(dq), DK(dk), DV(dv);
+  const T *lwp = logw.data_ptr<T>(), *lp = lse.data_ptr<T>();
   const T* eb = edge_bias.has_value() ? edge_bias->data_ptr<T>() : nullptr;
-  T *dqp = dq.data_ptr<T>(), *dkp = dk.data_ptr<T>(), *dvp = dv.data_ptr<T>();
   T* dlp = dlogw.has_value() ? dlogw->data_ptr<T>() : nullptr;
   const int64_t padded = (g.max_row + kLanes - 1) / kLanes * kLanes + kLanes;
   at::parallel_for(0, B * H, 1, [&](int64_t t0, int64_t t1) {
     std::vector<T> buf(padded), acc(D);
     for (int64_t bh = t0; bh < t1; ++bh) {
-      const int64_t b = bh / H;
-      const T *kh = kp + bh * Nk * D, *vh = vp + bh * Nk * E, *lw = lwp + b * Nk;
-      T *dkh = dkp + bh * Nk * D, *dvh = dvp + bh * Nk * E, *dlh = dlp ? dlp + bh * Nk : nullptr;
+      const int64_t b = bh / H, h = bh % H;
+      const T *kh = K.head(b, h), *vh = V.head(b, h), *lw = lwp + b * Nk;
+      T *dkh = DK.head(b, h), *dvh = DV.head(b, h), *dlh = dlp ? dlp + bh * Nk : nullptr;
       for (int64_t i = 0; i < Nq; ++i) {
-        const T *qi = qp + (bh * Nq + i) * D, *gi = gp + (bh * Nq + i) * E;
-        T* dqi = dqp + (bh * Nq + i) * D;
+        const T *qi = Q.head(b, h) + i * Q.sn, *gi = G.head(b, h) + i * G.sn;
+        T* dqi = DQ.head(b, h) + i * DQ.sn;
         const T l = lp[bh * Nq + i];
         if (!(l > static_cast<T>(kNegInf))) {
           std::fill(dqi, dqi + D, T(0));
           continue;
         }
         const int64_t lo = g.ro[i], n = g.ro[i + 1] - lo;
-        row_logits(g, i, qi, kh, lw, eb, D, scale, buf.data());
+        row_logits(g, i, qi, kh, K.sn, lw, eb, D, scale, buf.data());
         exp_shifted(buf.data(), n, l);
-        const T delta = dot(gi, opp + (bh * Nq + i) * E, E);
+        const T delta = dot(gi, O.head(b, h) + i * O.sn, E);
         std::fill(acc.begin(), acc.end(), T(0));
         for (int64_t t = 0; t < n; ++t) {
           const int64_t j = g.ci[lo + t];
           const T p = buf[t];
-          const T ds = p * (dot(gi, vh + j * E, E) - delta);
-          axpy(ds, kh + j * D, acc.data(), D);
-          axpy(scale * ds, qi, dkh + j * D, D);
-          axpy(p, gi, dvh + j * E, E);
+          const T ds = p * (dot(gi, vh + j * V.sn, E) - delta);
+          axpy(ds, kh + j * K.sn, acc.data(), D);
+          axpy(scale * ds, qi, dkh + j * DK.sn, D);
+          axpy(p, gi, dvh + j * DV.sn, E);
           if (dlh) dlh[j] += ds;
         }
 #pragma omp simd
@@ -205,12 +218,12 @@ inline VF transpose_sum(VF* p) {
 
 // Logits of neighbours lo + t0 .. lo + t0 + kLanes - 1 of one row (qv its query, scaled), -inf past n.
 template <int DV>
-inline VF block_logits(const VF* qv, const float* kh, const int64_t* cols, int64_t t0, int64_t n, const float* lw,
-                       const float* eb, int64_t* j) {
+inline VF block_logits(const VF* qv, const float* kh, int64_t ks, const int64_t* cols, int64_t t0, int64_t n,
+                       const float* lw, const float* eb, int64_t* j) {
   VF part[kLanes];
   for (int l = 0; l < kLanes; ++l) {
     j[l] = cols[std::min<int64_t>(t0 + l, n - 1)];
-    const float* kj = kh + j[l] * DV * kLanes;
+    const float* kj = kh + j[l] * ks;
     VF a = qv[0] * ld(kj);
     for (int dv = 1; dv < DV; ++dv) a += qv[dv] * ld(kj + dv * kLanes);
     part[l] = a;
@@ -222,9 +235,9 @@ inline VF block_logits(const VF* qv, const float* kh, const int64_t* cols, int64
 }
 
 template <int DV, int EV>
-void forward_fast(const float* qp, const float* kp, const float* vp, const float* lwp, const Csr& g, const float* eb,
-                  float scale, float* op, float* lp, int64_t B, int64_t H) {
-  const int64_t Nq = g.nq, Nk = g.nk, D = DV * kLanes, E = EV * kLanes;
+void forward_fast(const Rows<float>& Q, const Rows<float>& K, const Rows<float>& V, const Rows<float>& O,
+                  const float* lwp, const Csr& g, const float* eb, float scale, float* lp, int64_t B, int64_t H) {
+  const int64_t Nq = g.nq, Nk = g.nk;
   constexpr int64_t kRows = 256;
   const int64_t blocks = (Nq + kRows - 1) / kRows;
   const int64_t padded = (g.max_row + kLanes - 1) / kLanes * kLanes + kLanes;
@@ -232,22 +245,24 @@ void forward_fast(const float* qp, const float* kp, const float* vp, const float
     std::vector<float> buf(padded);
     std::vector<int64_t> jj(padded);
     for (int64_t task = t0; task < t1; ++task) {
-      const int64_t bh = task / blocks, b = bh / H, i0 = (task % blocks) * kRows, i1 = std::min(Nq, i0 + kRows);
-      const float *kh = kp + bh * Nk * D, *vh = vp + bh * Nk * E, *lw = lwp + b * Nk;
+      const int64_t bh = task / blocks, b = bh / H, h = bh % H, i0 = (task % blocks) * kRows;
+      const int64_t i1 = std::min(Nq, i0 + kRows);
+      const float *qh = Q.head(b, h), *kh = K.head(b, h), *vh = V.head(b, h), *lw = lwp + b * Nk;
+      float* oh = O.head(b, h);
       for (int64_t i = i0; i < i1; ++i) {
-        float* oi = op + (bh * Nq + i) * E;
+        float* oi = oh + i * O.sn;
         const int64_t lo = g.ro[i], n = g.ro[i + 1] - lo;
         VF qv[DV];
-        for (int dv = 0; dv < DV; ++dv) qv[dv] = ld(qp + (bh * Nq + i) * D + dv * kLanes) * scale;
+        for (int dv = 0; dv < DV; ++dv) qv[dv] = ld(qh + i * Q.sn + dv * kLanes) * scale;
         VF mv = splat<float>(static_cast<float>(kNegInf));
         for (int64_t t = 0; t < n; t += kLanes) {
-          const VF s = block_logits<DV>(qv, kh, g.ci + lo, t, n, lw, eb ? eb + lo : nullptr, jj.data() + t);
+          const VF s = block_logits<DV>(qv, kh, K.sn, g.ci + lo, t, n, lw, eb ? eb + lo : nullptr, jj.data() + t);
           st(buf.data() + t, s);
           mv = s > mv ? s : mv;
         }
         const float m = n > 0 ? hmax<float>(mv) : static_cast<float>(kNegInf);
         if (!(m > static_cast<float>(kNegInf))) {
-          std::fill(oi, oi + E, 0.0f);
+          std::fill(oi, oi + EV * kLanes, 0.0f);
           lp[bh * Nq + i] = static_cast<float>(kNegInf);
           continue;
         }
@@ -260,12 +275,12 @@ void forward_fast(const float* qp, const float* kp, const float* vp, const float
           const int64_t* js = jj.data() + t;
           if (n - t >= kLanes) {
             for (int l = 0; l < kLanes; ++l) {
-              const float* vj = vh + js[l] * E;
+              const float* vj = vh + js[l] * V.sn;
               for (int ev = 0; ev < EV; ++ev) acc[ev] += pl[l] * ld(vj + ev * kLanes);
             }
           } else {
             for (int64_t l = 0; l < n - t; ++l) {
-              const float* vj = vh + js[l] * E;
+              const float* vj = vh + js[l] * V.sn;
               for (int ev = 0; ev < EV; ++ev) acc[ev] += pl[l] * ld(vj + ev * kLanes);
             }
           }
@@ -279,23 +294,24 @@ void forward_fast(const float* qp, const float* kp, const float* vp, const float
 }
 
 template <int DV, int EV>
-void backward_fast(const float* qp, const float* kp, const float* vp, const float* lwp, const Csr& g, const float* eb,
-                   float scale, const float* opp, const float* lp, const float* gp, float* dqp, float* dkp,
-                   float* dvp, float* dlp, int64_t B, int64_t H) {
-  const int64_t Nq = g.nq, Nk = g.nk, D = DV * kLanes, E = EV * kLanes;
+void backward_fast(const Rows<float>& Q, const Rows<float>& K, const Rows<float>& V, const Rows<float>& O,
+                   const Rows<float>& G, const Rows<float>& DQ, const Rows<float>& DK, const Rows<float>& DVr,
+                   const float* lwp, const Csr& g, const float* eb, float scale, const float* lp, float* dlp,
+                   int64_t B, int64_t H) {
+  const int64_t Nq = g.nq, Nk = g.nk;
   at::parallel_for(0, B * H, 1, [&](int64_t t0, int64_t t1) {
     int64_t jj[kLanes];
     for (int64_t bh = t0; bh < t1; ++bh) {
-      const int64_t b = bh / H;
-      const float *kh = kp + bh * Nk * D, *vh = vp + bh * Nk * E, *lw = lwp + b * Nk;
-      float *dkh = dkp + bh * Nk * D, *dvh = dvp + bh * Nk * E, *dlh = dlp ? dlp + bh * Nk : nullptr;
+      const int64_t b = bh / H, h = bh % H;
+      const float *kh = K.head(b, h), *vh = V.head(b, h), *lw = lwp + b * Nk;
+      float *dkh = DK.head(b, h), *dvh = DVr.head(b, h), *dlh = dlp ? dlp + bh * Nk : nullptr;
       for (int64_t i = 0; i < Nq; ++i) {
-        const float *qi = qp + (bh * Nq + i) * D, *gi = gp + (bh * Nq + i) * E, *oi = opp + (bh * Nq + i) * E;
-        float* dqi = dqp + (bh * Nq + i) * D;
+        const float *qi = Q.head(b, h) + i * Q.sn, *gi = G.head(b, h) + i * G.sn, *oi = O.head(b, h) + i * O.sn;
+        float* dqi = DQ.head(b, h) + i * DQ.sn;
         const float l = lp[bh * Nq + i];
         const int64_t lo = g.ro[i], n = g.ro[i + 1] - lo;
         if (!(l > static_cast<float>(kNegInf))) {
-          std::fill(dqi, dqi + D, 0.0f);
+          std::fill(dqi, dqi + DV * kLanes, 0.0f);
           continue;
         }
         VF qv[DV], qs[DV], gv[EV], dq[DV] = {};
@@ -310,10 +326,10 @@ void backward_fast(const float* qp, const float* kp, const float* vp, const floa
         }
         const float delta = hsum<float>(dv0);
         for (int64_t t = 0; t < n; t += kLanes) {
-          const VF p = vexp(block_logits<DV>(qs, kh, g.ci + lo, t, n, lw, eb ? eb + lo : nullptr, jj) - l);
+          const VF p = vexp(block_logits<DV>(qs, kh, K.sn, g.ci + lo, t, n, lw, eb ? eb + lo : nullptr, jj) - l);
           VF part[kLanes];
           for (int x = 0; x < kLanes; ++x) {
-            const float* vj = vh + jj[x] * E;
+            const float* vj = vh + jj[x] * V.sn;
             VF a = gv[0] * ld(vj);
             for (int ev = 1; ev < EV; ++ev) a += gv[ev] * ld(vj + ev * kLanes);
             part[x] = a;
@@ -322,8 +338,8 @@ void backward_fast(const float* qp, const float* kp, const float* vp, const floa
           const int64_t cnt = std::min<int64_t>(kLanes, n - t);
           for (int64_t x = 0; x < cnt; ++x) {
             const int64_t j = jj[x];
-            const float* kj = kh + j * D;
-            float *dkj = dkh + j * D, *dvj = dvh + j * E;
+            const float* kj = kh + j * K.sn;
+            float *dkj = dkh + j * DK.sn, *dvj = dvh + j * DVr.sn;
             const float d = ds[x], sd = scale * ds[x], px = p[x];
             for (int dv = 0; dv < DV; ++dv) {
               dq[dv] += d * ld(kj + dv * kLanes);
@@ -339,11 +355,10 @@ void backward_fast(const float* qp, const float* kp, const float* vp, const floa
   });
 }
 
-using ForwardFast = void (*)(const float*, const float*, const float*, const float*, const Csr&, const float*, float,
-                             float*, float*, int64_t, int64_t);
-using BackwardFast = void (*)(const float*, const float*, const float*, const float*, const Csr&, const float*,
-                              float, const float*, const float*, const float*, float*, float*, float*, float*, int64_t,
-                              int64_t);
+using R = const Rows<float>&;
+using ForwardFast = void (*)(R, R, R, R, const float*, const Csr&, const float*, float, float*, int64_t, int64_t);
+using BackwardFast = void (*)(R, R, R, R, R, R, R, R, const float*, const Csr&, const float*, float, const float*,
+                              float*, int64_t, int64_t);
 
 template <int DV>
 std::pair<ForwardFast, BackwardFast> fast_for_e(int64_t ev) {
@@ -375,9 +390,10 @@ void check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const 
               "csr_attention: expected CPU tensors, got q on ", q.device());
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && logw.dim() == 2,
               "csr_attention: expected q, k, v (B, H, N, D) and logw (B, Nk)");
-  for (const at::Tensor* t : {&q, &k, &v, &logw})
-    TORCH_CHECK(t->is_contiguous() && t->scalar_type() == q.scalar_type(),
-                "csr_attention: expected contiguous q, k, v, logw of one dtype");
+  for (const at::Tensor* t : {&q, &k, &v})
+    TORCH_CHECK(t->stride(3) == 1 && t->scalar_type() == q.scalar_type(),
+                "csr_attention: expected q, k, v of one dtype with unit stride along the channels");
+  TORCH_CHECK(logw.is_contiguous() && logw.scalar_type() == q.scalar_type(), "csr_attention: logw contiguous");
   TORCH_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && logw.size(0) == q.size(0) &&
                   k.size(1) == q.size(1) && v.size(1) == q.size(1) && k.size(3) == q.size(3) &&
                   v.size(2) == k.size(2) && logw.size(1) == k.size(2),
@@ -399,16 +415,16 @@ void csr_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
                  const c10::optional<at::Tensor>& edge_bias, double scale, const at::Tensor& out,
                  const at::Tensor& lse) {
   check(q, k, v, logw, row_offsets, col_indices, edge_bias);
-  TORCH_CHECK(out.is_contiguous() && lse.is_contiguous() && out.scalar_type() == q.scalar_type() &&
+  TORCH_CHECK(out.stride(3) == 1 && lse.is_contiguous() && out.scalar_type() == q.scalar_type() &&
                   lse.scalar_type() == q.scalar_type() && out.size(2) == q.size(2) && out.size(3) == v.size(3) &&
                   lse.numel() == q.size(0) * q.size(1) * q.size(2),
               "csr_attention: out (B, H, Nq, E) and lse (B, H, Nq) like q");
   const Csr g = csr_of(row_offsets, col_indices, q.size(2), k.size(2));
   const auto fast = fast_kernels(q, v).first;
   if (fast) {
-    fast(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), logw.data_ptr<float>(), g,
+    fast(Rows<float>(q), Rows<float>(k), Rows<float>(v), Rows<float>(out), logw.data_ptr<float>(), g,
          edge_bias.has_value() ? edge_bias->data_ptr<float>() : nullptr, static_cast<float>(scale),
-         out.data_ptr<float>(), lse.data_ptr<float>(), q.size(0), q.size(1));
+         lse.data_ptr<float>(), q.size(0), q.size(1));
     return;
   }
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "csr_forward",
@@ -421,8 +437,9 @@ void csr_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   const at::Tensor& lse, const at::Tensor& gout, const at::Tensor& dq, const at::Tensor& dk,
                   const at::Tensor& dv, const c10::optional<at::Tensor>& dlogw) {
   check(q, k, v, logw, row_offsets, col_indices, edge_bias);
-  for (const at::Tensor* t : {&out, &lse, &gout, &dq, &dk, &dv})
-    TORCH_CHECK(t->is_contiguous() && t->scalar_type() == q.scalar_type(), "csr_attention: backward buffers");
+  for (const at::Tensor* t : {&out, &gout, &dq, &dk, &dv})
+    TORCH_CHECK(t->stride(3) == 1 && t->scalar_type() == q.scalar_type(), "csr_attention: backward buffers");
+  TORCH_CHECK(lse.is_contiguous() && lse.scalar_type() == q.scalar_type(), "csr_attention: lse");
   TORCH_CHECK(dq.sizes() == q.sizes() && dk.sizes() == k.sizes() && dv.sizes() == v.sizes() &&
                   gout.sizes() == out.sizes(),
               "csr_attention: gradient sizes");
@@ -433,11 +450,10 @@ void csr_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   const Csr g = csr_of(row_offsets, col_indices, q.size(2), k.size(2));
   const auto fast = fast_kernels(q, v).second;
   if (fast) {
-    fast(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), logw.data_ptr<float>(), g,
+    fast(Rows<float>(q), Rows<float>(k), Rows<float>(v), Rows<float>(out), Rows<float>(gout), Rows<float>(dq),
+         Rows<float>(dk), Rows<float>(dv), logw.data_ptr<float>(), g,
          edge_bias.has_value() ? edge_bias->data_ptr<float>() : nullptr, static_cast<float>(scale),
-         out.data_ptr<float>(), lse.data_ptr<float>(), gout.data_ptr<float>(), dq.data_ptr<float>(),
-         dk.data_ptr<float>(), dv.data_ptr<float>(), dlogw.has_value() ? dlogw->data_ptr<float>() : nullptr,
-         q.size(0), q.size(1));
+         lse.data_ptr<float>(), dlogw.has_value() ? dlogw->data_ptr<float>() : nullptr, q.size(0), q.size(1));
     return;
   }
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "csr_backward", [&] {
