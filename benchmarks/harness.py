@@ -75,6 +75,8 @@ class Benchmark:
         packages: distributions whose versions the rows also record (e.g. ``("neuraloperator",)``).
         notes: ``notes(records) -> str``, Markdown written under the table (run-level values of the rows,
             a verdict), or ``None``.
+        added_fields: schema fields added after rows were written, each with the value that an older row
+            without it stands for (:func:`validate_row` accepts such a row; tables show that value).
     """
 
     name: str
@@ -91,6 +93,7 @@ class Benchmark:
     table: Callable[[list[dict[str, Any]]], str] | None = None
     packages: tuple[str, ...] = ()
     notes: Callable[[list[dict[str, Any]]], str] | None = None
+    added_fields: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum():
@@ -101,6 +104,9 @@ class Benchmark:
         unknown = sorted(set(self.quick) - set(self.params))
         if unknown:
             raise ValueError(f"quick: expected keys of params {sorted(self.params)}, got unknown {unknown}")
+        for f in self.added_fields:
+            if f not in self.schema:
+                raise ValueError(f"added_fields: expected fields of the schema {list(self.schema)}, got {f!r}")
         for c in self.columns or ():
             if c not in self.schema:
                 raise ValueError(f"columns: expected fields of the schema {list(self.schema)}, got {c!r}")
@@ -161,18 +167,21 @@ def names() -> list[str]:
 
 
 def validate_row(benchmark: Benchmark, row: object, index: int = 0) -> dict[str, Any]:
-    """``row`` if it holds exactly the schema's fields with their types; a :class:`SchemaError`
+    """``row`` if it holds exactly the schema's fields with their types (a field of
+    :attr:`Benchmark.added_fields` may be absent: a row written before it existed); a :class:`SchemaError`
     naming the field otherwise."""
     where = f"{benchmark.name} row {index}"
     if not isinstance(row, dict):
         raise SchemaError(f"{where}: expected a dict of {list(benchmark.schema)}, got {type(row).__name__}")
-    missing = [f for f in benchmark.schema if f not in row]
+    missing = [f for f in benchmark.schema if f not in row and f not in benchmark.added_fields]
     if missing:
         raise SchemaError(f"{where}: field {missing[0]!r} is missing (schema: {list(benchmark.schema)})")
     extra = [f for f in row if f not in benchmark.schema]
     if extra:
         raise SchemaError(f"{where}: field {extra[0]!r} is not in the schema {list(benchmark.schema)}")
     for f, t in benchmark.schema.items():
+        if f not in row:  # an added field, absent from an older row
+            continue
         v = row[f]
         if v is None and t.endswith("?"):
             continue
@@ -427,7 +436,8 @@ def markdown_table(benchmark: Benchmark, records: list[dict[str, Any]]) -> str:
         lines.append(benchmark.table(records).rstrip("\n"))
     else:
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(cols)]
-        lines += ["| " + " | ".join(format_value(r["row"][c]) for c in cols) + " |" for r in records]
+        lines += ["| " + " | ".join(format_value(r["row"].get(c, benchmark.added_fields.get(c))) for c in cols) + " |"
+                  for r in records]
     if benchmark.notes is not None:
         lines += ["", benchmark.notes(records).rstrip("\n")]
     if first.get("note"):

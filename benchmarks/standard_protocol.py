@@ -37,7 +37,9 @@ Budgets (``--budget``):
   840 solve; 1000 / 200 samples, 500 epochs, batch 4, ~0.5M parameters). Not run in this repository.
 
 The ``scaling`` entry times one training step (forward, backward, optimiser step) per operator at N = r²
-nodes for ``sizes`` r, on random inputs, and fits the exponent of time ~ N^p by least squares in log-log.
+nodes for ``sizes`` r, on random inputs, and fits the exponent of time ~ N^p by least squares in log-log. Grid
+operators take the r × r grid; point-set operators (contract ``input_kind == "points"``) take its cell centres as
+a point set (uniform weights 1/N, the trainer's collate and call); the row's ``input`` says which.
 
 Usage (registered in the harness as ``standard_protocol`` and ``standard_protocol_scaling``)::
 
@@ -169,12 +171,14 @@ MEMORY_MEASURE = "ru_maxrss of a subprocess per run minus its RSS before train_r
 
 SCALING_SCHEMA = {"operator": "str", "parameters": "int?", "width_key": "str?", "width": "int?", "sizes": "list",
                   "ms_per_step": "list", "exponent": "float?", "exponent_largest": "float?", "quadratic": "bool",
-                  "meets_1_15": "bool?", "batch": "int?", "error": "str?"}
-SCALING_COLUMNS = ("operator", "parameters", "batch", "sizes", "ms_per_step", "exponent", "exponent_largest",
+                  "meets_1_15": "bool?", "batch": "int?", "input": "str", "error": "str?"}
+#: rows written before point-set operators were timed hold no ``input``: they timed grids
+SCALING_ADDED = {"input": "grid"}
+SCALING_COLUMNS = ("operator", "input", "parameters", "batch", "sizes", "ms_per_step", "exponent", "exponent_largest",
                    "quadratic", "meets_1_15", "error")
 SCALING_LABELS = {"sizes": "r (N = r²)", "ms_per_step": "ms / step", "exponent": "exponent p (t ~ N^p)",
                   "exponent_largest": "p between the two largest",
-                  "meets_1_15": "p ≤ 1.15"}
+                  "meets_1_15": "p ≤ 1.15", "input": "input"}
 SCALING_PARAMS: dict[str, Any] = {"operators": None, "sizes": [32, 64, 128, 256], "reps": 3,
                                   "params_target": 100_000, "batch": 1, "out": None}
 # The grid kernels issue's training-speed target: a mano step within 2x of galerkin_transformer's at equal
@@ -455,43 +459,93 @@ def notes(records: list[dict]) -> str:
 # ------------------------------------------------------------------------------------------------- scaling
 
 
+def scaling_operators() -> list[str]:
+    """The default operators of :func:`scaling`: every grid operator (and ``fno``) and every point-set operator."""
+    from sciattn.operators.registry import list_operators, operator_kind
+
+    return default_operators("darcy85") + [n for n in list_operators() if operator_kind(n) == "points"]
+
+
+def _cell_centres(r: int):
+    """The ``r × r`` grid's cell centres ``((i + ½) / r, (j + ½) / r)``, row-major, ``(r², 2)``."""
+    import torch
+
+    c = (torch.arange(r, dtype=torch.float32) + 0.5) / r
+    return torch.cartesian_prod(c, c)
+
+
+def _step_inputs(points: bool, batch: int, r: int) -> dict[str, Any]:
+    """Random inputs and targets of one step at size ``r``: a grid ``x, y`` ``(batch, 1, r, r)``, or (``points``)
+    the trainer's collated batch of ``batch`` point sets on the grid's cell centres (``x, y`` ``(batch, r², 1)``,
+    ``pos`` ``(batch, r², 2)``, uniform quadrature weights ``1 / r²``, ``mask`` all True)."""
+    import torch
+
+    if not points:
+        return {"x": torch.randn(batch, 1, r, r), "y": torch.randn(batch, 1, r, r)}
+    from sciattn.train.training.batching import collate
+
+    pos, n = _cell_centres(r), r * r
+    return collate([{"x": torch.randn(n, 1), "y": torch.randn(n, 1), "pos": pos,
+                     "weights": torch.full((n,), 1.0 / n)} for _ in range(batch)])
+
+
 def scaling(params: dict[str, Any]) -> list[dict]:
-    """Milliseconds per training step (``batch`` samples, 1 by default, on a ``r × r`` grid of random inputs: forward,
-    relative-L2 loss, backward, AdamW step; median of ``reps`` after one warm-up) per operator and size, the
-    fitted exponent
-    ``p`` of ``t ~ N^p`` (least squares of log t on log N over all sizes; ``meets_1_15`` judges it) and the
-    exponent between the two largest sizes (fixed per-step costs flatten the small sizes). Widths are matched
-    to ``params_target`` on Darcy's one-channel input."""
+    """Milliseconds per training step (``batch`` samples, 1 by default: forward, relative-L2 loss, backward, AdamW
+    step; median of ``reps`` after one warm-up) per operator and size, the fitted exponent ``p`` of ``t ~ N^p``
+    (least squares of log t on log N over all sizes; ``meets_1_15`` judges it) and the exponent between the two
+    largest sizes (fixed per-step costs flatten the small sizes).
+
+    Grid operators are called ``model(x)`` on a ``r × r`` grid of random inputs. Point-set operators (contract
+    ``input_kind == "points"``) take the same grid's ``N = r²`` cell centres in ``[0, 1]²`` as a point set with
+    uniform quadrature weights ``1 / N``, collated and called as the trainer calls them
+    (:func:`sciattn.train.training.batching.predict`: ``model(x, pos=, mask=, weights=)``, identity
+    normalisers); the row's ``input`` is ``"grid"`` or ``"points"``. Widths are matched to ``params_target`` on
+    Darcy's one-channel input (the ``darcy85`` grid data; point-set operators on the ``darcy_points`` data, the
+    channels the trainer fills in from point sets)."""
     import numpy as np
     import torch
 
+    from sciattn.operators.registry import operator_kind
+    from sciattn.pde_data.normalizers import IdentityNormalizer
     from sciattn.train.config import load_config
+    from sciattn.train.training.batching import predict
 
     torch.set_num_threads(1)
     sizes = [int(s) for s in params.get("sizes") or [32, 64, 128, 256]]
     reps = int(params.get("reps", 3))
     target = int(params.get("params_target", 150_000))
     batch = int_param({"batch": params.get("batch", 1)}, "batch")
-    ops = params.get("operators") or default_operators("darcy85")
-    base = resolved_params({"budget": "quick", "dataset": "darcy85", "out": params.get("out")
-                            or tempfile.mkdtemp(prefix="standard_protocol_")})
-    base_cfg = load_config(run_config(base, "fno", {}, 0))
-    train, c_out = _channels(base_cfg)
+    ops = params.get("operators") or scaling_operators()
+    out = params.get("out") or tempfile.mkdtemp(prefix="standard_protocol_")
+    bases: dict[str, tuple[Any, Any, int]] = {}
+
+    def base(dataset: str) -> tuple[Any, Any, int]:
+        if dataset not in bases:
+            cfg = load_config(run_config(resolved_params({"budget": "quick", "dataset": dataset, "out": out}),
+                                         "fno", {}, 0))
+            bases[dataset] = (cfg, *_channels(cfg))
+        return bases[dataset]
+
+    identity = IdentityNormalizer()
     rows = []
     for op in ops:
+        points = False
         try:
+            points = operator_kind(split_operator(op)[0]) == "points"
+            base_cfg, train, c_out = base("darcy_points" if points else "darcy85")
             width, n_params = match_width(op, base_cfg, train, c_out, target)
-            key, _ = WIDTH_KEYS[op]
+            key, _ = WIDTH_KEYS[split_operator(op)[0]]
             torch.manual_seed(0)
             model = build_model(op, base_cfg, train, c_out, width)
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
             ms = []
             for r in sizes:
-                x, y = torch.randn(batch, 1, r, r), torch.randn(batch, 1, r, r)
+                b = _step_inputs(points, batch, r)
 
-                def step(model=model, opt=opt, x=x, y=y):
+                def step(model=model, opt=opt, b=b, points=points):
                     opt.zero_grad(set_to_none=True)
-                    loss = (model(x) - y).norm() / y.norm()
+                    pred = predict(model, b, identity, identity) if points else model(b["x"])
+                    loss = (pred - b["y"]).norm() / b["y"].norm()
                     loss.backward()
                     opt.step()
 
@@ -508,13 +562,13 @@ def scaling(params: dict[str, Any]) -> list[dict]:
                          "sizes": sizes, "ms_per_step": ms, "exponent": slope, "exponent_largest": last,
                          "quadratic": op in QUADRATIC,
                          "meets_1_15": None if slope is None or op in QUADRATIC else slope <= 1.15, "batch": batch,
-                         "error": None})
-            print(f"{op}: " + ", ".join(f"{r}²: {m:.1f} ms" for r, m in zip(sizes, ms)) + f"; exponent {slope:.3f}",
-                  flush=True)
+                         "input": "points" if points else "grid", "error": None})
+            print(f"{op} ({rows[-1]['input']}): " + ", ".join(f"{r}²: {m:.1f} ms" for r, m in zip(sizes, ms))
+                  + (f"; exponent {slope:.3f}" if slope is not None else ""), flush=True)
         except Exception as e:  # noqa: BLE001 - reported in the row
             rows.append({"operator": op, "parameters": None, "width_key": None, "width": None, "sizes": sizes,
                          "ms_per_step": [], "exponent": None, "exponent_largest": None, "quadratic": op in QUADRATIC,
-                         "meets_1_15": None, "batch": batch,
+                         "meets_1_15": None, "batch": batch, "input": "points" if points else "grid",
                          "error": f"{type(e).__name__}: {e}"})
             print(f"{op}: FAILED {type(e).__name__}: {e}", flush=True)
     return rows
@@ -529,9 +583,14 @@ def scaling_notes(records: list[dict]) -> str:
     bad = [f"{r['operator']} {r['exponent']:.2f}" for r in rows if r["meets_1_15"] is False]
     bad_last = [f"{r['operator']} {r['exponent_largest']:.2f}" for r in rows if not r["quadratic"]
                 and r["exponent_largest"] is not None and r["exponent_largest"] > 1.15]
-    text = ("Fitted exponent ≤ 1.15 for every operator that is not a quadratic baseline: "
-            + ("met" if not bad else "not met (" + ", ".join(bad) + ")") + ". Between the two largest sizes: "
-            + ("all ≤ 1.15" if not bad_last else "above 1.15: " + ", ".join(bad_last)) + ".")
+    if rows and all(r["quadratic"] for r in rows):  # no verdict to state
+        text = "Quadratic baselines only, judged against no target: " + "; ".join(
+            f"{r['operator']} p = {r['exponent']:.2f}" + (f", {r['exponent_largest']:.2f} between the two largest sizes"
+                                                         if r["exponent_largest"] is not None else "") for r in rows) + "."
+    else:
+        text = ("Fitted exponent ≤ 1.15 for every operator that is not a quadratic baseline: "
+                + ("met" if not bad else "not met (" + ", ".join(bad) + ")") + ". Between the two largest sizes: "
+                + ("all ≤ 1.15" if not bad_last else "above 1.15: " + ", ".join(bad_last)) + ".")
     by_op = {r["operator"]: r for r in rows}
     ref = by_op.get("galerkin_transformer")
     for op in ("mano", "mano_extended"):
@@ -569,7 +628,7 @@ BENCHMARKS = (
         name="standard_protocol_scaling", run=scaling, schema=SCALING_SCHEMA,
         params=SCALING_PARAMS, quick=SCALING_QUICK,
         columns=SCALING_COLUMNS, labels=SCALING_LABELS,
-        notes=scaling_notes,
+        notes=scaling_notes, added_fields=SCALING_ADDED,
         description="Milliseconds per training step (batch 1, forward + backward + AdamW) against N = r² per operator, "
                     "widths matched to one parameter target;",
         claim="time per step grows at most like N^1.15 except quadratic baselines (docs/benchmarks/training.md)",

@@ -72,6 +72,22 @@ def test_schema_errors_name_the_field():
                                 {"n": 2, "err": None, "label": "a"})["err"] is None
 
 
+def test_an_added_field_may_be_absent_from_older_rows_only():
+    with pytest.raises(ValueError, match="added_fields: expected fields of the schema"):
+        _toy(added_fields={"kind": "grid"})
+    b = _toy(schema={"n": "int", "err": "float", "label": "str", "kind": "str"}, added_fields={"kind": "grid"})
+    old = {"n": 2, "err": 0.5, "label": "a"}
+    assert harness.validate_row(b, old) is old  # written before the field existed
+    assert harness.validate_row(b, {**old, "kind": "points"})["kind"] == "points"
+    with pytest.raises(SchemaError, match="field 'kind' expected str, got int 3"):
+        harness.validate_row(b, {**old, "kind": 3})  # present: checked like any field
+    with pytest.raises(SchemaError, match="field 'err' is missing"):
+        harness.validate_row(b, {"n": 2, "label": "a"})  # only the added field may be absent
+    meta = {"date": "d", "hardware": {}, "versions": {"torch": "t"}, "command": "c"}
+    table = harness.markdown_table(b, [{**meta, "row": old}, {**meta, "row": {**old, "kind": "points"}}])
+    assert "| 2 | 0.5000 | a | grid |" in table and "| 2 | 0.5000 | a | points |" in table
+
+
 def test_a_run_whose_rows_break_the_schema_appends_nothing(tmp_path, monkeypatch):
     bad = _toy(name="toy_bad", run=lambda p: [{"n": 1, "err": 1.0, "label": "a"}, {"n": 2, "label": "b"}])
     monkeypatch.setitem(harness.REGISTRY, "toy_bad", bad)

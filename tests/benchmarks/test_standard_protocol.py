@@ -153,4 +153,57 @@ def test_scaling_entry_fits_an_exponent(tmp_path):
     assert r["exponent_largest"] == pytest.approx(expected)  # two sizes: the fit is the last pair's slope
     assert r["meets_1_15"] == (r["exponent"] <= 1.15) and r["quadratic"] is False
     table = harness.markdown_table(harness.get("standard_protocol_scaling"), records)
-    assert f"| fno | {harness.format_value(r['parameters'])} | 1 | 8 / 16 |" in table
+    assert f"| fno | grid | {harness.format_value(r['parameters'])} | 1 | 8 / 16 |" in table
+    assert r["input"] == "grid"
+
+
+def test_scaling_times_point_set_operators_on_the_cell_centres(tmp_path):
+    """mspt (contract input kind "points") is timed on the grid's r² cell centres through the trainer's call, at the
+    width matched on the darcy_points data; the exponent is the least-squares slope of its own times."""
+    import numpy as np
+    import torch
+
+    from sciattn.train.config import load_config
+
+    sizes = [4, 8, 12]
+    over = {"operators": ["mspt"], "sizes": sizes, "reps": 1, "params_target": 5_000, "out": str(tmp_path)}
+    records = harness.run_benchmark("standard_protocol_scaling", quick=True, results=tmp_path, overrides=over,
+                                    command="pytest scaling points")
+    assert harness.read_rows(tmp_path / "standard_protocol_scaling.jsonl") == json.loads(json.dumps(records))
+    (r,) = [rec["row"] for rec in records]
+    assert r["error"] is None, r["error"]
+    assert r["operator"] == "mspt" and r["input"] == "points" and r["sizes"] == sizes and r["batch"] == 1
+    assert len(r["ms_per_step"]) == 3 and all(m > 0 and math.isfinite(m) for m in r["ms_per_step"])
+    n = [s * s for s in sizes]
+    assert r["exponent"] == pytest.approx(float(np.polyfit(np.log(n), np.log(r["ms_per_step"]), 1)[0]))
+    assert r["exponent_largest"] == pytest.approx(math.log(r["ms_per_step"][2] / r["ms_per_step"][1])
+                                                  / math.log(n[2] / n[1]))
+    assert r["quadratic"] is True and r["meets_1_15"] is None  # classed quadratic (fixed patches): no verdict
+    # the width is the one matched on the point-set data, and the count is that model's
+    p = sp.resolved_params({"budget": "quick", "dataset": "darcy_points", "out": str(tmp_path)})
+    cfg = load_config(sp.run_config(p, "fno", {}, 0))
+    train, c_out = sp._channels(cfg)
+    assert (r["width"], r["parameters"]) == sp.match_width("mspt", cfg, train, c_out, 5_000)
+    assert r["width_key"] == "width"
+    # the inputs: N = r² cell centres with uniform weights, collated as the trainer collates point sets
+    b = sp._step_inputs(True, 2, 3)
+    assert b["x"].shape == (2, 9, 1) and b["y"].shape == (2, 9, 1) and b["mask"].all()
+    c = torch.tensor([1 / 6, 1 / 2, 5 / 6])
+    assert torch.equal(b["pos"][1], torch.stack(torch.meshgrid(c, c, indexing="ij"), -1).reshape(9, 2))
+    assert torch.allclose(b["weights"], torch.full((2, 9), 1 / 9)) and not torch.equal(b["x"][0], b["x"][1])
+    g = sp._step_inputs(False, 2, 3)
+    assert set(g) == {"x", "y"} and g["x"].shape == (2, 1, 3, 3)
+    table = harness.markdown_table(harness.get("standard_protocol_scaling"), records)
+    assert (f"Quadratic baselines only, judged against no target: mspt p = {r['exponent']:.2f}, "
+            f"{r['exponent_largest']:.2f} between the two largest sizes.") in table
+    assert f"| mspt | points | {harness.format_value(r['parameters'])} | 1 | 4 / 8 / 12 |" in table
+
+
+def test_scaling_defaults_and_old_rows():
+    ops = sp.scaling_operators()
+    assert {"fno", "transolver", "mspt", "erwin", "bsa_transformer"} <= set(ops)
+    assert "spherical_transformer" not in ops and len(ops) == len(set(ops))
+    bench, records = harness.committed_rows("standard_protocol_scaling")  # rows before `input` still validate
+    assert any("input" not in rec["row"] for rec in records)
+    with pytest.raises(harness.SchemaError, match="field 'input' expected str"):
+        harness.validate_row(bench, {**records[0]["row"], "input": None})
