@@ -49,7 +49,7 @@ def _edge_bias(plan: SparsePlan, dtype: torch.dtype) -> torch.Tensor | None:
 def _unit_rows(t: torch.Tensor) -> torch.Tensor:
     """``t`` itself when its channels are unit-stride (any other strides, e.g. heads split from a token-major
     projection, are read in place by the kernels), else a contiguous copy."""
-    return t if t.stride(-1) == 1 else t.contiguous()
+    return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
 
 
 class _CpuNeighborhoodAttention(torch.autograd.Function):

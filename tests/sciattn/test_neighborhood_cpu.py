@@ -102,3 +102,15 @@ def test_the_weights_gradient_sums_over_heads_and_matches_the_reference():
     got = torch.autograd.grad(neighborhood_attention(q, k, v, ro, ci, w, backend="cpu").sum(), w)[0]
     want = torch.autograd.grad(neighborhood_attention(q, k, v, ro, ci, w, backend="reference").sum(), w)[0]
     assert _rel(got, want) <= 1e-13
+
+
+def test_expanded_inputs_and_single_channel_heads_equal_the_reference():
+    """Broadcast (stride-0) batch and head axes and one-channel heads, as a layer's constant field gives them."""
+    torch.manual_seed(6)
+    q, k = torch.randn(2, 2, 30, 3, dtype=F64), torch.randn(2, 2, 30, 3, dtype=F64)
+    v = torch.full((1, 1, 30, 1), 2.5, dtype=F64).expand(2, 2, 30, 1).requires_grad_()
+    ro, ci = ragged_csr(30, 30, seed=2, empty_rows=())
+    got = neighborhood_attention(q, k, v, ro, ci, backend="cpu")
+    want = neighborhood_attention(q, k, v, ro, ci, backend="reference")
+    assert _rel(got, want) <= 1e-13 and torch.allclose(got, torch.full_like(got, 2.5), rtol=1e-13, atol=1e-13)
+    assert _rel(torch.autograd.grad(got.sum(), v)[0], torch.autograd.grad(want.sum(), v)[0]) <= 1e-13

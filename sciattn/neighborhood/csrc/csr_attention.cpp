@@ -384,6 +384,8 @@ std::pair<ForwardFast, BackwardFast> fast_kernels(const at::Tensor& q, const at:
   }
 }
 
+bool unit_rows(const at::Tensor& t) { return t.dim() == 4 && (t.stride(3) == 1 || t.size(3) == 1); }
+
 void check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
            const at::Tensor& row_offsets, const at::Tensor& col_indices, const c10::optional<at::Tensor>& edge_bias) {
   TORCH_CHECK(q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu() && logw.device().is_cpu(),
@@ -391,7 +393,7 @@ void check(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const 
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && logw.dim() == 2,
               "csr_attention: expected q, k, v (B, H, N, D) and logw (B, Nk)");
   for (const at::Tensor* t : {&q, &k, &v})
-    TORCH_CHECK(t->stride(3) == 1 && t->scalar_type() == q.scalar_type(),
+    TORCH_CHECK(unit_rows(*t) && t->scalar_type() == q.scalar_type(),
                 "csr_attention: expected q, k, v of one dtype with unit stride along the channels");
   TORCH_CHECK(logw.is_contiguous() && logw.scalar_type() == q.scalar_type(), "csr_attention: logw contiguous");
   TORCH_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && logw.size(0) == q.size(0) &&
@@ -415,7 +417,7 @@ void csr_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
                  const c10::optional<at::Tensor>& edge_bias, double scale, const at::Tensor& out,
                  const at::Tensor& lse) {
   check(q, k, v, logw, row_offsets, col_indices, edge_bias);
-  TORCH_CHECK(out.stride(3) == 1 && lse.is_contiguous() && out.scalar_type() == q.scalar_type() &&
+  TORCH_CHECK(unit_rows(out) && lse.is_contiguous() && out.scalar_type() == q.scalar_type() &&
                   lse.scalar_type() == q.scalar_type() && out.size(2) == q.size(2) && out.size(3) == v.size(3) &&
                   lse.numel() == q.size(0) * q.size(1) * q.size(2),
               "csr_attention: out (B, H, Nq, E) and lse (B, H, Nq) like q");
@@ -438,7 +440,7 @@ void csr_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   const at::Tensor& dv, const c10::optional<at::Tensor>& dlogw) {
   check(q, k, v, logw, row_offsets, col_indices, edge_bias);
   for (const at::Tensor* t : {&out, &gout, &dq, &dk, &dv})
-    TORCH_CHECK(t->stride(3) == 1 && t->scalar_type() == q.scalar_type(), "csr_attention: backward buffers");
+    TORCH_CHECK(unit_rows(*t) && t->scalar_type() == q.scalar_type(), "csr_attention: backward buffers");
   TORCH_CHECK(lse.is_contiguous() && lse.scalar_type() == q.scalar_type(), "csr_attention: lse");
   TORCH_CHECK(dq.sizes() == q.sizes() && dk.sizes() == k.sizes() && dv.sizes() == v.sizes() &&
                   gout.sizes() == out.sizes(),
