@@ -49,6 +49,14 @@ constexpr int64_t KB = 64;            // keys per block
 constexpr int NKB = 4;                // keys per score micro-tile
 constexpr double kPosInf = std::numeric_limits<double>::infinity();
 
+// x in every lane. Written as x - 0 (exact for every x, -0 included), which the compiler folds into a broadcast
+// operand of the consuming instruction; simd.h's splat (0 + x, not an identity at x = -0) costs an add and a
+// register broadcast per use.
+template <typename T>
+inline V<T> bc(T x) {
+  return x - V<T>{};
+}
+
 // sqrt lane by lane (the vector instruction where there is one; the C library's otherwise: correctly rounded).
 inline V<double> vsqrt(V<double> x) {
   V<double> r;
@@ -93,7 +101,7 @@ inline void lane_scores(const V<T>* x, const T* y, int64_t W, int64_t j0, int64_
       V<T> xw[QV];
       for (int c = 0; c < QV; ++c) xw[c] = x[w * QV + c];
       for (int n = 0; n < NKB; ++n) {
-        const V<T> b = splat<T>(yr[n][w]);
+        const V<T> b = bc<T>(yr[n][w]);
         for (int c = 0; c < QV; ++c) a[n][c] += xw[c] * b;
       }
     }
@@ -139,7 +147,7 @@ inline void lane_acc_chunk(V<T>* acc, const V<T>* coef, const T* y, int64_t W, i
     for (int c = 0; c < QV; ++c) p[c] = coef[(j - j0) * QV + c];
     const T* yr = y + j * W + w0;
     for (int n = 0; n < NW; ++n) {
-      const V<T> bv = splat<T>(yr[n]);
+      const V<T> bv = bc<T>(yr[n]);
       for (int c = 0; c < QV; ++c) a[n][c] += p[c] * bv;
     }
   }
@@ -167,7 +175,7 @@ inline void row_acc_chunk(T* y, const T* coef, const T* x, int64_t W, int64_t j,
     V<T> xv[NV];
     for (int n = 0; n < NV; ++n) xv[n] = ld(x + i * W + (v0 + n) * kLanes);
     for (int m = 0; m < NJ; ++m) {
-      const V<T> cv = splat<T>(coef[(j + m - j0) * QB + i]);
+      const V<T> cv = bc<T>(coef[(j + m - j0) * QB + i]);
       for (int n = 0; n < NV; ++n) a[m][n] += cv * xv[n];
     }
   }
@@ -213,7 +221,7 @@ struct FwdBlock {
 template <typename T>
 inline void forward_step(const Args<T>& a, int64_t b, T neg_lam, const T* vh, const T* kh, FwdBlock<T>& q, int64_t j0,
                          int64_t j1, V<T>* s) {
-  const V<T> ninf = splat<T>(static_cast<T>(kNegInf));
+  const V<T> ninf = bc<T>(static_cast<T>(kNegInf));
   lane_scores(q.x.data(), kh, a.D, j0, j1, s);
   V<T> mx[QV];
   for (int c = 0; c < QV; ++c) mx[c] = q.m[c];
@@ -266,7 +274,7 @@ void forward_impl(const Args<T>& a, T* out, T* lse) {
         q.n = std::min(QB, Nq - q.i0);
         to_lanes(a.q + (bh * Nq + q.i0) * D, q.n, D, a.scale, q.x.data());
         if (a.qp) to_lanes(a.qp + (b * Nq + q.i0) * P, q.n, P, T(1), q.qpT.data());
-        for (int c = 0; c < QV; ++c) q.m[c] = splat<T>(static_cast<T>(kNegInf)), q.l[c] = V<T>{};
+        for (int c = 0; c < QV; ++c) q.m[c] = bc<T>(static_cast<T>(kNegInf)), q.l[c] = V<T>{};
         std::fill(q.o.begin(), q.o.end(), V<T>{});
       }
       for (int64_t p0 = 0; p0 < Nk; p0 += KP)
@@ -297,6 +305,74 @@ struct Grads {
   void *dq, *dk, *dv, *dlw, *dqp, *dkp, *dlam;
 };
 
+// One block of QB queries in the backward: its scaled queries, output gradients and positions in lanes, its query
+// and output-gradient rows (zero past the block's n queries), lse (+inf where p = 0: no live key, or padding) and
+// delta in lanes, and its lane accumulators: dq (transposed), sum_j G_ij and sum_j G_ij p_j.
+template <typename T>
+struct BwdBlock {
+  std::vector<V<T>> x, dot, qpT, dqT, gk;
+  std::vector<T> qrows, drows;
+  V<T> lv[QV], dl[QV], rowg[QV];
+  int64_t i0 = 0, n = 0;
+};
+
+// Per (batch, head) task: what the query blocks add to its key rows.
+template <typename T>
+struct KeySide {
+  const T *kh, *vh, *kpb;
+  T *dkh, *dvh, *dlwh, *dkph;
+  T neg_lam;
+  V<T> lam_acc;
+};
+
+template <typename T>
+inline void backward_step(const Args<T>& a, int64_t b, KeySide<T>& ks, BwdBlock<T>& q, int64_t j0, int64_t j1,
+                          V<T>* s, V<T>* ds, V<T>* dist) {
+  const int64_t nk = j1 - j0, D = a.D, E = a.E, P = a.P;
+  const bool distance = ks.kpb != nullptr;
+  lane_scores(q.x.data(), ks.kh, D, j0, j1, s);
+  add_bias(a, b, ks.neg_lam, q.qpT.data(), j0, j1, s, distance ? dist : nullptr, static_cast<V<T>*>(nullptr));
+  lane_scores(q.dot.data(), ks.vh, E, j0, j1, ds);  // dp
+  for (int64_t j = 0; j < nk; ++j)
+    for (int c = 0; c < QV; ++c) {
+      const V<T> p = vexp(s[j * QV + c] - q.lv[c]);
+      s[j * QV + c] = p;
+      ds[j * QV + c] = p * (ds[j * QV + c] - q.dl[c]);
+    }
+  lane_acc(q.dqT.data(), ds, ks.kh, D, j0, j1);
+  row_acc(ks.dkh, ds, q.qrows.data(), D, j0, j1);
+  row_acc(ks.dvh, s, q.drows.data(), E, j0, j1);
+  if (ks.dlwh)
+    for (int64_t j = 0; j < nk; ++j) {
+      V<T> t = ds[j * QV];
+      for (int c = 1; c < QV; ++c) t += ds[j * QV + c];
+      ks.dlwh[j0 + j] += hsum<T>(t);
+    }
+  if (!distance) return;
+  for (int64_t j = 0; j < nk; ++j) {
+    const T* kpj = ks.kpb + (j0 + j) * P;
+    V<T> gs{};
+    for (int c = 0; c < QV; ++c) {
+      const V<T> dd = dist[j * QV + c], dsv = ds[j * QV + c];
+      ks.lam_acc -= dsv * dd;
+      V<T> gv = (ks.neg_lam * dsv) / dd;
+      gv = dd > V<T>{} ? gv : V<T>{};  // G = 0 where d = 0 (and 0/0 never reaches a sum)
+      ds[j * QV + c] = gv;
+      q.rowg[c] += gv;
+      gs += gv;
+      for (int64_t p = 0; p < P; ++p) q.gk[p * QV + c] += gv * kpj[p];
+    }
+    const T gsum = hsum<T>(gs);
+    for (int64_t p = 0; p < P; ++p) {
+      V<T> gq{};
+      for (int c = 0; c < QV; ++c) gq += ds[j * QV + c] * q.qpT[p * QV + c];
+      ks.dkph[(j0 + j) * P + p] += kpj[p] * gsum - hsum<T>(gq);
+    }
+  }
+}
+
+constexpr int64_t KPB = 512;  // keys per panel in the backward (k, v, dk, dv rows stay in the core's cache)
+
 template <typename T>
 void backward_impl(const Args<T>& a, const T* lse, const T* delta, const T* gout, const Grads& g_) {
   const int64_t B = a.B, H = a.H, Nq = a.Nq, Nk = a.Nk, D = a.D, E = a.E, P = a.P;
@@ -306,91 +382,58 @@ void backward_impl(const Args<T>& a, const T* lse, const T* delta, const T* gout
   const bool distance = a.kp != nullptr;
   at::parallel_for(0, B * H, 1, [&](int64_t t0, int64_t t1) {
     const int64_t P1 = std::max<int64_t>(P, 1);
-    std::vector<V<T>> x(D * QV), dot(E * QV), qpT(P1 * QV), s(KB * QV), ds(KB * QV), dist(KB * QV), dqT(D * QV),
-        gk(P1 * QV);
-    std::vector<T> qrows(QB * D), drows(QB * E);
+    std::vector<BwdBlock<T>> blocks(SB);
+    for (auto& q : blocks) {
+      q.x.resize(D * QV), q.dot.resize(E * QV), q.qpT.resize(P1 * QV), q.dqT.resize(D * QV), q.gk.resize(P1 * QV);
+      q.qrows.resize(QB * D), q.drows.resize(QB * E);
+    }
+    std::vector<V<T>> s(KB * QV), ds(KB * QV), dist(KB * QV);
     for (int64_t bh = t0; bh < t1; ++bh) {
       const int64_t b = bh / H, h = bh % H;
-      const T *kh = a.k + bh * Nk * D, *vh = a.v + bh * Nk * E;
-      const T* kpb = distance ? a.kp + b * Nk * P : nullptr;
-      T *dkh = dkp + bh * Nk * D, *dvh = dvp + bh * Nk * E;
-      T* dlwh = dlwp ? dlwp + bh * Nk : nullptr;
-      T* dkph = distance ? dkpp + bh * Nk * P : nullptr;
-      const T neg_lam = distance ? -a.lam[h] : T(0);
-      V<T> lam_acc{};
-      for (int64_t i0 = 0; i0 < Nq; i0 += QB) {
-        const int64_t n = std::min(QB, Nq - i0);
-        to_lanes(a.q + (bh * Nq + i0) * D, n, D, a.scale, x.data());
-        to_lanes(gout + (bh * Nq + i0) * E, n, E, T(1), dot.data());
-        if (distance) to_lanes(a.qp + (b * Nq + i0) * P, n, P, T(1), qpT.data());
-        std::fill(qrows.begin(), qrows.end(), T(0));
-        std::fill(drows.begin(), drows.end(), T(0));
-        std::copy(a.q + (bh * Nq + i0) * D, a.q + (bh * Nq + i0 + n) * D, qrows.begin());
-        std::copy(gout + (bh * Nq + i0) * E, gout + (bh * Nq + i0 + n) * E, drows.begin());
-        V<T> lv[QV], dl[QV], rowg[QV];
-        for (int c = 0; c < QV; ++c) lv[c] = splat<T>(static_cast<T>(kPosInf)), dl[c] = V<T>{}, rowg[c] = V<T>{};
-        for (int64_t i = 0; i < n; ++i) {
-          const T li = lse[bh * Nq + i0 + i];
-          if (li > static_cast<T>(kNegInf)) lv[i / kLanes][i % kLanes] = li;  // +inf: p = 0 (no live key, padding)
-          dl[i / kLanes][i % kLanes] = delta[bh * Nq + i0 + i];
+      KeySide<T> ks{a.k + bh * Nk * D, a.v + bh * Nk * E, distance ? a.kp + b * Nk * P : nullptr,
+                    dkp + bh * Nk * D, dvp + bh * Nk * E, dlwp ? dlwp + bh * Nk : nullptr,
+                    distance ? dkpp + bh * Nk * P : nullptr, distance ? -a.lam[h] : T(0), V<T>{}};
+      for (int64_t first = 0; first < Nq; first += SB * QB) {
+        const int64_t nb = std::min<int64_t>(SB, (Nq - first + QB - 1) / QB);
+        for (int64_t t = 0; t < nb; ++t) {
+          BwdBlock<T>& q = blocks[t];
+          const int64_t i0 = q.i0 = first + t * QB, n = q.n = std::min(QB, Nq - i0);
+          to_lanes(a.q + (bh * Nq + i0) * D, n, D, a.scale, q.x.data());
+          to_lanes(gout + (bh * Nq + i0) * E, n, E, T(1), q.dot.data());
+          if (distance) to_lanes(a.qp + (b * Nq + i0) * P, n, P, T(1), q.qpT.data());
+          std::fill(q.qrows.begin(), q.qrows.end(), T(0));
+          std::fill(q.drows.begin(), q.drows.end(), T(0));
+          std::copy(a.q + (bh * Nq + i0) * D, a.q + (bh * Nq + i0 + n) * D, q.qrows.begin());
+          std::copy(gout + (bh * Nq + i0) * E, gout + (bh * Nq + i0 + n) * E, q.drows.begin());
+          for (int c = 0; c < QV; ++c)
+            q.lv[c] = bc<T>(static_cast<T>(kPosInf)), q.dl[c] = V<T>{}, q.rowg[c] = V<T>{};
+          for (int64_t i = 0; i < n; ++i) {
+            const T li = lse[bh * Nq + i0 + i];
+            if (li > static_cast<T>(kNegInf)) q.lv[i / kLanes][i % kLanes] = li;
+            q.dl[i / kLanes][i % kLanes] = delta[bh * Nq + i0 + i];
+          }
+          std::fill(q.dqT.begin(), q.dqT.end(), V<T>{});
+          std::fill(q.gk.begin(), q.gk.end(), V<T>{});
         }
-        std::fill(dqT.begin(), dqT.end(), V<T>{});
-        std::fill(gk.begin(), gk.end(), V<T>{});
-        for (int64_t j0 = 0; j0 < Nk; j0 += KB) {
-          const int64_t j1 = std::min(Nk, j0 + KB), nk = j1 - j0;
-          lane_scores(x.data(), kh, D, j0, j1, s.data());
-          add_bias(a, b, neg_lam, qpT.data(), j0, j1, s.data(), distance ? dist.data() : nullptr,
-                   static_cast<V<T>*>(nullptr));
-          lane_scores(dot.data(), vh, E, j0, j1, ds.data());  // dp
-          for (int64_t j = 0; j < nk; ++j)
-            for (int c = 0; c < QV; ++c) {
-              const V<T> p = vexp(s[j * QV + c] - lv[c]);
-              s[j * QV + c] = p;
-              ds[j * QV + c] = p * (ds[j * QV + c] - dl[c]);
+        for (int64_t p0 = 0; p0 < Nk; p0 += KPB)
+          for (int64_t t = 0; t < nb; ++t)
+            for (int64_t j0 = p0; j0 < std::min(Nk, p0 + KPB); j0 += KB)
+              backward_step(a, b, ks, blocks[t], j0, std::min(Nk, j0 + KB), s.data(), ds.data(), dist.data());
+        for (int64_t t = 0; t < nb; ++t) {
+          const BwdBlock<T>& q = blocks[t];
+          for (int64_t i = 0; i < q.n; ++i) {
+            const int c = static_cast<int>(i / kLanes), ln = static_cast<int>(i % kLanes);
+            T* dqi = dqp + (bh * Nq + q.i0 + i) * D;
+            for (int64_t d = 0; d < D; ++d) dqi[d] = a.scale * q.dqT[d * QV + c][ln];
+            if (distance) {
+              T* dpi = dqpp + (bh * Nq + q.i0 + i) * P;
+              for (int64_t p = 0; p < P; ++p) dpi[p] = q.qpT[p * QV + c][ln] * q.rowg[c][ln] - q.gk[p * QV + c][ln];
             }
-          lane_acc(dqT.data(), ds.data(), kh, D, j0, j1);
-          row_acc(dkh, ds.data(), qrows.data(), D, j0, j1);
-          row_acc(dvh, s.data(), drows.data(), E, j0, j1);
-          if (dlwh)
-            for (int64_t j = 0; j < nk; ++j) {
-              V<T> t = ds[j * QV];
-              for (int c = 1; c < QV; ++c) t += ds[j * QV + c];
-              dlwh[j0 + j] += hsum<T>(t);
-            }
-          if (distance)
-            for (int64_t j = 0; j < nk; ++j) {
-              const T* kpj = kpb + (j0 + j) * P;
-              V<T> gs{};
-              for (int c = 0; c < QV; ++c) {
-                const V<T> dd = dist[j * QV + c], dsv = ds[j * QV + c];
-                lam_acc -= dsv * dd;
-                V<T> gv = (neg_lam * dsv) / dd;
-                gv = dd > V<T>{} ? gv : V<T>{};
-                ds[j * QV + c] = gv;  // G, reused below
-                rowg[c] += gv;
-                gs += gv;
-                for (int64_t p = 0; p < P; ++p) gk[p * QV + c] += gv * kpj[p];
-              }
-              const T gsum = hsum<T>(gs);
-              for (int64_t p = 0; p < P; ++p) {
-                V<T> gq{};
-                for (int c = 0; c < QV; ++c) gq += ds[j * QV + c] * qpT[p * QV + c];
-                dkph[(j0 + j) * P + p] += kpj[p] * gsum - hsum<T>(gq);
-              }
-            }
-        }
-        for (int64_t i = 0; i < n; ++i) {
-          const int c = static_cast<int>(i / kLanes), ln = static_cast<int>(i % kLanes);
-          T* dqi = dqp + (bh * Nq + i0 + i) * D;
-          for (int64_t d = 0; d < D; ++d) dqi[d] = a.scale * dqT[d * QV + c][ln];
-          if (distance) {
-            T* dpi = dqpp + (bh * Nq + i0 + i) * P;
-            for (int64_t p = 0; p < P; ++p) dpi[p] = qpT[p * QV + c][ln] * rowg[c][ln] - gk[p * QV + c][ln];
           }
         }
       }
-      for (int64_t t = 0; t < Nk * D; ++t) dkh[t] *= a.scale;
-      if (distance) dlamp[bh] = hsum<T>(lam_acc);
+      for (int64_t t = 0; t < Nk * D; ++t) ks.dkh[t] *= a.scale;
+      if (distance) dlamp[bh] = hsum<T>(ks.lam_acc);
     }
   });
 }
