@@ -57,6 +57,18 @@ inline V<T> bc(T x) {
   return x - V<T>{};
 }
 
+// A vector the micro-kernels reuse across several fused multiply-adds, pinned in a register: left to itself the
+// compiler folds its load into every one of them, and the loads (one 512-bit load per cycle) become the limit.
+inline V<float> in_reg(V<float> x) {
+#if defined(__x86_64__) && defined(__AVX512F__)
+  asm("" : "+v"(x));
+#endif
+  return x;
+}
+inline V<double> in_reg(V<double> x) {
+  return x;
+}
+
 // sqrt lane by lane (the vector instruction where there is one; the C library's otherwise: correctly rounded).
 inline V<double> vsqrt(V<double> x) {
   V<double> r;
@@ -99,7 +111,7 @@ inline void lane_scores(const V<T>* x, const T* y, int64_t W, int64_t j0, int64_
     V<T> a[NKB][QV] = {};
     for (int64_t w = 0; w < W; ++w) {
       V<T> xw[QV];
-      for (int c = 0; c < QV; ++c) xw[c] = x[w * QV + c];
+      for (int c = 0; c < QV; ++c) xw[c] = in_reg(x[w * QV + c]);
       for (int n = 0; n < NKB; ++n) {
         const V<T> b = bc<T>(yr[n][w]);
         for (int c = 0; c < QV; ++c) a[n][c] += xw[c] * b;
@@ -144,7 +156,7 @@ inline void lane_acc_chunk(V<T>* acc, const V<T>* coef, const T* y, int64_t W, i
     for (int c = 0; c < QV; ++c) a[n][c] = acc[(w0 + n) * QV + c];
   for (int64_t j = j0; j < j1; ++j) {
     V<T> p[QV];
-    for (int c = 0; c < QV; ++c) p[c] = coef[(j - j0) * QV + c];
+    for (int c = 0; c < QV; ++c) p[c] = in_reg(coef[(j - j0) * QV + c]);
     const T* yr = y + j * W + w0;
     for (int n = 0; n < NW; ++n) {
       const V<T> bv = bc<T>(yr[n]);
@@ -173,7 +185,7 @@ inline void row_acc_chunk(T* y, const T* coef, const T* x, int64_t W, int64_t j,
   V<T> a[NJ][NV] = {};
   for (int64_t i = 0; i < QB; ++i) {
     V<T> xv[NV];
-    for (int n = 0; n < NV; ++n) xv[n] = ld(x + i * W + (v0 + n) * kLanes);
+    for (int n = 0; n < NV; ++n) xv[n] = in_reg(ld(x + i * W + (v0 + n) * kLanes));
     for (int m = 0; m < NJ; ++m) {
       const V<T> cv = bc<T>(coef[(j + m - j0) * QB + i]);
       for (int n = 0; n < NV; ++n) a[m][n] += cv * xv[n];
