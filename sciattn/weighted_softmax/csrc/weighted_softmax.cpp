@@ -69,6 +69,18 @@ inline V<double> in_reg(V<double> x) {
   return x;
 }
 
+// Lane l = the sum of p[l]'s lanes, for kLanes vectors (simd.h's transposing tree of shuffles for float).
+inline V<float> key_sums(const V<float>* p) {
+  V<float> t[kLanes];
+  for (int l = 0; l < kLanes; ++l) t[l] = p[l];
+  return transpose_sum(t);
+}
+inline V<double> key_sums(const V<double>* p) {
+  V<double> r;
+  for (int l = 0; l < kLanes; ++l) r[l] = hsum<double>(p[l]);
+  return r;
+}
+
 // sqrt lane by lane (the vector instruction where there is one; the C library's otherwise: correctly rounded).
 inline V<double> vsqrt(V<double> x) {
   V<double> r;
@@ -339,7 +351,7 @@ struct KeySide {
 
 template <typename T>
 inline void backward_step(const Args<T>& a, int64_t b, KeySide<T>& ks, BwdBlock<T>& q, int64_t j0, int64_t j1,
-                          V<T>* s, V<T>* ds, V<T>* dist) {
+                          V<T>* s, V<T>* ds, V<T>* dist, V<T>* red) {
   const int64_t nk = j1 - j0, D = a.D, E = a.E, P = a.P;
   const bool distance = ks.kpb != nullptr;
   lane_scores(q.x.data(), ks.kh, D, j0, j1, s);
@@ -354,12 +366,22 @@ inline void backward_step(const Args<T>& a, int64_t b, KeySide<T>& ks, BwdBlock<
   lane_acc(q.dqT.data(), ds, ks.kh, D, j0, j1);
   row_acc(ks.dkh, ds, q.qrows.data(), D, j0, j1);
   row_acc(ks.dvh, s, q.drows.data(), E, j0, j1);
-  if (ks.dlwh)
+  // Per-key sums over the block's queries (lanes), kLanes keys at a time: red holds, per key, the sum over the
+  // query vectors of dS, then of G and of G p_i (each coordinate); key_sums reduces kLanes of them at once.
+  const int64_t nr = (nk + kLanes - 1) / kLanes * kLanes;
+  V<T>*rl = red, *rg = red + KB, *rq = red + 2 * KB;
+  if (ks.dlwh) {
     for (int64_t j = 0; j < nk; ++j) {
       V<T> t = ds[j * QV];
       for (int c = 1; c < QV; ++c) t += ds[j * QV + c];
-      ks.dlwh[j0 + j] += hsum<T>(t);
+      rl[j] = t;
     }
+    std::fill(rl + nk, rl + nr, V<T>{});
+    for (int64_t g0 = 0; g0 < nk; g0 += kLanes) {
+      const V<T> t = key_sums(rl + g0);
+      for (int64_t l = 0; l < std::min<int64_t>(kLanes, nk - g0); ++l) ks.dlwh[j0 + g0 + l] += t[l];
+    }
+  }
   if (!distance) return;
   for (int64_t j = 0; j < nk; ++j) {
     const T* kpj = ks.kpb + (j0 + j) * P;
@@ -374,11 +396,24 @@ inline void backward_step(const Args<T>& a, int64_t b, KeySide<T>& ks, BwdBlock<
       gs += gv;
       for (int64_t p = 0; p < P; ++p) q.gk[p * QV + c] += gv * kpj[p];
     }
-    const T gsum = hsum<T>(gs);
+    rg[j] = gs;
     for (int64_t p = 0; p < P; ++p) {
       V<T> gq{};
       for (int c = 0; c < QV; ++c) gq += ds[j * QV + c] * q.qpT[p * QV + c];
-      ks.dkph[(j0 + j) * P + p] += kpj[p] * gsum - hsum<T>(gq);
+      rq[p * KB + j] = gq;
+    }
+  }
+  std::fill(rg + nk, rg + nr, V<T>{});
+  for (int64_t p = 0; p < P; ++p) std::fill(rq + p * KB + nk, rq + p * KB + nr, V<T>{});
+  for (int64_t g0 = 0; g0 < nk; g0 += kLanes) {
+    const V<T> gsum = key_sums(rg + g0);
+    const int64_t cnt = std::min<int64_t>(kLanes, nk - g0);
+    for (int64_t p = 0; p < P; ++p) {
+      const V<T> gq = key_sums(rq + p * KB + g0);
+      for (int64_t l = 0; l < cnt; ++l) {
+        const int64_t j = j0 + g0 + l;
+        ks.dkph[j * P + p] += ks.kpb[j * P + p] * gsum[l] - gq[l];
+      }
     }
   }
 }
@@ -399,7 +434,7 @@ void backward_impl(const Args<T>& a, const T* lse, const T* delta, const T* gout
       q.x.resize(D * QV), q.dot.resize(E * QV), q.qpT.resize(P1 * QV), q.dqT.resize(D * QV), q.gk.resize(P1 * QV);
       q.qrows.resize(QB * D), q.drows.resize(QB * E);
     }
-    std::vector<V<T>> s(KB * QV), ds(KB * QV), dist(KB * QV);
+    std::vector<V<T>> s(KB * QV), ds(KB * QV), dist(KB * QV), red((2 + P1) * KB);
     for (int64_t bh = t0; bh < t1; ++bh) {
       const int64_t b = bh / H, h = bh % H;
       KeySide<T> ks{a.k + bh * Nk * D, a.v + bh * Nk * E, distance ? a.kp + b * Nk * P : nullptr,
@@ -430,7 +465,8 @@ void backward_impl(const Args<T>& a, const T* lse, const T* delta, const T* gout
         for (int64_t p0 = 0; p0 < Nk; p0 += KPB)
           for (int64_t t = 0; t < nb; ++t)
             for (int64_t j0 = p0; j0 < std::min(Nk, p0 + KPB); j0 += KB)
-              backward_step(a, b, ks, blocks[t], j0, std::min(Nk, j0 + KB), s.data(), ds.data(), dist.data());
+              backward_step(a, b, ks, blocks[t], j0, std::min(Nk, j0 + KB), s.data(), ds.data(), dist.data(),
+                            red.data());
         for (int64_t t = 0; t < nb; ++t) {
           const BwdBlock<T>& q = blocks[t];
           for (int64_t i = 0; i < q.n; ++i) {
