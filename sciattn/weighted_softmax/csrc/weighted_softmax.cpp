@@ -13,7 +13,7 @@
 //   dp_ij = dO_i . v_j,  ds_ij = p_ij (dp_ij - delta_i)  (delta_i = dO_i . o_i),
 //   dq_i = scale sum_j ds_ij k_j,  dk_j += scale sum_i ds_ij q_i,  dv_j += sum_i p_ij dO_i,  dlogw_hj += sum_i ds_ij,
 //   dlam_h = -sum ds_ij d_ij,  G_ij = -lam_h ds_ij / d_ij (0 where d_ij = 0),
-//   dqpos_hi = p_i sum_j G_ij - sum_j G_ij p_j,  dkpos_hj = p_j sum_i G_ij - sum_i G_ij p_i
+//   dqpos_hi = sum_j G_ij (p_i - p_j),  dkpos_hj = -sum_i G_ij (p_i - p_j)
 //
 // (per head; the caller sums dlogw, dqpos, dkpos over heads and dlam over the batch). dq and the query-side sums
 // accumulate in lanes; dk and dv (rows, vectorised along the channels) and the per-key sums accumulate in the
@@ -331,12 +331,12 @@ struct Grads {
 
 // One block of QB queries in the backward: its scaled queries, output gradients and positions in lanes, its query
 // and output-gradient rows (zero past the block's n queries), lse (+inf where p = 0: no live key, or padding) and
-// delta in lanes, and its lane accumulators: dq (transposed), sum_j G_ij and sum_j G_ij p_j.
+// delta in lanes, and its lane accumulators: dq (transposed) and dqpos = sum_j G_ij (p_i - p_j).
 template <typename T>
 struct BwdBlock {
   std::vector<V<T>> x, dot, qpT, dqT, gk;
   std::vector<T> qrows, drows;
-  V<T> lv[QV], dl[QV], rowg[QV];
+  V<T> lv[QV], dl[QV];
   int64_t i0 = 0, n = 0;
 };
 
@@ -367,9 +367,9 @@ inline void backward_step(const Args<T>& a, int64_t b, KeySide<T>& ks, BwdBlock<
   row_acc(ks.dkh, ds, q.qrows.data(), D, j0, j1);
   row_acc(ks.dvh, s, q.drows.data(), E, j0, j1);
   // Per-key sums over the block's queries (lanes), kLanes keys at a time: red holds, per key, the sum over the
-  // query vectors of dS, then of G and of G p_i (each coordinate); key_sums reduces kLanes of them at once.
+  // query vectors of dS, then of G (p_i - p_j) (each coordinate); key_sums reduces kLanes of them at once.
   const int64_t nr = (nk + kLanes - 1) / kLanes * kLanes;
-  V<T>*rl = red, *rg = red + KB, *rq = red + 2 * KB;
+  V<T>*rl = red, *rq = red + KB;
   if (ks.dlwh) {
     for (int64_t j = 0; j < nk; ++j) {
       V<T> t = ds[j * QV];
@@ -383,37 +383,32 @@ inline void backward_step(const Args<T>& a, int64_t b, KeySide<T>& ks, BwdBlock<
     }
   }
   if (!distance) return;
+  // dp_i = sum_j G_ij (p_i - p_j) and dp_j = -sum_i G_ij (p_i - p_j), from the differences themselves (not as
+  // p_i sum_j G_ij - sum_j G_ij p_j, which cancels catastrophically far from the origin).
   for (int64_t j = 0; j < nk; ++j) {
     const T* kpj = ks.kpb + (j0 + j) * P;
-    V<T> gs{};
     for (int c = 0; c < QV; ++c) {
       const V<T> dd = dist[j * QV + c], dsv = ds[j * QV + c];
       ks.lam_acc -= dsv * dd;
       V<T> gv = (ks.neg_lam * dsv) / dd;
-      gv = dd > V<T>{} ? gv : V<T>{};  // G = 0 where d = 0 (and 0/0 never reaches a sum)
-      ds[j * QV + c] = gv;
-      q.rowg[c] += gv;
-      gs += gv;
-      for (int64_t p = 0; p < P; ++p) q.gk[p * QV + c] += gv * kpj[p];
+      ds[j * QV + c] = dd > V<T>{} ? gv : V<T>{};  // G = 0 where d = 0 (and 0/0 never reaches a sum)
     }
-    rg[j] = gs;
     for (int64_t p = 0; p < P; ++p) {
       V<T> gq{};
-      for (int c = 0; c < QV; ++c) gq += ds[j * QV + c] * q.qpT[p * QV + c];
+      for (int c = 0; c < QV; ++c) {
+        const V<T> gd = ds[j * QV + c] * (q.qpT[p * QV + c] - kpj[p]);
+        q.gk[p * QV + c] += gd;
+        gq += gd;
+      }
       rq[p * KB + j] = gq;
     }
   }
-  std::fill(rg + nk, rg + nr, V<T>{});
   for (int64_t p = 0; p < P; ++p) std::fill(rq + p * KB + nk, rq + p * KB + nr, V<T>{});
   for (int64_t g0 = 0; g0 < nk; g0 += kLanes) {
-    const V<T> gsum = key_sums(rg + g0);
     const int64_t cnt = std::min<int64_t>(kLanes, nk - g0);
     for (int64_t p = 0; p < P; ++p) {
       const V<T> gq = key_sums(rq + p * KB + g0);
-      for (int64_t l = 0; l < cnt; ++l) {
-        const int64_t j = j0 + g0 + l;
-        ks.dkph[j * P + p] += ks.kpb[j * P + p] * gsum[l] - gq[l];
-      }
+      for (int64_t l = 0; l < cnt; ++l) ks.dkph[(j0 + g0 + l) * P + p] -= gq[l];
     }
   }
 }
@@ -434,7 +429,7 @@ void backward_impl(const Args<T>& a, const T* lse, const T* delta, const T* gout
       q.x.resize(D * QV), q.dot.resize(E * QV), q.qpT.resize(P1 * QV), q.dqT.resize(D * QV), q.gk.resize(P1 * QV);
       q.qrows.resize(QB * D), q.drows.resize(QB * E);
     }
-    std::vector<V<T>> s(KB * QV), ds(KB * QV), dist(KB * QV), red((2 + P1) * KB);
+    std::vector<V<T>> s(KB * QV), ds(KB * QV), dist(KB * QV), red((1 + P1) * KB);
     for (int64_t bh = t0; bh < t1; ++bh) {
       const int64_t b = bh / H, h = bh % H;
       KeySide<T> ks{a.k + bh * Nk * D, a.v + bh * Nk * E, distance ? a.kp + b * Nk * P : nullptr,
@@ -453,7 +448,7 @@ void backward_impl(const Args<T>& a, const T* lse, const T* delta, const T* gout
           std::copy(a.q + (bh * Nq + i0) * D, a.q + (bh * Nq + i0 + n) * D, q.qrows.begin());
           std::copy(gout + (bh * Nq + i0) * E, gout + (bh * Nq + i0 + n) * E, q.drows.begin());
           for (int c = 0; c < QV; ++c)
-            q.lv[c] = bc<T>(static_cast<T>(kPosInf)), q.dl[c] = V<T>{}, q.rowg[c] = V<T>{};
+            q.lv[c] = bc<T>(static_cast<T>(kPosInf)), q.dl[c] = V<T>{};
           for (int64_t i = 0; i < n; ++i) {
             const T li = lse[bh * Nq + i0 + i];
             if (li > static_cast<T>(kNegInf)) q.lv[i / kLanes][i % kLanes] = li;
@@ -475,7 +470,7 @@ void backward_impl(const Args<T>& a, const T* lse, const T* delta, const T* gout
             for (int64_t d = 0; d < D; ++d) dqi[d] = a.scale * q.dqT[d * QV + c][ln];
             if (distance) {
               T* dpi = dqpp + (bh * Nq + q.i0 + i) * P;
-              for (int64_t p = 0; p < P; ++p) dpi[p] = q.qpT[p * QV + c][ln] * q.rowg[c][ln] - q.gk[p * QV + c][ln];
+              for (int64_t p = 0; p < P; ++p) dpi[p] = q.gk[p * QV + c][ln];
             }
           }
         }
