@@ -12,7 +12,7 @@ ops, so at N = 16,384 it reaches about a fifth of the matmul rate. Here a block 
 lanes (transposed), the scores of a block of keys are lane-wise fused multiply-adds, the bias (a square root per
 pair) is added in registers, and an online softmax over key blocks keeps a running maximum and sum per lane; the
 forward saves ``lse`` ``(B, H, Nq)`` and the backward recomputes the probabilities from it, per query block and key
-block (``csrc/weighted_softmax.cpp`` states the formulas, including ``G = Σ_h (−λ_h) dS_h / d`` with 0 where
+block (``csrc/ops.cpp`` states the formulas, including ``G = Σ_h (−λ_h) dS_h / d`` with 0 where
 ``d = 0``, the convention of ``cdist``'s gradient that the reference uses). Memory is the inputs, the outputs,
 ``lse`` and per-head partial sums of the position and weight gradients: nothing of size ``Nq · Nk``.
 
