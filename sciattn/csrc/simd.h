@@ -79,4 +79,30 @@ inline T hsum(const V<T>& v) {
   return s;
 }
 
+// Horizontal sums of kLanes vectors at once, by a transposing tree of shuffles (15 combines instead of kLanes
+// horizontal sums): lane l of transpose_sum(p) is the sum of p[l]'s lanes (p is overwritten).
+using VF = V<float>;
+
+// z lanes: the pairwise half-block sums of x's blocks, then y's (blocks of width 2W -> W). The masks are
+// compile-time constants once the loop is unrolled.
+template <int W>
+inline VF combine(const VF& x, const VF& y) {
+  VI lo, hi;
+  for (int l = 0; l < kLanes; ++l) {
+    const int blk = l / W, r = l % W, nb = kLanes / (2 * W);  // nb blocks per source vector
+    const int src = (blk < nb ? 0 : kLanes) + (blk % nb) * 2 * W + r;
+    lo[l] = src;
+    hi[l] = src + W;
+  }
+  return __builtin_shuffle(x, y, lo) + __builtin_shuffle(x, y, hi);
+}
+
+// out lane l = the sum of p[l]'s lanes.
+inline VF transpose_sum(VF* p) {
+  for (int i = 0; i < 8; ++i) p[i] = combine<8>(p[2 * i], p[2 * i + 1]);
+  for (int i = 0; i < 4; ++i) p[i] = combine<4>(p[2 * i], p[2 * i + 1]);
+  for (int i = 0; i < 2; ++i) p[i] = combine<2>(p[2 * i], p[2 * i + 1]);
+  return combine<1>(p[0], p[1]);
+}
+
 }  // namespace sciattn_simd

@@ -15,15 +15,18 @@ Equivalent PyTorch::
     bias = torch.log(w)[:, None, None, :] - lam[None, :, None, None] * torch.cdist(pq, pk)[:, None]
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
 
-Backends (see :func:`sciattn.available_backends`): ``chunked`` (:mod:`.chunked`: PyTorch's fused
+Backends (see :func:`sciattn.available_backends`): ``cpu`` (:mod:`._cpu`: fused C++ kernels built on first
+use, queries in the vector lanes, an online softmax over key blocks with the distance bias computed in registers
+and a recompute backward, so nothing of size ``Nq · Nk`` is stored; the default on the CPU for fp32/fp64 where it
+builds, ``SCIATTN_CPU_KERNELS=0`` switches it off), ``chunked`` (:mod:`.chunked`: PyTorch's fused
 CPU attention by chunks of queries, each chunk's distance bias built in a reused buffer, and an explicit
-chunked backward, so no ``(B, H, Nq, Nk)`` tensor is stored; the default on the CPU for fp32/fp64),
+chunked backward, so no ``(B, H, Nq, Nk)`` tensor is stored; the CPU default where ``cpu`` does not build),
 ``sdpa`` (PyTorch's fused attention with the bias as a float mask; the default elsewhere), ``flex`` (``flex_attention`` with the bias as a score mod and the
 padding as a block mask), ``triton`` (:mod:`._triton`: a fused online-softmax kernel that computes
 the log-weight and distance biases in registers, so neither the scores nor a distance matrix is
 ever stored, and differentiates all of them) and ``reference`` (chunked plain PyTorch, the oracle).
 
-Default order: ``chunked`` (CPU, fp32/fp64) > ``sdpa`` > ``flex`` > ``triton`` > ``reference``. Timed on an H200
+Default order: ``cpu`` > ``chunked`` (CPU, fp32/fp64) > ``sdpa`` > ``flex`` > ``triton`` > ``reference``. Timed on an H200
 (``benchmarks/results/gpu_targets.jsonl``, ``gpu_tuning.jsonl``), the ``triton`` kernel with weights only
 is slower than PyTorch's flash SDPA without bias (forward 1.06×, forward+backward 1.66× its time
 at N = 2^16 with the tuned tiles), so ``sdpa`` stays first. Its advantage is memory: with a
@@ -53,6 +56,8 @@ from .._backend_registry import (
     triton_backend,
 )
 from .._checks import check_attention_dtypes, check_quadrature_weights, check_rank, sanitize_padded_rows
+from ._cpu import unavailable as cpu_unavailable
+from ._cpu import weighted_softmax_cpu
 from ._ops import weighted_softmax_triton
 from .chunked import weighted_softmax_chunked, weighted_softmax_sdpa
 from .reference import weighted_softmax_reference
@@ -182,6 +187,14 @@ register_backend(
     torch_backend(
         "weighted_softmax", "chunked", weighted_softmax_chunked, priority=11, devices=("cpu",),
         dtypes=(torch.float32, torch.float64),
+    )
+)
+# The fused C++ kernels (_cpu.py, built on first use): above chunked on the CPU wherever they build (faster
+# forward and forward+backward: benchmarks/results/kernels.jsonl).
+register_backend(
+    torch_backend(
+        "weighted_softmax", "cpu", weighted_softmax_cpu, priority=12, devices=("cpu",),
+        dtypes=(torch.float32, torch.float64), available=cpu_unavailable,
     )
 )
 register_backend(

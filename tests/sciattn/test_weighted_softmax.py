@@ -17,9 +17,11 @@ from sciattn import BackendError
 from sciattn._capabilities import has_triton
 from sciattn._dispatch import backends_for, select_backend
 from sciattn.weighted_softmax import weighted_softmax_attention
+from sciattn.weighted_softmax._cpu import unavailable as cpu_unavailable
 
 F64 = torch.float64
-CPU_GRAD_BACKENDS = ["reference", "sdpa", "chunked"]  # flex has no CPU backward
+CPU_GRAD_BACKENDS = ["reference", "sdpa", "chunked"] + ([] if cpu_unavailable() else ["cpu"])  # flex: no CPU backward
+CPU_DEFAULT = "chunked" if cpu_unavailable() else "cpu"  # the fused C++ kernels where they build
 CPU_BACKENDS = CPU_GRAD_BACKENDS + ["flex"]
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
@@ -228,11 +230,14 @@ def test_forced_backend_that_cannot_run_lists_why_each_was_refused(monkeypatch):
         weighted_softmax_attention(_q.double(), _k.double(), _v.double(), backend="triton")
 
 
-def test_default_backend_on_cpu_is_chunked_then_sdpa_with_and_without_gradients(monkeypatch):
+def test_default_backend_on_cpu_is_the_kernel_or_chunked_then_sdpa_with_and_without_gradients(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreted kernels are never an automatic choice
     props = dict(device=torch.device("cpu"), dtype=torch.float32, head_dim=64, has_mask=True, has_weights=True)
-    assert select_backend("weighted_softmax", None, **props).name == "chunked"
+    assert select_backend("weighted_softmax", None, **props).name == CPU_DEFAULT
+    assert select_backend("weighted_softmax", None, requires_grad=True, **props).name == CPU_DEFAULT
+    monkeypatch.setenv("SCIATTN_CPU_KERNELS", "0")  # the switch hands the CPU back to chunked
     assert select_backend("weighted_softmax", None, requires_grad=True, **props).name == "chunked"
+    monkeypatch.delenv("SCIATTN_CPU_KERNELS")
     assert select_backend("weighted_softmax", None, **{**props, "dtype": torch.bfloat16}).name == "sdpa"
     assert select_backend("weighted_softmax", None, **{**props, "device": torch.device("cuda")}).name == "sdpa"
     if not has_triton():
