@@ -35,7 +35,7 @@ inline void st(T* p, const V<T>& v) {
 }
 template <typename T>
 inline V<T> splat(T x) {
-  return V<T>{} + x;
+  return x - V<T>{};  // x − 0 is x for every x (−0 and NaN included), so this folds to a broadcast; 0 + x does not
 }
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
