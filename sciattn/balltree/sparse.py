@@ -32,7 +32,9 @@ selected           ``O(P·k·b·D)``                   ``O(P·k·b·D/g)`` gathe
 =================  ===============================  ==============================================
 
 No branch is ``O(P²)``: the only all-pairs term is between the ``P/b`` block tokens (NSA's
-compression); it dominates for ``P ≳ m·b²``, where a larger ``block_size`` restores the balance.
+compression); it dominates for ``P ≳ m·b²``, where a larger ``block_size`` restores the balance. With a
+``window`` ``W`` (the operator's default) ``P`` is ``W`` in the compressed and selected rows, per window, and the
+windows run :data:`CHUNK_ELEMENTS` entries at a time, so no intermediate of theirs grows with the cloud.
 """
 
 from __future__ import annotations
