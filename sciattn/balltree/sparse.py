@@ -58,7 +58,8 @@ __all__ = ["BallSparseAttention", "safe_softmax", "pool_blocks", "select_blocks"
 #: float32). The windows are independent, so they run a bounded number at a time: every intermediate then has a size
 #: that does not grow with the cloud. Run all at once, the ``(B·P/W, H, W/b, W/b)`` scores of the compressed branch
 #: grew with ``P`` past the allocator's reuse limit (glibc serves blocks above 32 MiB by fresh ``mmap``, every page
-#: faulted in again at each call): at 65,536 points a training step faulted in 6.9 GB, the super-linear term.
+#: faulted in again at each call): at 65,536 points a training step faulted in 7 GiB, the super-linear term. CPU only:
+#: on an accelerator all windows run in one call.
 CHUNK_ELEMENTS = 2**21
 
 
@@ -292,8 +293,9 @@ class BallSparseAttention(BallAttention):
             return t.unflatten(1, (nw, win)).flatten(0, 1)
 
         parts = [split(t) for t in (q, k, v, pos, mask, logw, logq)]
-        # windows are independent: run them a bounded number at a time (see CHUNK_ELEMENTS), a view of each input
-        per = window_chunk(win, blk, grp, self.top_k, hh, self.coarse_queries)
+        # windows are independent: on CPU, run them a bounded number at a time (see CHUNK_ELEMENTS), a view of each
+        # input; accelerators' caching allocators reuse blocks of any size, and one call launches fewer kernels
+        per = window_chunk(win, blk, grp, self.top_k, hh, self.coarse_queries) if h.device.type == "cpu" else bsz * nw
         outs = [self._sparse(*(t[i:i + per] for t in parts), ball, blk, grp, scale) for i in range(0, bsz * nw, per)]
         compressed, selected = (outs[0][r] if len(outs) == 1 else torch.cat([o[r] for o in outs]) for r in (0, 1))
         merge = lambda t: t.unflatten(0, (bsz, nw)).transpose(1, 2).reshape(bsz, hh, p, t.shape[-1])  # noqa: E731
