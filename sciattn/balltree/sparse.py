@@ -32,7 +32,9 @@ selected           ``O(P·k·b·D)``                   ``O(P·k·b·D/g)`` gathe
 =================  ===============================  ==============================================
 
 No branch is ``O(P²)``: the only all-pairs term is between the ``P/b`` block tokens (NSA's
-compression); it dominates for ``P ≳ m·b²``, where a larger ``block_size`` restores the balance.
+compression); it dominates for ``P ≳ m·b²``, where a larger ``block_size`` restores the balance. With a
+``window`` ``W`` (the operator's default) ``P`` is ``W`` in the compressed and selected rows, per window, and the
+windows run :data:`CHUNK_ELEMENTS` entries at a time, so no intermediate of theirs grows with the cloud.
 """
 
 from __future__ import annotations
@@ -50,6 +52,24 @@ from .physical import check_length
 from .tree import ball_centers, check_power_of_two
 
 __all__ = ["BallSparseAttention", "safe_softmax", "pool_blocks", "select_blocks", "selected_attention"]
+
+
+#: Entries of the largest intermediate of one run of the windowed compressed and selected branches (2^21: 8 MiB in
+#: float32). The windows are independent, so they run a bounded number at a time: every intermediate then has a size
+#: that does not grow with the cloud. Run all at once, the ``(B·P/W, H, W/b, W/b)`` scores of the compressed branch
+#: grew with ``P`` past the allocator's reuse limit (glibc serves blocks above 32 MiB by fresh ``mmap``, every page
+#: faulted in again at each call): at 65,536 points a training step faulted in 7 GiB, the super-linear term. CPU only:
+#: on an accelerator all windows run in one call.
+CHUNK_ELEMENTS = 2**21
+
+
+def window_chunk(win: int, blk: int, grp: int, top_k: int, heads: int, coarse: bool) -> int:
+    """Windows per run of :meth:`BallSparseAttention._sparse` so that its largest intermediate, per window and head
+    ``(W/b)²`` compressed scores (coarse queries; ``W·W/b`` fine), ``(W/g)·(W/b)`` selection scores and ``W·k·b``
+    selected scores, stays within :data:`CHUNK_ELEMENTS` (at least one window)."""
+    mb = win // blk
+    largest = max((mb if coarse else win) * mb, (win // grp) * mb, win * min(top_k, mb) * blk)
+    return max(1, CHUNK_ELEMENTS // (heads * largest))
 
 
 def safe_softmax(s: torch.Tensor) -> torch.Tensor:
@@ -272,7 +292,12 @@ class BallSparseAttention(BallAttention):
                 return t.unflatten(2, (nw, win)).transpose(1, 2).flatten(0, 1)
             return t.unflatten(1, (nw, win)).flatten(0, 1)
 
-        compressed, selected = self._sparse(*(split(t) for t in (q, k, v, pos, mask, logw, logq)), ball, blk, grp, scale)
+        parts = [split(t) for t in (q, k, v, pos, mask, logw, logq)]
+        # windows are independent: on CPU, run them a bounded number at a time (see CHUNK_ELEMENTS), a view of each
+        # input; accelerators' caching allocators reuse blocks of any size, and one call launches fewer kernels
+        per = window_chunk(win, blk, grp, self.top_k, hh, self.coarse_queries) if h.device.type == "cpu" else bsz * nw
+        outs = [self._sparse(*(t[i:i + per] for t in parts), ball, blk, grp, scale) for i in range(0, bsz * nw, per)]
+        compressed, selected = (outs[0][r] if len(outs) == 1 else torch.cat([o[r] for o in outs]) for r in (0, 1))
         merge = lambda t: t.unflatten(0, (bsz, nw)).transpose(1, 2).reshape(bsz, hh, p, t.shape[-1])  # noqa: E731
         return local, merge(compressed), merge(selected)
 
