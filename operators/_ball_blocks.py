@@ -40,15 +40,44 @@ def rotation_of(module: nn.Module, d: int):
     return module.rotate
 
 
+# Bytes of the largest intermediate of one run of the pointwise MLP on the CPU: below glibc's 32 MiB ceiling on the
+# sizes whose freed blocks it keeps for reuse. A larger block is a fresh mmap at every call, faulted in page by page
+# again (at 256² points the (B, N, 2·hidden) features of one MLP are 84 MiB: the step's page faults, not its
+# arithmetic, then grew faster than N).
+MLP_CHUNK_BYTES = 8 << 20
+
+
+def _mlp_rows(h: torch.Tensor, width: int) -> int | None:
+    """Tokens per run of a pointwise MLP whose widest layer has ``width`` features, or None for one run (on an
+    accelerator, whose caching allocator reuses blocks of any size; under tracing, which would pin the token
+    count; or when one run is already small)."""
+    if h.device.type != "cpu" or h.dim() < 2 or torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return None
+    per_token = h[..., 0, 0].numel() * width * h.element_size()
+    if per_token * h.shape[-2] <= MLP_CHUNK_BYTES:
+        return None
+    return max(1, MLP_CHUNK_BYTES // per_token)
+
+
 class SwiGLU(nn.Module):
+    """``w3(silu(a) ⊙ b)`` with ``(a, b) = w12(h)``, token by token; on the CPU in runs of tokens whose
+    intermediates stay below :data:`MLP_CHUNK_BYTES` (the same sums per token; only the weight gradients' sums over
+    tokens are split into runs)."""
+
     def __init__(self, dim: int, hidden: int) -> None:
         super().__init__()
         self.w12 = nn.Linear(dim, 2 * hidden)
         self.w3 = nn.Linear(hidden, dim)
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
+    def _run(self, h: torch.Tensor) -> torch.Tensor:
         a, b = self.w12(h).chunk(2, dim=-1)
         return self.w3(F.silu(a) * b)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        rows = _mlp_rows(h, self.w12.out_features)
+        if rows is None:
+            return self._run(h)
+        return torch.cat([self._run(part) for part in h.split(rows, dim=-2)], dim=-2)
 
 
 def point_embedding(c_in: int, d: int, width: int) -> nn.Sequential:

@@ -238,6 +238,9 @@ class Erwin(BallTreeOperator):
         for name, value in (("in_channels", in_channels), ("out_channels", out_channels),
                             ("spatial_dims", spatial_dims), ("mlp_ratio", mlp_ratio)):
             check_positive_int(name, value)
+        if isinstance(c_hidden, (str, bytes)) or not isinstance(c_hidden, Sequence):
+            raise TypeError(f"c_hidden: expected a sequence of channel widths, one per level (e.g. [64, 128]), got "
+                            f"{type(c_hidden).__name__} {c_hidden!r}")
         n_lv = len(list(c_hidden))
         if n_lv == 0:
             raise ValueError("c_hidden: expected at least one level, got an empty list")
