@@ -16,6 +16,8 @@ from .._backend_registry import (
 )
 from .._checks import check_attention_dtypes, check_quadrature_weights, check_tensor, sanitize_padded_rows
 from ..domain import normalized_weights
+from ._cpu import galerkin_cpu
+from ._cpu import unavailable as cpu_unavailable
 from ._ops import galerkin_triton
 from .chunked import galerkin_chunked
 from .reference import galerkin_reference
@@ -161,6 +163,13 @@ register_backend(torch_backend("galerkin", "reference", _reference_backend))
 # Plain torch ops; widen to CUDA once timed there (triton is the CUDA path).
 register_backend(
     torch_backend("galerkin", "chunked", galerkin_chunked, priority=5, devices=("cpu",), dtypes=(torch.float32, torch.float64))
+)
+
+# The chunk loops with their elementwise steps fused in C++ (_cpu.py, built on first use): above chunked on the CPU
+# wherever they build.
+register_backend(
+    torch_backend("galerkin", "cpu", galerkin_cpu, priority=6, devices=("cpu",), dtypes=(torch.float32, torch.float64),
+                  available=cpu_unavailable)
 )
 
 

@@ -1,0 +1,270 @@
+// Fused CPU kernels of the elementwise steps of Galerkin attention's chunked backend (sciattn/galerkin/_cpu.py):
+// per chunk of key or value rows x (B, H, c, F), one pass that reads a row once and writes what the chunk's matrix
+// products (BLAS, in Python) need.
+//
+// gal_features:  y_j = w_j · LN(x̃_j)    with x̃_j = x_j where keep_j, else 0 (NaN-poisoned padding never read),
+//   LN(x)_f = γ_f (x_f − μ) r + β_f for f < Dn,  LN(x)_f = x_f for f ≥ Dn,
+//   μ = mean_{f<Dn} x_f,  r = 1 / sqrt(mean_{f<Dn} (x_f − μ)² + eps)
+//   (no LayerNorm: LN(x) = x; no w: w_j = 1).
+// gal_features_backward, from dy_j = ∂L/∂LN(x̃_j) · (given) and the same x, keep, w:
+//   g_j = w_j dy_j;  dw_j += Σ_{h,f} dy_j · LN(x̃_j)  (before the × w_j);
+//   dγ_f += Σ g_f x̂_f, dβ_f += Σ g_f  (x̂ = (x − μ) r);
+//   dx_f = r (γ_f g_f − mean_{f'<Dn}(γ g) − x̂_f mean_{f'<Dn}(γ g x̂))  for f < Dn,  dx_f = g_f for f ≥ Dn;
+//   padded rows (keep_j false) get dx_j = 0.
+// These are the formulas of chunked.py's _features/_layer_norm/_layer_norm_backward, in the same order of
+// operations per row (so float64 agrees with the reference to round-off). Sums over rows (dγ, dβ, dw over heads)
+// go through per-(batch, head) partial buffers reduced in a fixed order: no atomics, the same result on every run.
+//
+// Layout: x, y, dy, dx (B, H, c, F), any strides with unit stride along F; keep (B, c) bool and w (B, c) any
+// strides; γ, β (H, Dn); dγ, dβ (H, Dn) contiguous; dw (B, c) any strides. float32 and float64 (one template).
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <vector>
+
+namespace sciattn_gal {
+namespace {
+
+struct Rows {  // a (B, H, c, F) tensor with unit stride along F
+  int64_t s0, s1, s2;
+  template <typename T>
+  static Rows of(const at::Tensor& t) {
+    TORCH_CHECK(t.dim() == 4 && (t.stride(3) == 1 || t.size(3) == 1),
+                "galerkin cpu: expected a (B, H, c, F) tensor with unit stride along F, got strides ", t.strides());
+    return Rows{t.stride(0), t.stride(1), t.stride(2)};
+  }
+  int64_t at(int64_t b, int64_t h, int64_t j) const { return b * s0 + h * s1 + j * s2; }
+};
+
+template <typename T>
+struct Norm {  // the row's LayerNorm statistics; x̃ (padding read as 0) copied into buf
+  T mu = 0, r = 1;
+};
+
+// Load row x̃ into buf (F values) and, with a LayerNorm, its mean and reciprocal standard deviation over Dn.
+template <typename T>
+inline Norm<T> load_row(const T* x, bool keep, int64_t F, int64_t Dn, bool ln, T eps, T* buf) {
+  Norm<T> n;
+  if (keep)
+    for (int64_t f = 0; f < F; ++f) buf[f] = x[f];
+  else
+    for (int64_t f = 0; f < F; ++f) buf[f] = T(0);
+  if (!ln) return n;
+  T s = 0;
+  for (int64_t f = 0; f < Dn; ++f) s += buf[f];
+  n.mu = s / T(Dn);
+  T v = 0;
+  for (int64_t f = 0; f < Dn; ++f) {
+    const T c = buf[f] - n.mu;
+    v += c * c;
+  }
+  n.r = T(1) / std::sqrt(v / T(Dn) + eps);
+  return n;
+}
+
+struct Common {
+  int64_t B, H, c, F, Dn;
+  const bool* keep;
+  int64_t ks0, ks1;
+  bool ln;
+};
+
+Common common(const at::Tensor& x, const c10::optional<at::Tensor>& keep, const c10::optional<at::Tensor>& w,
+              const c10::optional<at::Tensor>& gamma, const c10::optional<at::Tensor>& beta) {
+  TORCH_CHECK(x.device().is_cpu() && x.dim() == 4, "galerkin cpu: expected a CPU tensor x (B, H, c, F)");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble,
+              "galerkin cpu: float32 or float64, got ", x.scalar_type());
+  Common cm{x.size(0), x.size(1), x.size(2), x.size(3), x.size(3), nullptr, 0, 0, gamma.has_value()};
+  if (keep.has_value()) {
+    TORCH_CHECK(keep->scalar_type() == at::kBool && keep->dim() == 2 && keep->size(0) == cm.B &&
+                    keep->size(1) == cm.c,
+                "galerkin cpu: keep must be bool (B, c)");
+    cm.keep = keep->data_ptr<bool>();
+    cm.ks0 = keep->stride(0);
+    cm.ks1 = keep->stride(1);
+  }
+  if (w.has_value())
+    TORCH_CHECK(w->scalar_type() == x.scalar_type() && w->dim() == 2 && w->size(0) == cm.B && w->size(1) == cm.c,
+                "galerkin cpu: w must be (B, c) of x's dtype");
+  if (cm.ln) {
+    TORCH_CHECK(beta.has_value() && gamma->is_contiguous() && beta->is_contiguous() && gamma->dim() == 2 &&
+                    gamma->size(0) == cm.H && gamma->size(1) <= cm.F && gamma->sizes() == beta->sizes() &&
+                    gamma->scalar_type() == x.scalar_type() && beta->scalar_type() == x.scalar_type(),
+                "galerkin cpu: gamma, beta must be contiguous (H, Dn) of x's dtype with Dn <= F");
+    cm.Dn = gamma->size(1);
+  }
+  return cm;
+}
+
+template <typename T>
+void features(const at::Tensor& x, const Common& cm, const c10::optional<at::Tensor>& w,
+              const c10::optional<at::Tensor>& gamma, const c10::optional<at::Tensor>& beta, double eps_,
+              const at::Tensor& out) {
+  const Rows rx = Rows::of<T>(x), ro = Rows::of<T>(out);
+  const T* xp = x.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  const T* wp = w.has_value() ? w->data_ptr<T>() : nullptr;
+  const int64_t ws0 = w.has_value() ? w->stride(0) : 0, ws1 = w.has_value() ? w->stride(1) : 0;
+  const T* gp = cm.ln ? gamma->data_ptr<T>() : nullptr;
+  const T* bp = cm.ln ? beta->data_ptr<T>() : nullptr;
+  const T eps = static_cast<T>(eps_);
+  at::parallel_for(0, cm.B * cm.H, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<T> buf(cm.F);
+    for (int64_t bh = lo; bh < hi; ++bh) {
+      const int64_t b = bh / cm.H, h = bh % cm.H;
+      const T* g = gp ? gp + h * cm.Dn : nullptr;
+      const T* be = bp ? bp + h * cm.Dn : nullptr;
+      for (int64_t j = 0; j < cm.c; ++j) {
+        const bool keep = cm.keep == nullptr || cm.keep[b * cm.ks0 + j * cm.ks1];
+        const Norm<T> n = load_row(xp + rx.at(b, h, j), keep, cm.F, cm.Dn, cm.ln, eps, buf.data());
+        T* y = op + ro.at(b, h, j);
+        const T wj = wp ? wp[b * ws0 + j * ws1] : T(1);
+        int64_t f = 0;
+        if (cm.ln)
+          for (; f < cm.Dn; ++f) y[f] = (be[f] + ((buf[f] - n.mu) * n.r) * g[f]) * wj;
+        for (; f < cm.F; ++f) y[f] = buf[f] * wj;
+      }
+    }
+  });
+}
+
+template <typename T>
+void features_backward(const at::Tensor& x, const Common& cm, const at::Tensor& dy,
+                       const c10::optional<at::Tensor>& w, const c10::optional<at::Tensor>& gamma,
+                       const c10::optional<at::Tensor>& beta, double eps_, const c10::optional<at::Tensor>& dx,
+                       const c10::optional<at::Tensor>& dw, const c10::optional<at::Tensor>& dgamma,
+                       const c10::optional<at::Tensor>& dbeta) {
+  const Rows rx = Rows::of<T>(x), rdy = Rows::of<T>(dy);
+  const Rows rdx = dx.has_value() ? Rows::of<T>(*dx) : Rows{0, 0, 0};
+  const T* xp = x.data_ptr<T>();
+  const T* dyp = dy.data_ptr<T>();
+  T* dxp = dx.has_value() ? dx->data_ptr<T>() : nullptr;
+  const T* wp = w.has_value() ? w->data_ptr<T>() : nullptr;
+  const int64_t ws0 = w.has_value() ? w->stride(0) : 0, ws1 = w.has_value() ? w->stride(1) : 0;
+  const T* gp = cm.ln ? gamma->data_ptr<T>() : nullptr;
+  const T* bp = cm.ln ? beta->data_ptr<T>() : nullptr;
+  const bool params = cm.ln && dgamma.has_value();
+  const T eps = static_cast<T>(eps_);
+  const int64_t BH = cm.B * cm.H, Dn = cm.Dn, F = cm.F, c = cm.c;
+  // per-(b, h) partial sums: dγ, dβ (Dn each) and dw (c)
+  std::vector<T> pg(params ? BH * Dn : 0, T(0)), pb(params ? BH * Dn : 0, T(0)), pw(dw.has_value() ? BH * c : 0);
+  at::parallel_for(0, BH, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<T> buf(F), gg(F);
+    for (int64_t bh = lo; bh < hi; ++bh) {
+      const int64_t b = bh / cm.H, h = bh % cm.H;
+      const T* g = gp ? gp + h * Dn : nullptr;
+      const T* be = bp ? bp + h * Dn : nullptr;
+      for (int64_t j = 0; j < c; ++j) {
+        const bool keep = cm.keep == nullptr || cm.keep[b * cm.ks0 + j * cm.ks1];
+        const Norm<T> n = load_row(xp + rx.at(b, h, j), keep, F, Dn, cm.ln, eps, buf.data());
+        const T* d = dyp + rdy.at(b, h, j);
+        if (cm.ln)
+          for (int64_t f = 0; f < Dn; ++f) buf[f] = (buf[f] - n.mu) * n.r;  // x̂
+        if (dw.has_value()) {  // Σ_f dy · LN(x̃)
+          T s = 0;
+          int64_t f = 0;
+          if (cm.ln)
+            for (; f < Dn; ++f) s += d[f] * (be[f] + buf[f] * g[f]);
+          for (; f < F; ++f) s += d[f] * buf[f];
+          pw[bh * c + j] = s;
+        }
+        if (dxp == nullptr && !params) continue;
+        const T wj = wp ? wp[b * ws0 + j * ws1] : T(1);
+        for (int64_t f = 0; f < F; ++f) gg[f] = d[f] * wj;
+        if (params) {
+          T* a = pg.data() + bh * Dn;
+          T* bb = pb.data() + bh * Dn;
+          for (int64_t f = 0; f < Dn; ++f) {
+            a[f] += gg[f] * buf[f];
+            bb[f] += gg[f];
+          }
+        }
+        if (dxp == nullptr) continue;
+        T* o = dxp + rdx.at(b, h, j);
+        if (!keep) {
+          for (int64_t f = 0; f < F; ++f) o[f] = T(0);
+          continue;
+        }
+        int64_t f = 0;
+        if (cm.ln) {
+          T m1 = 0, m2 = 0;
+          for (int64_t k = 0; k < Dn; ++k) {
+            const T t = gg[k] * g[k];
+            m1 += t;
+            m2 += t * buf[k];
+          }
+          m1 /= T(Dn);
+          m2 /= T(Dn);
+          for (; f < Dn; ++f) o[f] = (gg[f] * g[f] - m1 - buf[f] * m2) * n.r;
+        }
+        for (; f < F; ++f) o[f] = gg[f];
+      }
+    }
+  });
+  if (params) {  // reduce over the batch in order
+    T* dg = dgamma->data_ptr<T>();
+    T* db = dbeta->data_ptr<T>();
+    for (int64_t b = 0; b < cm.B; ++b)
+      for (int64_t h = 0; h < cm.H; ++h)
+        for (int64_t f = 0; f < Dn; ++f) {
+          dg[h * Dn + f] += pg[(b * cm.H + h) * Dn + f];
+          db[h * Dn + f] += pb[(b * cm.H + h) * Dn + f];
+        }
+  }
+  if (dw.has_value()) {  // reduce over the heads in order
+    T* o = dw->data_ptr<T>();
+    const int64_t d0 = dw->stride(0), d1 = dw->stride(1);
+    for (int64_t b = 0; b < cm.B; ++b)
+      for (int64_t j = 0; j < c; ++j) {
+        T s = 0;
+        for (int64_t h = 0; h < cm.H; ++h) s += pw[(b * cm.H + h) * c + j];
+        o[b * d0 + j * d1] += s;
+      }
+  }
+}
+
+void gal_features(const at::Tensor& x, const c10::optional<at::Tensor>& keep, const c10::optional<at::Tensor>& w,
+                  const c10::optional<at::Tensor>& gamma, const c10::optional<at::Tensor>& beta, double eps,
+                  const at::Tensor& out) {
+  const Common cm = common(x, keep, w, gamma, beta);
+  TORCH_CHECK(out.sizes() == x.sizes() && out.scalar_type() == x.scalar_type(), "galerkin cpu: out must match x");
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "gal_features", [&] { features<scalar_t>(x, cm, w, gamma, beta, eps, out); });
+}
+
+void gal_features_backward(const at::Tensor& x, const c10::optional<at::Tensor>& keep, const at::Tensor& dy,
+                           const c10::optional<at::Tensor>& w, const c10::optional<at::Tensor>& gamma,
+                           const c10::optional<at::Tensor>& beta, double eps, const c10::optional<at::Tensor>& dx,
+                           const c10::optional<at::Tensor>& dw, const c10::optional<at::Tensor>& dgamma,
+                           const c10::optional<at::Tensor>& dbeta) {
+  const Common cm = common(x, keep, w, gamma, beta);
+  TORCH_CHECK(dy.sizes() == x.sizes() && dy.scalar_type() == x.scalar_type(), "galerkin cpu: dy must match x");
+  if (dx.has_value())
+    TORCH_CHECK(dx->sizes() == x.sizes() && dx->scalar_type() == x.scalar_type(), "galerkin cpu: dx must match x");
+  if (dw.has_value())
+    TORCH_CHECK(dw->dim() == 2 && dw->size(0) == cm.B && dw->size(1) == cm.c && dw->scalar_type() == x.scalar_type(),
+                "galerkin cpu: dw must be (B, c) of x's dtype");
+  if (dgamma.has_value())
+    TORCH_CHECK(cm.ln && dbeta.has_value() && dgamma->is_contiguous() && dbeta->is_contiguous() &&
+                    dgamma->sizes() == gamma->sizes() && dbeta->sizes() == gamma->sizes() &&
+                    dgamma->scalar_type() == x.scalar_type() && dbeta->scalar_type() == x.scalar_type(),
+                "galerkin cpu: dgamma, dbeta must be contiguous like gamma");
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "gal_features_backward", [&] {
+    features_backward<scalar_t>(x, cm, dy, w, gamma, beta, eps, dx, dw, dgamma, dbeta);
+  });
+}
+
+}  // namespace
+}  // namespace sciattn_gal
+
+TORCH_LIBRARY(SCIATTN_LIBRARY, lib) {
+  lib.def("gal_features(Tensor x, Tensor? keep, Tensor? w, Tensor? gamma, Tensor? beta, float eps, Tensor(a!) out)"
+          " -> ()",
+          &sciattn_gal::gal_features);
+  lib.def("gal_features_backward(Tensor x, Tensor? keep, Tensor dy, Tensor? w, Tensor? gamma, Tensor? beta, "
+          "float eps, Tensor(a!)? dx, Tensor(b!)? dw, Tensor(c!)? dgamma, Tensor(d!)? dbeta) -> ()",
+          &sciattn_gal::gal_features_backward);
+}
