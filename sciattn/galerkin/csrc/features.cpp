@@ -23,11 +23,21 @@
 #include <c10/util/Optional.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
+
+#include "simd.h"
 
 namespace sciattn_gal {
 namespace {
+
+using sciattn_simd::hsum;
+using sciattn_simd::kLanes;
+using sciattn_simd::ld;
+using sciattn_simd::st;
+using sciattn_simd::V;
 
 struct Rows {  // a (B, H, c, F) tensor with unit stride along F
   int64_t s0, s1, s2;
@@ -40,30 +50,73 @@ struct Rows {  // a (B, H, c, F) tensor with unit stride along F
   int64_t at(int64_t b, int64_t h, int64_t j) const { return b * s0 + h * s1 + j * s2; }
 };
 
-template <typename T>
-struct Norm {  // the row's LayerNorm statistics; x̃ (padding read as 0) copied into buf
-  T mu = 0, r = 1;
-};
-
-// Load row x̃ into buf (F values) and, with a LayerNorm, its mean and reciprocal standard deviation over Dn.
-template <typename T>
-inline Norm<T> load_row(const T* x, bool keep, int64_t F, int64_t Dn, bool ln, T eps, T* buf) {
-  Norm<T> n;
-  if (keep)
-    for (int64_t f = 0; f < F; ++f) buf[f] = x[f];
+// Row loops vectorised along the features: fn(V<T>{}, f) on kLanes features at a time, then fn(T{}, f) on the
+// tail (the same expression for both: GCC/Clang vectors take scalar operands).
+template <typename U, typename T>
+inline U load(const T* p) {
+  if constexpr (std::is_same<U, T>::value)
+    return *p;
   else
-    for (int64_t f = 0; f < F; ++f) buf[f] = T(0);
-  if (!ln) return n;
-  T s = 0;
-  for (int64_t f = 0; f < Dn; ++f) s += buf[f];
-  n.mu = s / T(Dn);
-  T v = 0;
-  for (int64_t f = 0; f < Dn; ++f) {
-    const T c = buf[f] - n.mu;
-    v += c * c;
+    return ld(p);
+}
+template <typename T>
+inline void put(T* p, T v) {
+  *p = v;
+}
+template <typename T>
+inline void put(T* p, const V<T>& v) {
+  st(p, v);
+}
+template <typename T, typename Fn>
+inline void each(int64_t lo, int64_t hi, Fn fn) {
+  int64_t f = lo;
+  for (; f + kLanes <= hi; f += kLanes) fn(V<T>{}, f);
+  for (; f < hi; ++f) fn(T{}, f);
+}
+// A row's sum as a vector of partial sums and a scalar tail; kRows rows' sums are reduced together.
+template <typename T>
+struct Part {
+  V<T> v;
+  T s;
+};
+template <typename T, typename Fn>
+inline Part<T> partial(int64_t lo, int64_t hi, Fn fn) {
+  int64_t f = lo;
+  Part<T> a{V<T>{}, T(0)};
+  for (; f + kLanes <= hi; f += kLanes) a.v += fn(V<T>{}, f);
+  for (; f < hi; ++f) a.s += fn(T{}, f);
+  return a;
+}
+
+constexpr int kRows = kLanes;  // rows per block: one horizontal reduction per block of rows
+
+// out[r] = the sum of p[r] (r < nb; p is overwritten): by a transposing tree of shuffles for float, the lanes in
+// order for double (the tests' oracle precision).
+inline void row_sums(Part<float>* p, int nb, float* out) {
+  V<float> v[kLanes];
+  for (int r = 0; r < kLanes; ++r) v[r] = r < nb ? p[r].v : V<float>{};
+  const V<float> t = sciattn_simd::transpose_sum(v);
+  for (int r = 0; r < nb; ++r) out[r] = t[r] + p[r].s;
+}
+inline void row_sums(Part<double>* p, int nb, double* out) {
+  for (int r = 0; r < nb; ++r) out[r] = hsum<double>(p[r].v) + p[r].s;
+}
+
+// The mean and reciprocal standard deviation of x_r[0:Dn] for the block's rows.
+template <typename T>
+inline void block_stats(const T* const* x, int nb, int64_t Dn, T eps, T* mu, T* rs) {
+  Part<T> p[kRows];
+  for (int r = 0; r < nb; ++r) p[r] = partial<T>(0, Dn, [&](auto z, int64_t f) { return load<decltype(z)>(x[r] + f); });
+  row_sums(p, nb, mu);
+  for (int r = 0; r < nb; ++r) {
+    mu[r] /= T(Dn);
+    p[r] = partial<T>(0, Dn, [&](auto z, int64_t f) {
+      const auto c = load<decltype(z)>(x[r] + f) - mu[r];
+      return c * c;
+    });
   }
-  n.r = T(1) / std::sqrt(v / T(Dn) + eps);
-  return n;
+  row_sums(p, nb, rs);
+  for (int r = 0; r < nb; ++r) rs[r] = T(1) / std::sqrt(rs[r] / T(Dn) + eps);
 }
 
 struct Common {
@@ -112,21 +165,37 @@ void features(const at::Tensor& x, const Common& cm, const c10::optional<at::Ten
   const T* gp = cm.ln ? gamma->data_ptr<T>() : nullptr;
   const T* bp = cm.ln ? beta->data_ptr<T>() : nullptr;
   const T eps = static_cast<T>(eps_);
+  const std::vector<T> zeros(cm.F, T(0));  // a padded row is read as this
   at::parallel_for(0, cm.B * cm.H, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<T> buf(cm.F);
+    const T* xr[kRows];
+    T mu[kRows], rs[kRows];
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / cm.H, h = bh % cm.H;
       const T* g = gp ? gp + h * cm.Dn : nullptr;
       const T* be = bp ? bp + h * cm.Dn : nullptr;
-      for (int64_t j = 0; j < cm.c; ++j) {
-        const bool keep = cm.keep == nullptr || cm.keep[b * cm.ks0 + j * cm.ks1];
-        const Norm<T> n = load_row(xp + rx.at(b, h, j), keep, cm.F, cm.Dn, cm.ln, eps, buf.data());
-        T* y = op + ro.at(b, h, j);
-        const T wj = wp ? wp[b * ws0 + j * ws1] : T(1);
-        int64_t f = 0;
-        if (cm.ln)
-          for (; f < cm.Dn; ++f) y[f] = (be[f] + ((buf[f] - n.mu) * n.r) * g[f]) * wj;
-        for (; f < cm.F; ++f) y[f] = buf[f] * wj;
+      for (int64_t j0 = 0; j0 < cm.c; j0 += kRows) {
+        const int nb = static_cast<int>(std::min<int64_t>(kRows, cm.c - j0));
+        for (int r = 0; r < nb; ++r) {
+          const int64_t j = j0 + r;
+          const bool keep = cm.keep == nullptr || cm.keep[b * cm.ks0 + j * cm.ks1];
+          xr[r] = keep ? xp + rx.at(b, h, j) : zeros.data();
+        }
+        if (cm.ln) block_stats(xr, nb, cm.Dn, eps, mu, rs);
+        for (int r = 0; r < nb; ++r) {
+          const int64_t j = j0 + r;
+          const T* x = xr[r];
+          T* y = op + ro.at(b, h, j);
+          const T wj = wp ? wp[b * ws0 + j * ws1] : T(1);
+          const int64_t dn = cm.ln ? cm.Dn : 0;
+          if (cm.ln) {
+            const T m = mu[r], rr = rs[r];
+            each<T>(0, dn, [&](auto z, int64_t f) {
+              using U = decltype(z);
+              put(y + f, (load<U>(be + f) + ((load<U>(x + f) - m) * rr) * load<U>(g + f)) * wj);
+            });
+          }
+          each<T>(dn, cm.F, [&](auto z, int64_t f) { put(y + f, load<decltype(z)>(x + f) * wj); });
+        }
       }
     }
   });
@@ -152,56 +221,106 @@ void features_backward(const at::Tensor& x, const Common& cm, const at::Tensor& 
   const int64_t BH = cm.B * cm.H, Dn = cm.Dn, F = cm.F, c = cm.c;
   // per-(b, h) partial sums: dγ, dβ (Dn each) and dw (c)
   std::vector<T> pg(params ? BH * Dn : 0, T(0)), pb(params ? BH * Dn : 0, T(0)), pw(dw.has_value() ? BH * c : 0);
+  const std::vector<T> zeros(F, T(0));  // a padded row is read as this
+  const int64_t dn = cm.ln ? Dn : 0;
   at::parallel_for(0, BH, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<T> buf(F), gg(F);
+    std::vector<T> xh(kRows * F), gv(kRows * F);  // per row of the block: x̂ and g = w dy
+    const T* xr[kRows];
+    T mu[kRows], rs[kRows], m1[kRows], m2[kRows], sw[kRows];
+    Part<T> p[kRows];
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / cm.H, h = bh % cm.H;
       const T* g = gp ? gp + h * Dn : nullptr;
       const T* be = bp ? bp + h * Dn : nullptr;
-      for (int64_t j = 0; j < c; ++j) {
-        const bool keep = cm.keep == nullptr || cm.keep[b * cm.ks0 + j * cm.ks1];
-        const Norm<T> n = load_row(xp + rx.at(b, h, j), keep, F, Dn, cm.ln, eps, buf.data());
-        const T* d = dyp + rdy.at(b, h, j);
-        if (cm.ln)
-          for (int64_t f = 0; f < Dn; ++f) buf[f] = (buf[f] - n.mu) * n.r;  // x̂
+      T* pgr = params ? pg.data() + bh * Dn : nullptr;
+      T* pbr = params ? pb.data() + bh * Dn : nullptr;
+      for (int64_t j0 = 0; j0 < c; j0 += kRows) {
+        const int nb = static_cast<int>(std::min<int64_t>(kRows, c - j0));
+        bool keep[kRows];
+        for (int r = 0; r < nb; ++r) {
+          const int64_t j = j0 + r;
+          keep[r] = cm.keep == nullptr || cm.keep[b * cm.ks0 + j * cm.ks1];
+          xr[r] = keep[r] ? xp + rx.at(b, h, j) : zeros.data();
+        }
+        if (cm.ln) {
+          block_stats(xr, nb, Dn, eps, mu, rs);
+          for (int r = 0; r < nb; ++r) {
+            const T* x = xr[r];
+            T* xhat = xh.data() + r * F;
+            const T m = mu[r], rr = rs[r];
+            each<T>(0, Dn, [&](auto z, int64_t f) { put(xhat + f, (load<decltype(z)>(x + f) - m) * rr); });
+          }
+        }
         if (dw.has_value()) {  // Σ_f dy · LN(x̃)
-          T s = 0;
-          int64_t f = 0;
-          if (cm.ln)
-            for (; f < Dn; ++f) s += d[f] * (be[f] + buf[f] * g[f]);
-          for (; f < F; ++f) s += d[f] * buf[f];
-          pw[bh * c + j] = s;
+          for (int r = 0; r < nb; ++r) {
+            const T* x = xr[r];
+            const T* xhat = xh.data() + r * F;
+            const T* d = dyp + rdy.at(b, h, j0 + r);
+            Part<T> a = partial<T>(0, dn, [&](auto z, int64_t f) {
+              using U = decltype(z);
+              return load<U>(d + f) * (load<U>(be + f) + load<U>(xhat + f) * load<U>(g + f));
+            });
+            const Part<T> t = partial<T>(dn, F, [&](auto z, int64_t f) {
+              using U = decltype(z);
+              return load<U>(d + f) * load<U>(x + f);
+            });
+            p[r] = Part<T>{a.v + t.v, a.s + t.s};
+          }
+          row_sums(p, nb, sw);
+          for (int r = 0; r < nb; ++r) pw[bh * c + j0 + r] = sw[r];
         }
         if (dxp == nullptr && !params) continue;
-        const T wj = wp ? wp[b * ws0 + j * ws1] : T(1);
-        for (int64_t f = 0; f < F; ++f) gg[f] = d[f] * wj;
-        if (params) {
-          T* a = pg.data() + bh * Dn;
-          T* bb = pb.data() + bh * Dn;
-          for (int64_t f = 0; f < Dn; ++f) {
-            a[f] += gg[f] * buf[f];
-            bb[f] += gg[f];
-          }
+        for (int r = 0; r < nb; ++r) {
+          const T* d = dyp + rdy.at(b, h, j0 + r);
+          T* gg = gv.data() + r * F;
+          const T* xhat = xh.data() + r * F;
+          const T wj = wp ? wp[b * ws0 + (j0 + r) * ws1] : T(1);
+          each<T>(0, F, [&](auto z, int64_t f) { put(gg + f, load<decltype(z)>(d + f) * wj); });
+          if (params)
+            each<T>(0, Dn, [&](auto z, int64_t f) {
+              using U = decltype(z);
+              const U a = load<U>(gg + f);
+              put(pgr + f, load<U>(pgr + f) + a * load<U>(xhat + f));
+              put(pbr + f, load<U>(pbr + f) + a);
+            });
         }
         if (dxp == nullptr) continue;
-        T* o = dxp + rdx.at(b, h, j);
-        if (!keep) {
-          for (int64_t f = 0; f < F; ++f) o[f] = T(0);
-          continue;
-        }
-        int64_t f = 0;
         if (cm.ln) {
-          T m1 = 0, m2 = 0;
-          for (int64_t k = 0; k < Dn; ++k) {
-            const T t = gg[k] * g[k];
-            m1 += t;
-            m2 += t * buf[k];
+          for (int r = 0; r < nb; ++r) {
+            const T* gg = gv.data() + r * F;
+            p[r] = partial<T>(0, Dn, [&](auto z, int64_t f) {
+              using U = decltype(z);
+              return load<U>(gg + f) * load<U>(g + f);
+            });
           }
-          m1 /= T(Dn);
-          m2 /= T(Dn);
-          for (; f < Dn; ++f) o[f] = (gg[f] * g[f] - m1 - buf[f] * m2) * n.r;
+          row_sums(p, nb, m1);
+          for (int r = 0; r < nb; ++r) {
+            const T* gg = gv.data() + r * F;
+            const T* xhat = xh.data() + r * F;
+            p[r] = partial<T>(0, Dn, [&](auto z, int64_t f) {
+              using U = decltype(z);
+              return load<U>(gg + f) * load<U>(g + f) * load<U>(xhat + f);
+            });
+          }
+          row_sums(p, nb, m2);
         }
-        for (; f < F; ++f) o[f] = gg[f];
+        for (int r = 0; r < nb; ++r) {
+          T* o = dxp + rdx.at(b, h, j0 + r);
+          if (!keep[r]) {
+            each<T>(0, F, [&](auto z, int64_t f) { put(o + f, decltype(z){} * T(0)); });
+            continue;
+          }
+          const T* gg = gv.data() + r * F;
+          const T* xhat = xh.data() + r * F;
+          if (cm.ln) {
+            const T a = m1[r] / T(Dn), bq = m2[r] / T(Dn), rr = rs[r];
+            each<T>(0, Dn, [&](auto z, int64_t f) {
+              using U = decltype(z);
+              put(o + f, (load<U>(gg + f) * load<U>(g + f) - a - load<U>(xhat + f) * bq) * rr);
+            });
+          }
+          each<T>(dn, F, [&](auto z, int64_t f) { put(o + f, load<decltype(z)>(gg + f)); });
+        }
       }
     }
   });
