@@ -90,30 +90,39 @@ inline Part<T> partial(int64_t lo, int64_t hi, Fn fn) {
 
 constexpr int kRows = kLanes;  // rows per block: one horizontal reduction per block of rows
 
-// out[r] = the sum of p[r] (r < nb; p is overwritten): by a transposing tree of shuffles for float, the lanes in
+// out[r] = the sum of row r's partial sums (r < nb; p.v is overwritten): by a transposing tree of shuffles for float, the lanes in
 // order for double (the tests' oracle precision).
-inline void row_sums(Part<float>* p, int nb, float* out) {
-  V<float> v[kLanes];
-  for (int r = 0; r < kLanes; ++r) v[r] = r < nb ? p[r].v : V<float>{};
-  const V<float> t = sciattn_simd::transpose_sum(v);
-  for (int r = 0; r < nb; ++r) out[r] = t[r] + p[r].s;
+template <typename T>
+struct Parts {  // kRows rows' partial sums (vectors and tails kept apart: no 64-byte reload of a 4-byte store)
+  V<T> v[kRows];
+  T s[kRows];
+  void set(int r, const Part<T>& p) {
+    v[r] = p.v;
+    s[r] = p.s;
+  }
+};
+
+inline void row_sums(Parts<float>& p, int nb, float* out) {
+  for (int r = nb; r < kRows; ++r) p.v[r] = V<float>{};
+  const V<float> t = sciattn_simd::transpose_sum(p.v);
+  for (int r = 0; r < nb; ++r) out[r] = t[r] + p.s[r];
 }
-inline void row_sums(Part<double>* p, int nb, double* out) {
-  for (int r = 0; r < nb; ++r) out[r] = hsum<double>(p[r].v) + p[r].s;
+inline void row_sums(Parts<double>& p, int nb, double* out) {
+  for (int r = 0; r < nb; ++r) out[r] = hsum<double>(p.v[r]) + p.s[r];
 }
 
 // The mean and reciprocal standard deviation of x_r[0:Dn] for the block's rows.
 template <typename T>
 inline void block_stats(const T* const* x, int nb, int64_t Dn, T eps, T* mu, T* rs) {
-  Part<T> p[kRows];
-  for (int r = 0; r < nb; ++r) p[r] = partial<T>(0, Dn, [&](auto z, int64_t f) { return load<decltype(z)>(x[r] + f); });
+  Parts<T> p;
+  for (int r = 0; r < nb; ++r) p.set(r, partial<T>(0, Dn, [&](auto z, int64_t f) { return load<decltype(z)>(x[r] + f); }));
   row_sums(p, nb, mu);
   for (int r = 0; r < nb; ++r) {
     mu[r] /= T(Dn);
-    p[r] = partial<T>(0, Dn, [&](auto z, int64_t f) {
+    p.set(r, partial<T>(0, Dn, [&](auto z, int64_t f) {
       const auto c = load<decltype(z)>(x[r] + f) - mu[r];
       return c * c;
-    });
+    }));
   }
   row_sums(p, nb, rs);
   for (int r = 0; r < nb; ++r) rs[r] = T(1) / std::sqrt(rs[r] / T(Dn) + eps);
@@ -227,7 +236,7 @@ void features_backward(const at::Tensor& x, const Common& cm, const at::Tensor& 
     std::vector<T> xh(kRows * F), gv(kRows * F);  // per row of the block: x̂ and g = w dy
     const T* xr[kRows];
     T mu[kRows], rs[kRows], m1[kRows], m2[kRows], sw[kRows];
-    Part<T> p[kRows];
+    Parts<T> p;
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / cm.H, h = bh % cm.H;
       const T* g = gp ? gp + h * Dn : nullptr;
@@ -264,7 +273,7 @@ void features_backward(const at::Tensor& x, const Common& cm, const at::Tensor& 
               using U = decltype(z);
               return load<U>(d + f) * load<U>(x + f);
             });
-            p[r] = Part<T>{a.v + t.v, a.s + t.s};
+            p.set(r, Part<T>{a.v + t.v, a.s + t.s});
           }
           row_sums(p, nb, sw);
           for (int r = 0; r < nb; ++r) pw[bh * c + j0 + r] = sw[r];
@@ -288,19 +297,19 @@ void features_backward(const at::Tensor& x, const Common& cm, const at::Tensor& 
         if (cm.ln) {
           for (int r = 0; r < nb; ++r) {
             const T* gg = gv.data() + r * F;
-            p[r] = partial<T>(0, Dn, [&](auto z, int64_t f) {
+            p.set(r, partial<T>(0, Dn, [&](auto z, int64_t f) {
               using U = decltype(z);
               return load<U>(gg + f) * load<U>(g + f);
-            });
+            }));
           }
           row_sums(p, nb, m1);
           for (int r = 0; r < nb; ++r) {
             const T* gg = gv.data() + r * F;
             const T* xhat = xh.data() + r * F;
-            p[r] = partial<T>(0, Dn, [&](auto z, int64_t f) {
+            p.set(r, partial<T>(0, Dn, [&](auto z, int64_t f) {
               using U = decltype(z);
               return load<U>(gg + f) * load<U>(g + f) * load<U>(xhat + f);
-            });
+            }));
           }
           row_sums(p, nb, m2);
         }
