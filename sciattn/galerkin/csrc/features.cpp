@@ -162,7 +162,7 @@ Common common(const at::Tensor& x, const c10::optional<at::Tensor>& keep, const 
   return cm;
 }
 
-template <typename T>
+template <typename T, int FIX>
 void features(const at::Tensor& x, const Common& cm, const c10::optional<at::Tensor>& w,
               const c10::optional<at::Tensor>& gamma, const c10::optional<at::Tensor>& beta, double eps_,
               const at::Tensor& out) {
@@ -174,14 +174,15 @@ void features(const at::Tensor& x, const Common& cm, const c10::optional<at::Ten
   const T* gp = cm.ln ? gamma->data_ptr<T>() : nullptr;
   const T* bp = cm.ln ? beta->data_ptr<T>() : nullptr;
   const T eps = static_cast<T>(eps_);
-  const std::vector<T> zeros(cm.F, T(0));  // a padded row is read as this
+  const int64_t F = FIX ? FIX : cm.F, Dn = FIX ? FIX : cm.Dn;  // FIX: both known at compile time
+  const std::vector<T> zeros(F, T(0));  // a padded row is read as this
   at::parallel_for(0, cm.B * cm.H, 1, [&](int64_t lo, int64_t hi) {
     const T* xr[kRows];
     T mu[kRows], rs[kRows];
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / cm.H, h = bh % cm.H;
-      const T* g = gp ? gp + h * cm.Dn : nullptr;
-      const T* be = bp ? bp + h * cm.Dn : nullptr;
+      const T* g = gp ? gp + h * Dn : nullptr;
+      const T* be = bp ? bp + h * Dn : nullptr;
       for (int64_t j0 = 0; j0 < cm.c; j0 += kRows) {
         const int nb = static_cast<int>(std::min<int64_t>(kRows, cm.c - j0));
         for (int r = 0; r < nb; ++r) {
@@ -189,13 +190,13 @@ void features(const at::Tensor& x, const Common& cm, const c10::optional<at::Ten
           const bool keep = cm.keep == nullptr || cm.keep[b * cm.ks0 + j * cm.ks1];
           xr[r] = keep ? xp + rx.at(b, h, j) : zeros.data();
         }
-        if (cm.ln) block_stats(xr, nb, cm.Dn, eps, mu, rs);
+        if (cm.ln) block_stats(xr, nb, Dn, eps, mu, rs);
         for (int r = 0; r < nb; ++r) {
           const int64_t j = j0 + r;
           const T* x = xr[r];
           T* y = op + ro.at(b, h, j);
           const T wj = wp ? wp[b * ws0 + j * ws1] : T(1);
-          const int64_t dn = cm.ln ? cm.Dn : 0;
+          const int64_t dn = cm.ln ? Dn : 0;
           if (cm.ln) {
             const T m = mu[r], rr = rs[r];
             each<T>(0, dn, [&](auto z, int64_t f) {
@@ -203,14 +204,14 @@ void features(const at::Tensor& x, const Common& cm, const c10::optional<at::Ten
               put(y + f, (load<U>(be + f) + ((load<U>(x + f) - m) * rr) * load<U>(g + f)) * wj);
             });
           }
-          each<T>(dn, cm.F, [&](auto z, int64_t f) { put(y + f, load<decltype(z)>(x + f) * wj); });
+          each<T>(dn, F, [&](auto z, int64_t f) { put(y + f, load<decltype(z)>(x + f) * wj); });
         }
       }
     }
   });
 }
 
-template <typename T>
+template <typename T, int FIX>
 void features_backward(const at::Tensor& x, const Common& cm, const at::Tensor& dy,
                        const c10::optional<at::Tensor>& w, const c10::optional<at::Tensor>& gamma,
                        const c10::optional<at::Tensor>& beta, double eps_, const c10::optional<at::Tensor>& dx,
@@ -227,7 +228,7 @@ void features_backward(const at::Tensor& x, const Common& cm, const at::Tensor& 
   const T* bp = cm.ln ? beta->data_ptr<T>() : nullptr;
   const bool params = cm.ln && dgamma.has_value();
   const T eps = static_cast<T>(eps_);
-  const int64_t BH = cm.B * cm.H, Dn = cm.Dn, F = cm.F, c = cm.c;
+  const int64_t BH = cm.B * cm.H, Dn = FIX ? FIX : cm.Dn, F = FIX ? FIX : cm.F, c = cm.c;
   // per-(b, h) partial sums: dγ, dβ (Dn each) and dw (c)
   std::vector<T> pg(params ? BH * Dn : 0, T(0)), pb(params ? BH * Dn : 0, T(0)), pw(dw.has_value() ? BH * c : 0);
   const std::vector<T> zeros(F, T(0));  // a padded row is read as this
@@ -355,12 +356,29 @@ void features_backward(const at::Tensor& x, const Common& cm, const at::Tensor& 
   }
 }
 
+// Calls fn(std::integral_constant<int, W>) with W the row width where every row is W features wide and the
+// LayerNorm (if any) takes them all (16, 32, 64: the loops then unroll), else W = 0 (widths read at run time).
+template <typename Fn>
+void with_width(const Common& cm, Fn fn) {
+  const bool whole = !cm.ln || cm.Dn == cm.F;
+  if (whole && cm.F == 32)
+    fn(std::integral_constant<int, 32>{});
+  else if (whole && cm.F == 64)
+    fn(std::integral_constant<int, 64>{});
+  else if (whole && cm.F == 16)
+    fn(std::integral_constant<int, 16>{});
+  else
+    fn(std::integral_constant<int, 0>{});
+}
+
 void gal_features(const at::Tensor& x, const c10::optional<at::Tensor>& keep, const c10::optional<at::Tensor>& w,
                   const c10::optional<at::Tensor>& gamma, const c10::optional<at::Tensor>& beta, double eps,
                   const at::Tensor& out) {
   const Common cm = common(x, keep, w, gamma, beta);
   TORCH_CHECK(out.sizes() == x.sizes() && out.scalar_type() == x.scalar_type(), "galerkin cpu: out must match x");
-  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "gal_features", [&] { features<scalar_t>(x, cm, w, gamma, beta, eps, out); });
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "gal_features", [&] {
+    with_width(cm, [&](auto fix) { features<scalar_t, decltype(fix)::value>(x, cm, w, gamma, beta, eps, out); });
+  });
 }
 
 void gal_features_backward(const at::Tensor& x, const c10::optional<at::Tensor>& keep, const at::Tensor& dy,
@@ -381,7 +399,9 @@ void gal_features_backward(const at::Tensor& x, const c10::optional<at::Tensor>&
                     dgamma->scalar_type() == x.scalar_type() && dbeta->scalar_type() == x.scalar_type(),
                 "galerkin cpu: dgamma, dbeta must be contiguous like gamma");
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "gal_features_backward", [&] {
-    features_backward<scalar_t>(x, cm, dy, w, gamma, beta, eps, dx, dw, dgamma, dbeta);
+    with_width(cm, [&](auto fix) {
+      features_backward<scalar_t, decltype(fix)::value>(x, cm, dy, w, gamma, beta, eps, dx, dw, dgamma, dbeta);
+    });
   });
 }
 
