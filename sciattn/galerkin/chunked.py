@@ -29,6 +29,9 @@ then the LayerNorm backward ``dx = r (g − mean(g) − x̂ mean(g x̂))`` with 
 its keys and values are replaced by zeros before anything reads them). Second derivatives
 (``create_graph=True``) are taken through the reference's autograd graph.
 
+The same loops serve the ``cpu`` backend (:mod:`._cpu`): given its kernels (``lib``), each chunk's padding,
+LayerNorm and weight steps, forward and backward, are one C++ pass per tensor instead of these PyTorch steps.
+
 Shapes: q ``(B, H, Nq, D)``; k ``(B, H, Nk, D)``; v ``(B, H, Nk, E)``; w ``(B, Nk)`` normalised weights (zero on
 padding); mask ``(B, Nk)`` bool or None; LayerNorm weights ``(H, Dn)`` / ``(H, En)``; returns ``(B, H, Nq, E)``.
 Any strides (e.g. heads split from a token-major projection) are read as they are.
