@@ -29,6 +29,9 @@ then the LayerNorm backward ``dx = r (g − mean(g) − x̂ mean(g x̂))`` with 
 its keys and values are replaced by zeros before anything reads them). Second derivatives
 (``create_graph=True``) are taken through the reference's autograd graph.
 
+The same loops serve the ``cpu`` backend (:mod:`._cpu`): given its kernels (``lib``), each chunk's padding,
+LayerNorm and weight steps, forward and backward, are one C++ pass per tensor instead of these PyTorch steps.
+
 Shapes: q ``(B, H, Nq, D)``; k ``(B, H, Nk, D)``; v ``(B, H, Nk, E)``; w ``(B, Nk)`` normalised weights (zero on
 padding); mask ``(B, Nk)`` bool or None; LayerNorm weights ``(H, Dn)`` / ``(H, En)``; returns ``(B, H, Nq, E)``.
 Any strides (e.g. heads split from a token-major projection) are read as they are.
@@ -39,7 +42,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["galerkin_chunked", "CHUNK_ELEMENTS"]
+__all__ = ["galerkin_chunked", "chunked_galerkin", "CHUNK_ELEMENTS"]
 
 CHUNK_ELEMENTS = 1 << 17  # elements per chunk of one (B, H, rows, features) tensor: 512 KiB in fp32
 MIN_ROWS = 64  # rows per chunk at least, whatever B, H and the features
@@ -142,12 +145,56 @@ def _norm_args(norm, dtype):
     if norm is None:
         return None, None
     kw, kb, vw, vb, eps = norm
-    return (kw.to(dtype), kb.to(dtype), float(eps)), (vw.to(dtype), vb.to(dtype), float(eps))
+    return ((kw.to(dtype).contiguous(), kb.to(dtype).contiguous(), float(eps)),
+            (vw.to(dtype).contiguous(), vb.to(dtype).contiguous(), float(eps)))
+
+
+def _fused_args(x: Tensor, mask: Tensor | None, lo: int, hi: int, ln):
+    """The fused kernels' common arguments for rows ``lo:hi`` of ``x``: ``(x_c, keep_c, γ, β, eps)``."""
+    keep = None if mask is None else mask[:, lo:hi]
+    gamma, beta, eps = (None, None, 0.0) if ln is None else ln
+    return x[:, :, lo:hi], keep, gamma, beta, eps
+
+
+def _fused_features(lib, k, v, w, mask, lo, hi, lnk, lnv, s: _Scratch):
+    """``(LN(k̃_c), w_c · LN(ṽ_c))`` of rows ``lo:hi`` (padding read as zero), each one pass of the fused kernel
+    (the keys a view of ``k`` where there is nothing to do)."""
+    b, h, _, d = k.shape
+    xk, keep, gk, bk, eps = _fused_args(k, mask, lo, hi, lnk)
+    kn = xk
+    if lnk is not None or mask is not None:
+        kn = s("kn", b, h, hi - lo, d)
+        lib.gal_features(xk, keep, None, gk, bk, eps, kn)
+    xv, keep, gv, bv, eps = _fused_args(v, mask, lo, hi, lnv)
+    vw = s("vw", b, h, hi - lo, v.shape[-1])
+    lib.gal_features(xv, keep, w[:, lo:hi], gv, bv, eps, vw)
+    return kn, vw
+
+
+def _fused_backward(lib, k, v, w, mask, lo, hi, lnk, lnv, dm: Tensor, s: _Scratch, dk, dv, dw, dpk, dpv) -> None:
+    """The keys' and values' pass of the backward over rows ``lo:hi`` with the fused kernels: the products
+    ``∂LN(k) = (w·LN(v)) dMᵀ`` and ``t = LN(k) dM`` in BLAS, each LayerNorm backward (with ``∂w``, ``dγ``, ``dβ``
+    and ``∂LN(v) = w t``) one pass of the fused kernel."""
+    b, h, c, d = *k.shape[:2], hi - lo, k.shape[-1]
+    kn, vw = _fused_features(lib, k, v, w, mask, lo, hi, lnk, lnv, s)
+    if dk is not None or dpk is not None:
+        dkc = None if dk is None else dk[:, :, lo:hi]
+        dkn = dkc if lnk is None else s("dkn", b, h, c, d)
+        _bmm(dkn, vw, dm.transpose(-1, -2), accumulate=False)
+        if lnk is not None:
+            xk, keep, gk, bk, eps = _fused_args(k, mask, lo, hi, lnk)
+            lib.gal_features_backward(xk, keep, dkn, None, gk, bk, eps, dkc, None, *(dpk or (None, None)))
+    if dv is not None or dw is not None or dpv is not None:
+        t = s("t", b, h, c, v.shape[-1])
+        _bmm(t, kn, dm, accumulate=False)
+        xv, keep, gv, bv, eps = _fused_args(v, mask, lo, hi, lnv)
+        lib.gal_features_backward(xv, keep, t, w[:, lo:hi], gv, bv, eps, None if dv is None else dv[:, :, lo:hi],
+                                  None if dw is None else dw[:, lo:hi], *(dpv or (None, None)))
 
 
 class _ChunkedGalerkin(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, w, mask, k_weight, k_bias, v_weight, v_bias, eps):
+    def forward(ctx, q, k, v, w, mask, k_weight, k_bias, v_weight, v_bias, eps, lib):
         norm = None if k_weight is None else (k_weight, k_bias, v_weight, v_bias, eps)
         lnk, lnv = _norm_args(norm, q.dtype)
         b, h, nk, d = k.shape
@@ -157,15 +204,18 @@ class _ChunkedGalerkin(torch.autograd.Function):
         step = _rows(b, h, max(d, e))
         for lo in range(0, nk, step):
             hi = min(nk, lo + step)
-            keep = _padding(mask, lo, hi)
-            kn, _, _ = _features(k[:, :, lo:hi], keep, lnk, s, "k")
-            vn, _, _ = _features(v[:, :, lo:hi], keep, lnv, s, "v")
-            vw = torch.mul(vn, w[:, None, lo:hi, None], out=s("vw", b, h, hi - lo, e))
+            if lib is None:
+                keep = _padding(mask, lo, hi)
+                kn, _, _ = _features(k[:, :, lo:hi], keep, lnk, s, "k")
+                vn, _, _ = _features(v[:, :, lo:hi], keep, lnv, s, "v")
+                vw = torch.mul(vn, w[:, None, lo:hi, None], out=s("vw", b, h, hi - lo, e))
+            else:
+                kn, vw = _fused_features(lib, k, v, w, mask, lo, hi, lnk, lnv, s)
             _bmm(m, kn.transpose(-1, -2), vw, accumulate=True)
         z = torch.empty(b, h, q.shape[2], e, dtype=q.dtype, device=q.device)
         _bmm(z, q, m, accumulate=False)
         ctx.save_for_backward(q, k, v, w, mask, m, k_weight, k_bias, v_weight, v_bias)
-        ctx.eps = eps
+        ctx.eps, ctx.lib = eps, lib
         return z
 
     @staticmethod
@@ -201,6 +251,9 @@ class _ChunkedGalerkin(torch.autograd.Function):
         for lo in range(0, nk, step):
             hi = min(nk, lo + step)
             c = hi - lo
+            if ctx.lib is not None:
+                _fused_backward(ctx.lib, k, v, w, mask, lo, hi, lnk, lnv, dm, s, dk, dv, dw, dpk, dpv)
+                continue
             keep = _padding(mask, lo, hi)
             wc = w[:, None, lo:hi, None]
             kn, xk, rk = _features(k[:, :, lo:hi], keep, lnk, s, "k")
@@ -228,7 +281,7 @@ class _ChunkedGalerkin(torch.autograd.Function):
         for dp, p_w, p_b in ((dpk, k_weight, k_bias), (dpv, v_weight, v_bias)):
             grads += [None, None] if dp is None else [dp[0].to(p_w.dtype), dp[1].to(p_b.dtype)]
         grads = [None if g is None or not n else g for g, n in zip(grads, need)]
-        return (*grads, None)
+        return (*grads, None, None)
 
 
 def _reference_vjp(need, dz, q, k, v, w, mask, k_weight, k_bias, v_weight, v_bias, eps):
@@ -240,7 +293,7 @@ def _reference_vjp(need, dz, q, k, v, w, mask, k_weight, k_bias, v_weight, v_bia
     inputs = (q, k, v, w, None, k_weight, k_bias, v_weight, v_bias)
     wanted = [t for t, n in zip(inputs, need) if n and t is not None]
     got = iter(torch.autograd.grad(z, wanted, dz, create_graph=True, allow_unused=True))
-    return (*[next(got) if n and t is not None else None for t, n in zip(inputs, need)], None)
+    return (*[next(got) if n and t is not None else None for t, n in zip(inputs, need)], None, None)
 
 
 def galerkin_chunked(q: Tensor, k: Tensor, v: Tensor, w: Tensor, mask: Tensor | None, norm) -> Tensor:
@@ -253,7 +306,13 @@ def galerkin_chunked(q: Tensor, k: Tensor, v: Tensor, w: Tensor, mask: Tensor | 
         from .functional import _reference_backend
 
         return _reference_backend(q, k, v, w, mask, norm)
+    return chunked_galerkin(q, k, v, w, mask, norm, None)
+
+
+def chunked_galerkin(q: Tensor, k: Tensor, v: Tensor, w: Tensor, mask: Tensor | None, norm, lib) -> Tensor:
+    """The chunk loops with their elementwise steps in PyTorch (``lib`` None) or in the fused CPU kernels of
+    :mod:`._cpu` (``lib`` their ``torch.ops`` namespace)."""
     if norm is None:
-        return _ChunkedGalerkin.apply(q, k, v, w.to(q.dtype), mask, None, None, None, None, 0.0)
+        return _ChunkedGalerkin.apply(q, k, v, w.to(q.dtype), mask, None, None, None, None, 0.0, lib)
     return _ChunkedGalerkin.apply(q, k, v, w.to(q.dtype), mask, norm.k_weight, norm.k_bias, norm.v_weight,
-                                  norm.v_bias, float(norm.eps))
+                                  norm.v_bias, float(norm.eps), lib)

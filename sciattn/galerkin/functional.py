@@ -16,6 +16,8 @@ from .._backend_registry import (
 )
 from .._checks import check_attention_dtypes, check_quadrature_weights, check_tensor, sanitize_padded_rows
 from ..domain import normalized_weights
+from ._cpu import galerkin_cpu
+from ._cpu import unavailable as cpu_unavailable
 from ._ops import galerkin_triton
 from .chunked import galerkin_chunked
 from .reference import galerkin_reference
@@ -97,9 +99,12 @@ def galerkin_attention(
         k, v = head_layer_norm(k, kw, kb, eps), head_layer_norm(v, vw, vb, eps)  # if kv_norm
         z = q @ (k.transpose(-1, -2) @ v) / k.shape[-2]
 
-    Backends: ``triton`` (fused kernels, the default on CUDA), ``chunked`` (plain PyTorch in cache-sized
-    chunks with an explicit backward, :mod:`sciattn.galerkin.chunked`; the default on the CPU for fp32/fp64)
-    and ``reference`` (the float64 oracle, :mod:`sciattn.galerkin.reference`).
+    Backends: ``triton`` (fused kernels, the default on CUDA), ``cpu`` (``chunked``'s chunk loops with the
+    padding, LayerNorm and weight passes of each chunk fused in C++ kernels built on first use,
+    :mod:`sciattn.galerkin._cpu`; the default on the CPU for fp32/fp64 where they build), ``chunked`` (plain
+    PyTorch in cache-sized chunks with an explicit backward, :mod:`sciattn.galerkin.chunked`; the CPU default
+    where ``cpu`` does not build or ``SCIATTN_CPU_KERNELS=0``) and ``reference`` (the float64 oracle,
+    :mod:`sciattn.galerkin.reference`).
     Backends (``sciattn.available_backends()``) receive ``fn(q, k, v, w, mask, kv_norm)`` with the
     normalised weights ``w`` ``(B, Nk)`` (zero on padding; fp32 for fp16/bf16 inputs) and must ignore
     whatever padded rows of ``k`` and ``v`` hold.
@@ -161,6 +166,13 @@ register_backend(torch_backend("galerkin", "reference", _reference_backend))
 # Plain torch ops; widen to CUDA once timed there (triton is the CUDA path).
 register_backend(
     torch_backend("galerkin", "chunked", galerkin_chunked, priority=5, devices=("cpu",), dtypes=(torch.float32, torch.float64))
+)
+
+# The chunk loops with their elementwise steps fused in C++ (_cpu.py, built on first use): above chunked on the CPU
+# wherever they build.
+register_backend(
+    torch_backend("galerkin", "cpu", galerkin_cpu, priority=6, devices=("cpu",), dtypes=(torch.float32, torch.float64),
+                  available=cpu_unavailable)
 )
 
 

@@ -7,6 +7,7 @@ import torch
 
 import sciattn
 from sciattn._dispatch import _REGISTRY, Backend, BackendError, register_backend, select_backend
+from sciattn.galerkin._cpu import unavailable as galerkin_cpu_unavailable
 
 
 @pytest.fixture
@@ -24,8 +25,17 @@ def _props(**kw):
 
 
 def test_automatic_choice_skips_backends_that_do_not_fit(fake_gpu_backend):
-    assert select_backend("galerkin", None, **_props()).name == "chunked"  # fake_cuda (priority 10) cannot run
-    assert select_backend("galerkin", None, **_props(dtype=torch.float16)).name == "reference"  # nor can chunked
+    # fake_cuda (priority 10) cannot run; cpu (6, the fused C++ kernels) runs wherever they build, else chunked (5)
+    expected = "chunked" if galerkin_cpu_unavailable() is not None else "cpu"
+    assert select_backend("galerkin", None, **_props()).name == expected
+    assert select_backend("galerkin", None, **_props(dtype=torch.float16)).name == "reference"  # nor can those two
+
+
+def test_galerkin_cpu_switched_off_falls_back_to_chunked(monkeypatch):
+    monkeypatch.setenv("SCIATTN_CPU_KERNELS", "0")
+    assert select_backend("galerkin", None, **_props()).name == "chunked"
+    with pytest.raises(BackendError, match="SCIATTN_CPU_KERNELS"):
+        select_backend("galerkin", "cpu", **_props())
 
 
 def test_forced_backend_that_does_not_fit_lists_every_reason(fake_gpu_backend):

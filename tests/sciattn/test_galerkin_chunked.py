@@ -1,4 +1,4 @@
-"""The ``chunked`` Galerkin backend (the CPU default) against the float64 ``reference`` backend, over several chunks
+"""The ``chunked`` and ``cpu`` Galerkin backends (the CPU defaults) against the float64 ``reference`` backend, over several chunks
 (a short last one), with non-uniform weights, N_q != N_k, NaN-poisoned padding, the LayerNorm on part of the
 features, strided (token-major) heads, any subset of inputs needing gradients, first and second derivatives."""
 
@@ -9,7 +9,17 @@ import torch
 
 from sciattn._dispatch import select_backend
 from sciattn.galerkin import chunked
+from sciattn.galerkin._cpu import unavailable as cpu_unavailable
 from sciattn.galerkin.functional import KVNorm, galerkin_attention
+
+
+@pytest.fixture(params=["chunked", "cpu"])
+def backend(request):
+    """Every case runs on ``chunked`` (elementwise steps in PyTorch) and on ``cpu`` (the same chunk loops with them
+    fused in C++, skipped where the kernels cannot be built)."""
+    if request.param == "cpu" and cpu_unavailable() is not None:
+        pytest.skip(f"CPU kernels unavailable: {cpu_unavailable()}")
+    return request.param
 
 
 @pytest.fixture
@@ -75,10 +85,10 @@ ALL = ("q", "k", "v", "weights", "norm")
 @pytest.mark.parametrize("norm", [False, True], ids=["plain", "norm"])
 @pytest.mark.parametrize("mask", [False, True], ids=["dense", "padded"])
 @pytest.mark.parametrize("token_major", [False, True], ids=["contiguous", "token_major"])
-def test_matches_reference_over_several_chunks(small_chunks, norm, mask, token_major):
+def test_matches_reference_over_several_chunks(small_chunks, backend, norm, mask, token_major):
     x = _inputs(norm=norm, mask=mask, token_major=token_major)
     need = ALL if norm else ALL[:4]
-    z, grads = _run(x, "chunked", need)
+    z, grads = _run(x, backend, need)
     z_ref, grads_ref = _run(x, "reference", need)
     _assert_close(z, z_ref, "output")
     for name, a, r in zip([*need[:4], "k_weight", "k_bias", "v_weight", "v_bias"], grads, grads_ref):
@@ -89,9 +99,9 @@ def test_matches_reference_over_several_chunks(small_chunks, norm, mask, token_m
         assert (grads[3].masked_select(~x["mask"]) == 0).all()
 
 
-def test_float32_matches_reference_within_its_tolerance(small_chunks):
+def test_float32_matches_reference_within_its_tolerance(small_chunks, backend):
     x = _inputs(b=1, nq=200, nk=333, seed=3)
-    z, grads = _run(x, "chunked", ALL, torch.float32)
+    z, grads = _run(x, backend, ALL, torch.float32)
     z_ref, grads_ref = _run(x, "reference", ALL)
     assert z.dtype == torch.float32 and all(g.dtype == torch.float32 for g in grads)
     _assert_close(z, z_ref, "output", 1e-5, 1e-6)
@@ -100,9 +110,9 @@ def test_float32_matches_reference_within_its_tolerance(small_chunks):
 
 
 @pytest.mark.parametrize("need", [("q",), ("k",), ("v",), ("weights",), ("norm",), ("v", "norm"), ()])
-def test_any_subset_of_inputs_needing_gradients(small_chunks, need):
+def test_any_subset_of_inputs_needing_gradients(small_chunks, backend, need):
     x = _inputs(seed=4)
-    z, grads = _run(x, "chunked", need)
+    z, grads = _run(x, backend, need)
     z_ref, grads_ref = _run(x, "reference", need)
     _assert_close(z, z_ref, "output")
     assert len(grads) == len(grads_ref)
@@ -110,18 +120,18 @@ def test_any_subset_of_inputs_needing_gradients(small_chunks, need):
         _assert_close(a, r, f"grad of {need}")
 
 
-def test_self_attention_layout_with_padded_queries(small_chunks):
+def test_self_attention_layout_with_padded_queries(small_chunks, backend):
     """N_q == N_k with a mask: padded query rows hold NaN too; outputs and gradients still match."""
     x = _inputs(nq=150, nk=150, seed=5)
     x["q"] = x["q"].masked_fill(~x["mask"][:, None, :, None], float("nan"))
-    z, grads = _run(x, "chunked", ALL)
+    z, grads = _run(x, backend, ALL)
     z_ref, grads_ref = _run(x, "reference", ALL)
     _assert_close(z, z_ref, "output")
     for a, r in zip(grads, grads_ref):
         _assert_close(a, r, "grad")
 
 
-def test_first_and_second_derivatives_by_gradcheck(small_chunks):
+def test_first_and_second_derivatives_by_gradcheck(small_chunks, backend):
     x = _inputs(b=1, h=2, nq=7, nk=45, d=4, e=3, seed=6)
     mask = x["mask"]
     q, k, v, w = (x[n].detach().clone().masked_fill(~torch.isfinite(x[n]), 0.0).requires_grad_()
@@ -129,16 +139,17 @@ def test_first_and_second_derivatives_by_gradcheck(small_chunks):
     params = [p.detach().clone().requires_grad_() for p in x["norm"]]
 
     def f(q, k, v, w, *p):
-        return galerkin_attention(q, k, v, weights=w, mask=mask, backend="chunked", kv_norm=KVNorm(*p, 1e-5))
+        return galerkin_attention(q, k, v, weights=w, mask=mask, backend=backend, kv_norm=KVNorm(*p, 1e-5))
 
     assert torch.autograd.gradcheck(f, (q, k, v, w, *params))
     assert torch.autograd.gradgradcheck(f, (q, k, v, w, *params))
 
 
-def test_cpu_default_is_chunked_for_fp32_and_fp64_only():
+def test_cpu_default_is_cpu_or_chunked_for_fp32_and_fp64_only():
     def chosen(dtype):
         return select_backend("galerkin", None, device=torch.device("cpu"), dtype=dtype, head_dim=32,
                               has_mask=True, has_weights=True, requires_grad=True).name
 
-    assert chosen(torch.float32) == "chunked" and chosen(torch.float64) == "chunked"
+    expected = "chunked" if cpu_unavailable() is not None else "cpu"  # cpu: the fused kernels, where they build
+    assert chosen(torch.float32) == expected and chosen(torch.float64) == expected
     assert chosen(torch.bfloat16) == "reference"

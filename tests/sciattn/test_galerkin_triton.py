@@ -227,12 +227,14 @@ def test_automatic_choice_is_triton_on_cuda_and_reference_on_cpu_even_under_the_
     assert select_backend("galerkin", None, device=torch.device("cuda"), **props).name == "triton"
     assert select_backend("galerkin", None, device=torch.device("cpu"), **props).name == "reference"
     assert select_backend("galerkin", "triton", device=torch.device("cpu"), **props).name == "triton"
-    # A float32 layer on CPU with backend=None takes the plain-PyTorch CPU path (chunked), bit for bit, not the
-    # interpreted kernels.
+    # A float32 layer on CPU with backend=None takes the CPU path (cpu where its C++ kernels build, else chunked),
+    # bit for bit, not the interpreted kernels.
+    from sciattn.galerkin._cpu import unavailable
+
     layer = GalerkinAttention(8, 2)
     x = torch.randn(1, 5, 8)
     out = layer(x)
-    layer.backend = "chunked"
+    layer.backend = "chunked" if unavailable() is not None else "cpu"
     assert torch.equal(out, layer(x))
 
 
