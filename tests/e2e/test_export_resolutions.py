@@ -279,7 +279,8 @@ def test_shipped_darcy64_mano_exports_every_multiple_of_64(tmp_path):
 
 # MANO at its default layer configuration (physical pyramid: window_fraction 1/8, coarse_cells 8, local window 3;
 # one block of width 16 for time): key grids 64, 32, 16, 8 are reshapes on every n = 64·K (K >= 2), so one program
-# takes 128, 192, 256, ... at any batch size and refuses 96 (not a multiple) and 64 (K = 1).
+# takes 128, 192, 256, ... at any batch size (checked at 128, 192 and 256 per axis) and refuses 96 (not a
+# multiple) and 64 (K = 1).
 def test_mano_at_its_default_exports_every_multiple_of_64(tmp_path):
     cfg = dict(in_channels=1, out_channels=1, width=16, n_layers=1, n_heads=2)
     run, model, xn, yn = _run(tmp_path, "mano", cfg, sample_shape=(64, 64),
@@ -291,7 +292,7 @@ def test_mano_at_its_default_exports_every_multiple_of_64(tmp_path):
     program = torch.export.load(tmp_path / "mano.pt2").module()
     g = torch.Generator().manual_seed(6)
     diffs = {}
-    for b, shape in zip((2, 1, 1), ((128, 128), (192, 128), (256, 256))):
+    for b, shape in zip((2, 1, 1), ((128, 128), (192, 128), (128, 256))):
         x = torch.randn(b, 1, *shape, generator=g) * 2 + 1
         ref = _eager_grid(model, xn, yn, x)
         out = program(x)
