@@ -21,6 +21,7 @@ __all__ = [
     "BackendError",
     "register_backend",
     "torch_backend",
+    "cpu_kernel_backend",
     "sdpa_backend",
     "triton_backend",
     "standard_tolerances",
@@ -54,6 +55,8 @@ class Backend:
             never lands on an interpreted backend; it must be forced by name.
         available: a zero-argument probe (e.g. "is triton installed"); returns a reason string
             when unavailable, or ``None``.
+        probe_last: run ``available`` only for inputs the other capabilities fit (a costly probe: the fused CPU
+            kernels' builds its library on first call, which CUDA or half-precision inputs must not pay for).
         rtol / atol: tolerances against the float64 reference, per dtype, used by the tests.
     """
 
@@ -69,6 +72,7 @@ class Backend:
     backward_devices: tuple[str, ...] | None = None
     interpreter_devices: tuple[str, ...] | None = None
     available: Callable[[], str | None] = field(default=lambda: None)
+    probe_last: bool = False
     tolerances: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)
 
     def interpreted_on(self, device: torch.device) -> bool:
@@ -92,7 +96,7 @@ class Backend:
     ) -> list[str]:
         """Why this backend cannot run on inputs with these properties (empty list: it can)."""
         reasons = []
-        why = self.available()
+        why = None if self.probe_last else self.available()
         if why:
             reasons.append(why)
         interpreted = self.interpreted_on(device) and triton_interpreter_enabled()
@@ -108,6 +112,10 @@ class Backend:
             reasons.append("quadrature weights not supported")
         if requires_grad and self.backward_devices is not None and device.type not in self.backward_devices:
             reasons.append(f"no backward on {device.type} (only on {self.backward_devices})")
+        if self.probe_last and not reasons:
+            why = self.available()
+            if why:
+                reasons.append(why)
         return reasons
 
 
@@ -172,6 +180,17 @@ def triton_backend(
         available=lambda: missing,
         tolerances=tolerances,
     )
+
+
+def cpu_kernel_backend(
+    op: str, fn: Callable, *, priority: int, probe: Callable[[], str | None],
+    tolerances: dict[torch.dtype, tuple[float, float]] | None = None,
+) -> Backend:
+    """The declaration shared by the fused C++ CPU kernels (built on first use, :mod:`sciattn._cpu_build`): backend
+    ``cpu``, CPU tensors in float32 and float64, with ``probe`` (the family's extension's ``why_not``) run only for
+    inputs that fit the rest (``probe_last``)."""
+    return torch_backend(op, "cpu", fn, priority=priority, devices=("cpu",), dtypes=(torch.float32, torch.float64),
+                         available=probe, probe_last=True, tolerances=tolerances)
 
 
 def sdpa_backend(op: str, fn: Callable, *, priority: int = 10) -> Backend:

@@ -31,7 +31,7 @@ try:
 except ImportError:  # not POSIX: PyTorch's own marker alone serialises builds
     fcntl = None
 
-__all__ = ["CpuExtension", "build_lock", "ENV_SWITCH", "SHARED_HEADERS"]
+__all__ = ["CpuExtension", "build_lock", "unit_stride_rows", "ENV_SWITCH", "SHARED_HEADERS"]
 
 ENV_SWITCH = "SCIATTN_CPU_KERNELS"
 SHARED_HEADERS = Path(__file__).with_name("csrc")
@@ -82,6 +82,12 @@ def disabled() -> str | None:
     if value in ("0", "false", "off", "no"):
         return f"disabled by {ENV_SWITCH}={os.environ[ENV_SWITCH]}"
     return None
+
+
+def unit_stride_rows(t):
+    """``t`` itself when its last axis is unit-stride (or of size 1): the kernels read any other strides in place,
+    e.g. heads split from a token-major projection; else a contiguous copy."""
+    return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
 
 
 class CpuExtension:

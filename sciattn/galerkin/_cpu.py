@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .._cpu_build import CpuExtension
+from .._cpu_build import CpuExtension, unit_stride_rows
 from .chunked import chunked_galerkin
 
 __all__ = ["galerkin_cpu", "EXTENSION", "unavailable"]
@@ -44,13 +44,8 @@ __all__ = ["galerkin_cpu", "EXTENSION", "unavailable"]
 EXTENSION = CpuExtension("sciattn_gal", Path(__file__).with_name("csrc"))
 
 
-def unavailable() -> str | None:
-    """The backend's availability probe: why the kernels cannot be built here, or None (builds them once)."""
-    return EXTENSION.why_not()
-
-
-def _unit_rows(t: Tensor) -> Tensor:
-    return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
+#: The backend's availability probe: why the kernels cannot be built here, or None (builds them once).
+unavailable = EXTENSION.why_not
 
 
 def galerkin_cpu(q: Tensor, k: Tensor, v: Tensor, w: Tensor, mask: Tensor | None, norm) -> Tensor:
@@ -62,4 +57,4 @@ def galerkin_cpu(q: Tensor, k: Tensor, v: Tensor, w: Tensor, mask: Tensor | None
         return _reference_backend(q, k, v, w, mask, norm)
     if norm is None:  # one multiply per chunk, at PyTorch's pace already: chunked's steps (measured no slower)
         return chunked_galerkin(q, k, v, w, mask, None, None)
-    return chunked_galerkin(q, _unit_rows(k), _unit_rows(v), w, mask, norm, EXTENSION.load())
+    return chunked_galerkin(q, unit_stride_rows(k), unit_stride_rows(v), w, mask, norm, EXTENSION.load())

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from .._attention_inputs import check_key_weights_and_mask, check_qkv, choose_backend, zero_padding
 from .._backend_registry import (
+    cpu_kernel_backend,
     register_backend,
     torch_backend,
     triton_backend,
@@ -171,8 +172,7 @@ register_backend(
 # The chunk loops with their elementwise steps fused in C++ (_cpu.py, built on first use): above chunked on the CPU
 # wherever they build.
 register_backend(
-    torch_backend("galerkin", "cpu", galerkin_cpu, priority=6, devices=("cpu",), dtypes=(torch.float32, torch.float64),
-                  available=cpu_unavailable)
+    cpu_kernel_backend("galerkin", galerkin_cpu, priority=6, probe=cpu_unavailable)
 )
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from torch.autograd.function import once_differentiable
 
-from .._cpu_build import CpuExtension
+from .._cpu_build import CpuExtension, unit_stride_rows
 from ._sparse import SparsePlan, sparse_plan
 from .reference import neighborhood_reference
 
@@ -37,19 +37,12 @@ __all__ = ["neighborhood_cpu", "EXTENSION", "unavailable"]
 EXTENSION = CpuExtension("sciattn_csr", Path(__file__).with_name("csrc"))
 
 
-def unavailable() -> str | None:
-    """The backend's availability probe: why the kernels cannot be built here, or None (builds them once)."""
-    return EXTENSION.why_not()
+#: The backend's availability probe: why the kernels cannot be built here, or None (builds them once).
+unavailable = EXTENSION.why_not
 
 
 def _edge_bias(plan: SparsePlan, dtype: torch.dtype) -> torch.Tensor | None:
     return None if plan.log2_mult is None else (plan.log2_mult * math.log(2.0)).to(dtype)
-
-
-def _unit_rows(t: torch.Tensor) -> torch.Tensor:
-    """``t`` itself when its channels are unit-stride (any other strides, e.g. heads split from a token-major
-    projection, are read in place by the kernels), else a contiguous copy."""
-    return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
 
 
 class _CpuNeighborhoodAttention(torch.autograd.Function):
@@ -57,7 +50,7 @@ class _CpuNeighborhoodAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, log_w, plan: SparsePlan, scale: float):
         lib = EXTENSION.load()
         b, h, nq, _ = q.shape
-        qr, kr, vr = (_unit_rows(t) for t in (q, k, v))
+        qr, kr, vr = (unit_stride_rows(t) for t in (q, k, v))
         lw = log_w.to(q.dtype).contiguous()
         # token-major (B, Nq, H, E) memory seen as (B, H, Nq, E): a layer's merge of the heads is then a view
         out = torch.empty(b, nq, h, v.shape[-1], dtype=q.dtype).transpose(1, 2)
@@ -77,7 +70,7 @@ class _CpuNeighborhoodAttention(torch.autograd.Function):
         dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)  # q's, k's and v's strides
         dlw = torch.zeros(k.shape[:3], dtype=q.dtype) if need[3] else None
         lib.csr_backward(q, k, v, log_w.to(q.dtype).contiguous(), plan.row_offsets, plan.col_indices,
-                         _edge_bias(plan, q.dtype), scale, out, lse, _unit_rows(grad_out.to(q.dtype)), dq, dk, dv,
+                         _edge_bias(plan, q.dtype), scale, out, lse, unit_stride_rows(grad_out.to(q.dtype)), dq, dk, dv,
                          dlw)
         if dlw is not None:
             dlw = torch.where(torch.isfinite(log_w), dlw.sum(1), torch.zeros((), dtype=q.dtype)).to(log_w.dtype)

@@ -42,6 +42,7 @@ from .._attention_inputs import (
     prepare_key_logweights,
 )
 from .._backend_registry import (
+    cpu_kernel_backend,
     register_backend,
     standard_tolerances,
     torch_backend,
@@ -130,6 +131,5 @@ register_backend(
 )
 # The fused C++ kernels (_cpu.py, built on first use): above sparse on the CPU wherever they build.
 register_backend(
-    torch_backend("neighborhood", "cpu", neighborhood_cpu, priority=7, devices=("cpu",),
-                  dtypes=(torch.float32, torch.float64), available=cpu_unavailable, tolerances=_TORCH_TOLERANCES)
+    cpu_kernel_backend("neighborhood", neighborhood_cpu, priority=7, probe=cpu_unavailable, tolerances=_TORCH_TOLERANCES)
 )

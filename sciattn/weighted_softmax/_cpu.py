@@ -43,9 +43,8 @@ EXTENSION = CpuExtension("sciattn_wsm", Path(__file__).with_name("csrc"))
 LANES = 16  # the kernels' head sizes are multiples of this
 
 
-def unavailable() -> str | None:
-    """The backend's availability probe: why the kernels cannot be built here, or None (builds them once)."""
-    return EXTENSION.why_not()
+#: The backend's availability probe: why the kernels cannot be built here, or None (builds them once).
+unavailable = EXTENSION.why_not
 
 
 def _padded(t: torch.Tensor) -> torch.Tensor:

@@ -49,6 +49,7 @@ from .._attention_inputs import (
     zero_padding,
 )
 from .._backend_registry import (
+    cpu_kernel_backend,
     flex_unavailable,
     register_backend,
     standard_tolerances,
@@ -192,10 +193,7 @@ register_backend(
 # The fused C++ kernels (_cpu.py, built on first use): above chunked on the CPU wherever they build (faster
 # forward and forward+backward: benchmarks/results/kernels.jsonl).
 register_backend(
-    torch_backend(
-        "weighted_softmax", "cpu", weighted_softmax_cpu, priority=12, devices=("cpu",),
-        dtypes=(torch.float32, torch.float64), available=cpu_unavailable,
-    )
+    cpu_kernel_backend("weighted_softmax", weighted_softmax_cpu, priority=12, probe=cpu_unavailable)
 )
 register_backend(
     torch_backend(

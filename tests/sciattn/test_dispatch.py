@@ -110,3 +110,24 @@ def test_multipole_layer_is_exported_with_the_other_families():
 
     assert sciattn.MultipoleAttention is MultipoleAttention
     assert "MultipoleAttention" in sciattn.__all__
+
+
+def test_a_costly_probe_runs_only_for_inputs_the_backend_fits():
+    """The fused CPU kernels' probe builds their library: CUDA or half-precision inputs never call it, CPU fp32
+    inputs do, and its reason is reported then."""
+    from sciattn._backend_registry import cpu_kernel_backend
+
+    calls = []
+
+    def probe():
+        calls.append(1)
+        return "no compiler"
+
+    backend = cpu_kernel_backend("galerkin", lambda *a: None, priority=0, probe=probe)
+    props = dict(head_dim=8, has_mask=False, has_weights=False)
+    assert backend.reasons_against(device=torch.device("cuda"), dtype=torch.float32, **props) == \
+        ["device cuda not in ('cpu',)"]
+    assert "dtype" in backend.reasons_against(device=torch.device("cpu"), dtype=torch.float16, **props)[0]
+    assert calls == []
+    assert backend.reasons_against(device=torch.device("cpu"), dtype=torch.float32, **props) == ["no compiler"]
+    assert calls == [1]
