@@ -55,25 +55,25 @@ class _CpuNeighborhoodAttention(torch.autograd.Function):
         # token-major (B, Nq, H, E) memory seen as (B, H, Nq, E): a layer's merge of the heads is then a view
         out = torch.empty(b, nq, h, v.shape[-1], dtype=q.dtype).transpose(1, 2)
         lse = torch.empty(b, h, nq, dtype=q.dtype)
-        lib.csr_forward(qr, kr, vr, lw, plan.row_offsets, plan.col_indices, _edge_bias(plan, q.dtype), scale, out, lse)
-        ctx.save_for_backward(qr, kr, vr, log_w, out, lse)
-        ctx.plan, ctx.scale = plan, scale
+        bias = _edge_bias(plan, q.dtype)
+        lib.csr_forward(qr, kr, vr, lw, plan.row_offsets, plan.col_indices, bias, scale, out, lse)
+        ctx.save_for_backward(qr, kr, vr, lw, out, lse)
+        ctx.plan, ctx.scale, ctx.bias, ctx.log_w_dtype = plan, scale, bias, log_w.dtype
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out):
-        q, k, v, log_w, out, lse = ctx.saved_tensors
+        q, k, v, lw, out, lse = ctx.saved_tensors
         plan, scale = ctx.plan, ctx.scale
         need = ctx.needs_input_grad
         lib = EXTENSION.load()
         dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)  # q's, k's and v's strides
         dlw = torch.zeros(k.shape[:3], dtype=q.dtype) if need[3] else None
-        lib.csr_backward(q, k, v, log_w.to(q.dtype).contiguous(), plan.row_offsets, plan.col_indices,
-                         _edge_bias(plan, q.dtype), scale, out, lse, unit_stride_rows(grad_out.to(q.dtype)), dq, dk, dv,
-                         dlw)
+        lib.csr_backward(q, k, v, lw, plan.row_offsets, plan.col_indices, ctx.bias, scale, out, lse,
+                         unit_stride_rows(grad_out.to(q.dtype)), dq, dk, dv, dlw)
         if dlw is not None:
-            dlw = torch.where(torch.isfinite(log_w), dlw.sum(1), torch.zeros((), dtype=q.dtype)).to(log_w.dtype)
+            dlw = torch.where(torch.isfinite(lw), dlw.sum(1), torch.zeros((), dtype=q.dtype)).to(ctx.log_w_dtype)
         grads = (dq, dk, dv, dlw)
         return (*(g if n else None for g, n in zip(grads, need)), None, None)
 
