@@ -45,7 +45,7 @@ import torch
 from .._capabilities import has_flex_attention
 from . import _cpu_extension
 from .box_flex import box_flex
-from .geometry import axis_geometry
+from .geometry import axis_geometry, folded_axis_geometry
 from .physical import level_attention, local_attention
 
 __all__ = ["box_attention", "local_box_attention", "accumulate_box_attention", "box_attention_backend",
@@ -75,9 +75,14 @@ def lane_strides(n2: int, m2: int, box2: int) -> tuple[int, int]:
     return a, r
 
 
-def _geometry(n: Sequence[int], m: Sequence[int], window: Sequence[int], taper: bool, dtype, device):
-    """Tables of the three kernel axes (leading unused axes of size 1): ``n3, m3, starts, logphi``."""
-    tables = [axis_geometry(na, ma, ca, taper, dtype, device) for na, ma, ca in zip(n, m, window)]
+def _geometry(n: Sequence[int], m: Sequence[int], window: Sequence[int], taper: bool, dtype, device,
+              key_grid: Sequence[int] | None = None):
+    """Tables of the three kernel axes (leading unused axes of size 1): ``n3, m3, starts, logphi``; axes where
+    ``key_grid`` (the level's grid) is finer than the keys ``m`` take the folded tables (:func:`_check_fold`)."""
+    fine = m if key_grid is None else key_grid
+    tables = [axis_geometry(na, ma, ca, taper, dtype, device) if fa == ma
+              else folded_axis_geometry(na, fa, ca, taper, dtype, device)
+              for na, ma, fa, ca in zip(n, m, fine, window)]
     pad = 3 - len(tables)
     one = axis_geometry(1, 1, 1, False, dtype, device)
     tables = [one] * pad + tables
@@ -115,7 +120,9 @@ def _box_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: torch
                   m: list[int], starts: list[torch.Tensor], logphi: list[torch.Tensor], scale: float, a: int, r: int,
                   out: torch.Tensor, lse: torch.Tensor, grad: torch.Tensor,
                   want_logw: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    dq, dk, dv, dlogw = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v), torch.zeros_like(logw)
+    # the query-lane kernel writes every key gradient, the shared boxes add into them
+    fresh = torch.empty_like if a else torch.zeros_like
+    dq, dk, dv, dlogw = torch.empty_like(q), fresh(k), fresh(v), torch.zeros_like(logw)
     grad = grad.contiguous()
     if a:
         _library().lanes_backward(q, k, v, logw, n, m, starts, logphi, scale, a, r, out, lse, grad, dq, dk, dv,
@@ -202,24 +209,42 @@ def _channels_first(t: torch.Tensor) -> torch.Tensor:
     return t.movedim(-1, 1).movedim(-1, 1)
 
 
+def _check_fold(n: Sequence[int], m: Sequence[int], key_grid: Sequence[int] | None) -> None:
+    """``key_grid``: the level's own grid, finer than the input on the axes where ``k, v`` were folded onto it."""
+    if key_grid is None:
+        return
+    if len(key_grid) != len(m) or any(not isinstance(f, int) or isinstance(f, bool) for f in key_grid):
+        raise ValueError(f"key_grid: expected {len(m)} ints (the level's key cells per axis), got {key_grid!r}")
+    for na, ma, fa in zip(n, m, key_grid):
+        if fa != ma and not (ma == na < fa):
+            raise ValueError(f"key_grid: expected, per axis, the keys' size or a size above the input's with the keys "
+                             f"on the input grid, got key_grid={tuple(key_grid)} for keys {tuple(m)}, input {tuple(n)}")
+
+
 def box_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: torch.Tensor,
                   window: Sequence[int], scale: float, bias: Callable | None = None, taper: bool = True,
-                  backend: str | None = None) -> torch.Tensor:
+                  backend: str | None = None, key_grid: Sequence[int] | None = None) -> torch.Tensor:
     """One level of the physical pyramid (module docstring): ``q (B, H, D, *n)`` against ``k, v (B, H, D, *m)``,
     ``logw (B, *m)``, windows of ``window`` key cells per axis (tapered when ``taper`` and the level is wider
     than its window). Returns ``(B, H, D, *n)``.
 
     ``bias``: the score bias of :func:`~sciattn.multipole.physical.level_attention` (SDPA only).
     ``backend``: ``None`` (the fused CPU kernels where they apply, see :func:`box_attention_backend`), ``"cpu"``
-    or ``"sdpa"``; a forced backend that does not apply raises, naming why."""
+    or ``"sdpa"``; a forced backend that does not apply raises, naming why.
+    ``key_grid``: the level's grid where it is finer than the input and ``k, v, logw`` are the input-grid cells it
+    repeats (:func:`~sciattn.multipole.physical.pool_to_grid` onto ``min(key_grid, n)``): the level is computed
+    folded onto the input grid (:func:`~sciattn.multipole.geometry.folded_axis_geometry`; CPU kernels only)."""
     chosen = _choose(q, bias, backend, k, v)
+    _check_fold(q.shape[3:], k.shape[3:], key_grid)
+    if key_grid is not None and tuple(key_grid) != tuple(k.shape[3:]) and chosen != "cpu":
+        raise ValueError(f"key_grid: a folded level runs through the CPU kernels only, this call takes {chosen!r}")
     if chosen == "flex":
         return box_flex(q, k, v, logw, window, scale, taper)
     if chosen == "sdpa":
         out = level_attention(_channels_last(q), _channels_last(k), _channels_last(v), logw, window, scale, bias,
                               taper=taper)
         return _channels_first(out)
-    return _box_cpu(q, k, v, logw, window, scale, taper)
+    return _box_cpu(q, k, v, logw, window, scale, taper, key_grid)
 
 
 def local_box_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: torch.Tensor,
@@ -237,13 +262,13 @@ def local_box_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw:
     return _box_cpu(q, k, v, logw, [min(w, a) for w, a in zip(window, n)], scale, False)
 
 
-def _box_cpu(q, k, v, logw, window, scale, taper):
+def _box_cpu(q, k, v, logw, window, scale, taper, key_grid=None):
     b, h, dh = q.shape[:3]
     n, m = tuple(q.shape[3:]), tuple(k.shape[3:])
     if v.shape[2] != dh or k.shape[2] != dh:
         raise ValueError(f"v: expected the head dimension of q ({dh}) for the CPU kernels, got k {tuple(k.shape)}, "
                          f"v {tuple(v.shape)}")
-    n3, m3, starts, logphi = _geometry(n, m, window, taper, q.dtype, q.device)
+    n3, m3, starts, logphi = _geometry(n, m, window, taper, q.dtype, q.device, key_grid)
     lengths = [t.shape[1] for t in logphi]
     a, r = lane_strides(n3[2], m3[2], lengths[2])
     out, _ = _box_forward(q.reshape(b, h, dh, -1).contiguous(), k.reshape(b, h, dh, -1).contiguous(),
@@ -254,17 +279,18 @@ def _box_cpu(q, k, v, logw, window, scale, taper):
 
 def accumulate_box_attention(acc: torch.Tensor, gamma: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                              v: torch.Tensor, logw: torch.Tensor, window: Sequence[int], scale: float,
-                             taper: bool = True) -> bool:
+                             taper: bool = True, key_grid: Sequence[int] | None = None) -> bool:
     """``acc += γ_h A`` in place (``acc (B, H, D, *n)``, ``γ (H,)``, ``A`` the level's :func:`box_attention`)
     through the fused CPU kernels, without allocating ``A``: the inference path of the layer (nothing needs
     gradients). Returns False, doing nothing, where the kernels do not apply or a gradient is needed (the caller
-    then adds :func:`box_attention`'s output itself)."""
+    then adds :func:`box_attention`'s output itself). ``key_grid``: as in :func:`box_attention`."""
     if box_attention_backend(q)[0] != "cpu" or (torch.is_grad_enabled() and any(
             t.requires_grad for t in (acc, gamma, q, k, v, logw))) or not acc.is_contiguous():
         return False
     b, h, dh = q.shape[:3]
     n, m = tuple(q.shape[3:]), tuple(k.shape[3:])
-    n3, m3, starts, logphi = _geometry(n, m, window, taper, q.dtype, q.device)
+    _check_fold(n, m, key_grid)
+    n3, m3, starts, logphi = _geometry(n, m, window, taper, q.dtype, q.device, key_grid)
     a, r = lane_strides(n3[2], m3[2], logphi[2].shape[1])
     args = (q.reshape(b, h, dh, -1).contiguous(), k.reshape(b, h, dh, -1).contiguous(),
             v.reshape(b, h, dh, -1).contiguous(), logw.to(q.dtype).reshape(b, -1).contiguous(), n3, m3, starts,

@@ -18,6 +18,19 @@ geometry of a ``d``-dimensional level is ``d`` small tables: ``start (n_a,)`` an
 depend on ``(n, m, c, taper)`` only, are computed once in float64 (the same arithmetic as the tables of
 :func:`~sciattn.multipole.physical.level_attention`) and kept in a least-recently-used cache, per dtype and
 device, so a call on a grid seen before builds nothing.
+
+**Folded key grids.** A level finer than the input along an axis (``m > n``: the 64-cell level of a 32-cell input)
+holds no new information there: :func:`~sciattn.multipole.physical.pool_to_grid` fills each key cell ``y`` with
+the input cell ``u = src(y)`` containing its centre, with the weight ``w_u / share(u)`` (``share(u)`` key cells
+per input cell). The level's sum over its box therefore gathers per input cell,
+
+.. math::
+    \sum_{p} φ[i, p]\, \frac{w_{src(s_i + p)}}{share(src(s_i + p))}\, f(src(s_i + p)) = \sum_{p'} Φ[i, p']\, w_{s'_i + p'}\, f(s'_i + p'),
+    \qquad Φ[i, p'] = \sum_{p:\, src(s_i + p) = s'_i + p'} \frac{φ[i, p]}{share(s'_i + p')},
+
+so the level is a box attention on the input grid with the folded per-axis weights ``Φ`` (:func:`folded_axis_geometry`):
+the same sums with ``L' ≈ L n / m + 1`` keys per axis instead of ``L`` (at 32² the 64-cell level's 9 × 9 keys become
+5 × 5), equal to the unfolded level up to rounding.
 """
 
 from __future__ import annotations
@@ -26,7 +39,7 @@ import functools
 
 import torch
 
-__all__ = ["AxisGeometry", "axis_geometry", "GEOMETRY_CACHE_SIZE"]
+__all__ = ["AxisGeometry", "axis_geometry", "folded_axis_geometry", "GEOMETRY_CACHE_SIZE"]
 
 # Distinct (n, m, c, taper, dtype, device) tables kept; a layer at one resolution uses one per level and axis.
 GEOMETRY_CACHE_SIZE = 512
@@ -97,6 +110,40 @@ def axis_geometry(n: int, m: int, c: int, taper: bool, dtype: torch.dtype = torc
     return _axis_cast(int(n), int(m), int(c), bool(taper), dtype, torch.device(device))
 
 
+@functools.lru_cache(maxsize=GEOMETRY_CACHE_SIZE)
+def _folded_float64(n: int, m: int, c: int, taper: bool) -> AxisGeometry:
+    """The level ``(m, c)``'s tables folded onto the ``n < m`` input cells (module docstring), float64, CPU."""
+    base = _axis_float64(n, m, c, taper)
+    y = torch.arange(m)
+    src = torch.div((2 * y + 1) * n, 2 * m, rounding_mode="floor")  # input cell containing each key cell's centre
+    share = torch.bincount(src, minlength=n).to(torch.float64)
+    keys = base.start[:, None] + torch.arange(base.length)  # (n, L) key cells of every box
+    cells = src[keys]
+    first = cells[:, 0]
+    length = int((cells[:, -1] - first).max()) + 1
+    start = torch.minimum(first, torch.full_like(first, n - length))
+    weight = base.logphi.exp() / share[cells]
+    folded = torch.zeros(n, length, dtype=torch.float64).scatter_add_(1, cells - start[:, None], weight)
+    return AxisGeometry(start.contiguous(), folded.log().contiguous())
+
+
+@functools.lru_cache(maxsize=GEOMETRY_CACHE_SIZE)
+def _folded_cast(n: int, m: int, c: int, taper: bool, dtype: torch.dtype, device: torch.device) -> AxisGeometry:
+    base = _folded_float64(n, m, c, taper)
+    return AxisGeometry(base.start.to(device), base.logphi.to(dtype=dtype, device=device))
+
+
+def folded_axis_geometry(n: int, m: int, c: int, taper: bool, dtype: torch.dtype = torch.float64,
+                         device: torch.device | str = "cpu") -> AxisGeometry:
+    """Box starts and log weights of the level ``(m, c)`` folded onto the ``n`` input cells of an axis where it is
+    finer than the input (``m > n``; module docstring): the keys are the ``n`` input cells, the weights ``log Φ``
+    include the key-weight share. Cached per arguments."""
+    n, m, c = int(n), int(m), int(c)
+    if not 1 <= n < m:
+        raise ValueError(f"folded_axis_geometry: expected 1 <= n < m (a level finer than the input), got n={n}, m={m}")
+    return _folded_cast(n, m, c, bool(taper), dtype, torch.device(device))
+
+
 def box_keys(geometry: AxisGeometry) -> int:
     """Key cells per box along the axis (``L``)."""
     return geometry.length
@@ -104,10 +151,11 @@ def box_keys(geometry: AxisGeometry) -> int:
 
 def geometry_cache_info() -> dict[str, object]:
     """Hits, misses and sizes of the two caches (float64 tables; cast copies per dtype/device)."""
-    return {"float64": _axis_float64.cache_info(), "cast": _axis_cast.cache_info()}
+    return {"float64": _axis_float64.cache_info(), "cast": _axis_cast.cache_info(),
+            "folded": _folded_float64.cache_info(), "folded_cast": _folded_cast.cache_info()}
 
 
 def clear_geometry_cache() -> None:
-    _axis_float64.cache_clear()
-    _axis_cast.cache_clear()
+    for cache in (_axis_float64, _axis_cast, _folded_float64, _folded_cast):
+        cache.cache_clear()
 

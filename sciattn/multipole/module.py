@@ -70,7 +70,9 @@ the query, keys in the lanes for boxes shared by runs of queries; built on first
 ``F.scaled_dot_product_attention`` over groups of queries against a halo of key cells masked to each query's
 window (:mod:`sciattn.multipole.physical`), or flex attention with ``backend="flex"``. The forward is channels
 first (the projections are matrix products on ``(B, C, N)``), and at inference each level is added into the
-output in place. Under ``torch.export`` the sizes ``n = K·m_0`` (``K >= 2``) make every level a reshape (the
+output in place. The kernels fold a level finer than the input onto the input grid (its key cells only repeat
+input cells: :mod:`sciattn.multipole.geometry`; at 32² the 64-cell level's 9 × 9 keys become 5 × 5), and the local
+term and the levels on the input grid share one key projection. Under ``torch.export`` the sizes ``n = K·m_0`` (``K >= 2``) make every level a reshape (the
 taper's per-query weights are computed from the symbolic sizes), so one traced program takes all of them
 (:meth:`MultipoleAttention.export_unit`).
 
@@ -104,7 +106,7 @@ from .._checks import (
     check_rank,
     check_tensor,
 )
-from .box_attention import accumulate_box_attention, box_attention, local_box_attention
+from .box_attention import accumulate_box_attention, box_attention, box_attention_backend, local_box_attention
 from .input_pyramid import InputPyramid
 from .physical import pool_to_grid
 from .spec import POOLS, PYRAMIDS, UNPOOLS, WINDOW_TAPERS, MultipoleSpec
@@ -338,29 +340,38 @@ class MultipoleAttention(InputPyramid, nn.Module):
         scale = 1.0 / math.sqrt(dh)
         neg = torch.full((), -math.inf, dtype=x.dtype, device=x.device)
         out = torch.zeros((), dtype=x.dtype, device=x.device)
+        bias = self._table_bias if self.rel_bias_table is not None else None
+        # the CPU kernels fold levels finer than the input onto the input grid (sciattn.multipole.geometry)
+        fold = bias is None and self._box_backend() is None and box_attention_backend(q)[0] == "cpu"
+        prev = None  # (grid, means, weights) of the level above, when it nests exactly on the input
+        keys: dict = {}  # key grid -> (k, v, log weights): the local term and the levels on the same grid share them
         if self.local_window is not None:
             k, v = norm(project(kw, kb, xf), self.k_norm), project(vw, vb, xf)
             logw = torch.where(w > 0, torch.log(torch.where(w > 0, w, 1.0)), neg)
             out = local_box_attention(q.view(b, h, dh, *grid), k.view(b, h, dh, *grid), v.view(b, h, dh, *grid),
                                       logw, self.local_window, scale, backend=self._box_backend())
-        bias = self._table_bias if self.rel_bias_table is not None else None
-        prev = None  # (grid, means, weights) of the level above, when it nests exactly on the input
+            if all(isinstance(n, int) for n in grid):  # a level on the input grid: its cell means are x itself
+                keys, prev = {grid: (k.view(b, h, dh, *grid), v.view(b, h, dh, *grid), logw)}, (grid, x, w)
         for i, (m, win) in enumerate(self.levels):
-            if prev is not None and all(a % b == 0 for a, b in zip(prev[0], m)):
-                xm, wm = pool_to_grid(prev[1], prev[2], m)  # a weighted mean of weighted means: the same means
-            else:
-                xm, wm = pool_to_grid(x, w, m)  # means then projection: exact (the weighted mean is affine)
-            nested = all(not isinstance(n, int) or n % a == 0 for n, a in zip(grid, m))
-            prev = (m, xm, wm) if nested else None
-            k, v = norm(project(kw, kb, xm), self.k_norm), project(vw, vb, xm)
-            logw = torch.where(wm > 0, torch.log(torch.where(wm > 0, wm, 1.0)), neg)
+            mk = tuple(min(a, n) for a, n in zip(m, grid)) if fold else m
+            if mk not in keys:
+                if prev is not None and all(a % b == 0 for a, b in zip(prev[0], mk)):
+                    xm, wm = pool_to_grid(prev[1], prev[2], mk)  # a weighted mean of weighted means: the same means
+                else:
+                    xm, wm = pool_to_grid(x, w, mk)  # means then projection: exact (the weighted mean is affine)
+                nested = all(not isinstance(n, int) or n % a == 0 for n, a in zip(grid, mk))
+                prev = (mk, xm, wm) if nested else None
+                keys = {mk: (norm(project(kw, kb, xm), self.k_norm), project(vw, vb, xm),
+                             torch.where(wm > 0, torch.log(torch.where(wm > 0, wm, 1.0)), neg))}
+            k, v, logw = keys[mk]
             taper = self.window_taper == "linear"
+            fine = m if mk != m else None
             if (bias is None and out.dim() > 0 and not out.requires_grad and self._box_backend() is None
                     and accumulate_box_attention(out, self.level_weight[i], q.view(b, h, dh, *grid), k, v, logw, win,
-                                                 scale, taper)):
+                                                 scale, taper, key_grid=fine)):
                 continue  # inference: the kernel added γ_ℓ A_ℓ into out in place
             a = box_attention(q.view(b, h, dh, *grid), k, v, logw, win, scale, bias, taper=taper,
-                              backend=self._box_backend())
+                              backend=self._box_backend(), key_grid=fine)
             out = torch.addcmul(out, a, self.level_weight[i].to(a.dtype).view(h, *(1,) * (1 + len(grid))))
         r = out.reshape(b, c, -1)  # (B, C, N) head-major
         if self.gate_proj is not None:

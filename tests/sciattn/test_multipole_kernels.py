@@ -295,3 +295,102 @@ def test_flex_refuses_a_score_bias():
     q = torch.zeros(1, 2, 8, 4, 4)
     with pytest.raises(ValueError, match="backend: 'flex' takes no score bias"):
         ba.box_attention(q, q, q, torch.zeros(1, 4, 4), (2, 2), 1.0, bias=lambda d: 0, backend="flex")
+
+
+FOLD_CASES = [  # (n, level grid, window, taper): integer and non-integer ratios, one or all axes finer than n
+    ((32, 32), (64, 64), (8, 8), True),
+    ((16, 16), (64, 64), (8, 8), True),
+    ((40, 48), (64, 64), (8, 8), True),
+    ((37, 29), (64, 64), (8, 8), False),
+    ((32, 128), (64, 64), (8, 8), True),
+    ((20,), (64,), (8,), True),
+    ((5, 6, 7), (16, 16, 16), (8, 8, 8), True),
+]
+
+
+@needs_kernels
+@pytest.mark.parametrize("n, m, window, taper", FOLD_CASES)
+def test_a_level_finer_than_the_input_folded_onto_it_equals_the_level(n, m, window, taper):
+    """The level on its own (finer) grid, keys pooled there from the input (SDPA path), against the CPU kernels
+    on the input-grid keys with the folded window weights: values and gradients (the input-grid key gradients
+    are the sums the pooling's backward forms)."""
+    from sciattn.multipole.physical import pool_to_grid
+
+    torch.manual_seed(3)
+    b, h, d = 2, 2, 8
+    folded = tuple(min(a, c) for a, c in zip(m, n))
+    x = torch.randn(b, 2 * h * d, *n, dtype=F64, requires_grad=True)
+    q = torch.randn(b, h, d, *n, dtype=F64, requires_grad=True)
+    w = torch.rand(b, *n, dtype=F64) + 0.1
+    w.view(-1)[::5] = 0.0  # cells of weight 0
+
+    def level(grid, backend, key_grid=None):
+        xm, wm = pool_to_grid(x, w, grid)
+        k, v = xm.view(b, 2, h, d, *grid).unbind(1)
+        logw = torch.where(wm > 0, wm.log(), torch.full((), -math.inf, dtype=F64))
+        return ba.box_attention(q, k, v, logw, window, 0.3, taper=taper, backend=backend, key_grid=key_grid)
+
+    ref, out = level(m, "sdpa"), level(folded, "cpu", key_grid=m)
+    assert _rel(out, ref) <= 1e-12
+    g = torch.randn_like(ref)
+    for a, r in zip(torch.autograd.grad((out * g).sum(), (q, x)), torch.autograd.grad((ref * g).sum(), (q, x))):
+        assert (a - r).abs().max() <= 1e-12 * max(r.abs().max().item(), 1.0)
+    with torch.no_grad():  # the inference path adds the folded level in place
+        acc = torch.zeros(ref.shape, dtype=F64)
+        xm, wm = pool_to_grid(x, w, folded)
+        k, v = xm.view(b, 2, h, d, *folded).unbind(1)
+        assert ba.accumulate_box_attention(acc, torch.ones(h, dtype=F64), q, k, v, wm.log(), window, 0.3, taper,
+                                           key_grid=m)
+        assert _rel(acc, ref) <= 1e-12
+
+
+def test_the_folded_weights_keep_every_window_weight():
+    """Φ sums φ / share over the key cells of each input cell: the row sums are those of φ / share, and the
+    fold of a level on the input's own grid is refused."""
+    from sciattn.multipole.geometry import folded_axis_geometry
+
+    for n, m, c in [(32, 64, 8), (16, 64, 8), (40, 64, 8), (37, 64, 8)]:
+        g, f = axis_geometry(n, m, c, True), folded_axis_geometry(n, m, c, True)
+        src = torch.div((2 * torch.arange(m) + 1) * n, 2 * m, rounding_mode="floor")
+        share = torch.bincount(src, minlength=n).to(F64)
+        keys = g.start[:, None] + torch.arange(g.length)
+        want = (g.logphi.exp() / share[src[keys]]).sum(1)
+        torch.testing.assert_close(f.logphi.exp().sum(1), want, rtol=1e-14, atol=0)
+        assert f.length < g.length and int((f.start + f.length).max()) <= n and int(f.start.min()) >= 0
+    with pytest.raises(ValueError, match="expected 1 <= n < m"):
+        folded_axis_geometry(64, 64, 8, True)
+
+
+@needs_kernels
+def test_key_grid_errors_name_the_argument():
+    q = torch.zeros(1, 2, 8, 16, 16)
+    k = torch.zeros(1, 2, 8, 16, 16)
+    with pytest.raises(ValueError, match="key_grid: a folded level runs through the CPU kernels only"):
+        ba.box_attention(q, k, k, torch.zeros(1, 16, 16), (8, 8), 1.0, backend="sdpa", key_grid=(64, 64))
+    with pytest.raises(ValueError, match=r"key_grid: expected 2 ints"):
+        ba.box_attention(q, k, k, torch.zeros(1, 16, 16), (8, 8), 1.0, key_grid=(64,))
+    with pytest.raises(ValueError, match=r"key_grid: expected, per axis"):
+        ba.box_attention(q, k[..., :8, :8], k[..., :8, :8], torch.zeros(1, 8, 8), (8, 8), 1.0, key_grid=(64, 64))
+
+
+@needs_kernels
+def test_the_layer_folds_levels_finer_than_the_input(monkeypatch):
+    """At 32² the default's 64-cell level runs on the input grid (key_grid=(64, 64)); on the SDPA path it does
+    not fold, and both give the same output."""
+    import sciattn.multipole.module as module
+
+    calls = []
+    real = module.box_attention
+
+    def spy(q, k, v, *args, key_grid=None, **kw):
+        calls.append((tuple(k.shape[3:]), key_grid))
+        return real(q, k, v, *args, key_grid=key_grid, **kw)
+
+    monkeypatch.setattr(module, "box_attention", spy)
+    layer = _layer(2)
+    x = torch.randn(1, 16, 32, 32, dtype=F64, requires_grad=True)
+    y = layer(x)
+    assert calls[0] == ((32, 32), (64, 64)) and calls[1] == ((32, 32), None)
+    calls.clear()
+    layer.backend = "sdpa"
+    assert _rel(layer(x), y) <= 1e-12 and calls[0] == ((64, 64), None)
