@@ -99,8 +99,9 @@ def _axis_float64(n: int, m: int, c: int, taper: bool) -> AxisGeometry:
 
 
 @functools.lru_cache(maxsize=GEOMETRY_CACHE_SIZE)
-def _axis_cast(n: int, m: int, c: int, taper: bool, dtype: torch.dtype, device: torch.device) -> AxisGeometry:
-    base = _axis_float64(n, m, c, taper)
+def _axis_cast(n: int, m: int, c: int, taper: bool, dtype: torch.dtype, device: torch.device,
+               folded: bool = False) -> AxisGeometry:
+    base = (_folded_float64 if folded else _axis_float64)(n, m, c, taper)
     return AxisGeometry(base.start.to(device), base.logphi.to(dtype=dtype, device=device))
 
 
@@ -127,12 +128,6 @@ def _folded_float64(n: int, m: int, c: int, taper: bool) -> AxisGeometry:
     return AxisGeometry(start.contiguous(), folded.log().contiguous())
 
 
-@functools.lru_cache(maxsize=GEOMETRY_CACHE_SIZE)
-def _folded_cast(n: int, m: int, c: int, taper: bool, dtype: torch.dtype, device: torch.device) -> AxisGeometry:
-    base = _folded_float64(n, m, c, taper)
-    return AxisGeometry(base.start.to(device), base.logphi.to(dtype=dtype, device=device))
-
-
 def folded_axis_geometry(n: int, m: int, c: int, taper: bool, dtype: torch.dtype = torch.float64,
                          device: torch.device | str = "cpu") -> AxisGeometry:
     """Box starts and log weights of the level ``(m, c)`` folded onto the ``n`` input cells of an axis where it is
@@ -141,7 +136,7 @@ def folded_axis_geometry(n: int, m: int, c: int, taper: bool, dtype: torch.dtype
     n, m, c = int(n), int(m), int(c)
     if not 1 <= n < m:
         raise ValueError(f"folded_axis_geometry: expected 1 <= n < m (a level finer than the input), got n={n}, m={m}")
-    return _folded_cast(n, m, c, bool(taper), dtype, torch.device(device))
+    return _axis_cast(n, m, c, bool(taper), dtype, torch.device(device), True)
 
 
 def box_keys(geometry: AxisGeometry) -> int:
@@ -152,10 +147,10 @@ def box_keys(geometry: AxisGeometry) -> int:
 def geometry_cache_info() -> dict[str, object]:
     """Hits, misses and sizes of the two caches (float64 tables; cast copies per dtype/device)."""
     return {"float64": _axis_float64.cache_info(), "cast": _axis_cast.cache_info(),
-            "folded": _folded_float64.cache_info(), "folded_cast": _folded_cast.cache_info()}
+            "folded": _folded_float64.cache_info()}
 
 
 def clear_geometry_cache() -> None:
-    for cache in (_axis_float64, _axis_cast, _folded_float64, _folded_cast):
+    for cache in (_axis_float64, _axis_cast, _folded_float64):
         cache.cache_clear()
 
