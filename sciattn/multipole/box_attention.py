@@ -22,7 +22,7 @@ Backends, chosen per call (:func:`box_attention_backend`):
   ``torch.library.opcheck``). Two strategies, chosen per level by :func:`lane_strides`: queries in the vector
   lanes (``csrc/query_lanes.cpp``; boxes that slide with the query: the local term and fine key grids) or keys
   in the lanes with boxes shared by runs of queries (``csrc/shared_boxes.cpp``; coarse key grids, the global
-  level, sizes without lane structure);
+  level, sizes without lane structure; short runs share widened boxes, :data:`WIDEN_CELLS`);
 * ``flex``: :func:`sciattn.multipole.box_flex.box_flex`, one flex attention per level with a block mask of the
   boxes (compiled on CUDA; chosen with ``backend="flex"``, on the layer ``MultipoleAttention(backend="flex")``);
 * ``sdpa``: :func:`sciattn.multipole.physical.level_attention` (groups of queries against a halo of key cells
@@ -45,7 +45,7 @@ import torch
 from .._capabilities import has_flex_attention
 from . import _cpu_extension
 from .box_flex import box_flex
-from .geometry import axis_geometry, folded_axis_geometry
+from .geometry import axis_geometry, folded_axis_geometry, widened_axis_geometry
 from .physical import level_attention, local_attention
 
 __all__ = ["box_attention", "local_box_attention", "accumulate_box_attention", "box_attention_backend",
@@ -60,6 +60,12 @@ BACKENDS = ("cpu", "sdpa", "flex")
 # boxes and the shared boxes long runs: the shared boxes were faster forward+backward (mano's widths, batch 16: the
 # 16-cell level at 32² 0.89x and at 64² 0.66x the lanes' time; the 32-cell level at 64², 3.2x, stays in lanes).
 MIN_LANES, MAX_SLOPE, MAX_RUN = 16, 4, 4
+# The shared-box kernel loads a box once per run of queries with one box start. With fewer than WIDEN_BELOW queries
+# per key cell along an axis, runs of queries whose boxes fit in WIDEN_CELLS more cells share one widened box
+# (geometry.widened_axis_geometry): forward+backward of the 64-cell level at 85² 6.0x faster, at 101² 4.4x, at 141²
+# 3.2x, the 32-cell level at 85² 2.2x, 16 at 32² 1.2x; at 4 or more queries per key cell (16 at 64² and 256²) it was
+# slower (0.86x, 0.75x). Widths 1 to 6 cells were measured: 3 was best or within 10% of it at every size.
+WIDEN_BELOW, WIDEN_CELLS = 3, 3
 
 
 def lane_strides(n2: int, m2: int, box2: int) -> tuple[int, int]:
@@ -77,17 +83,25 @@ def lane_strides(n2: int, m2: int, box2: int) -> tuple[int, int]:
 
 def _geometry(n: Sequence[int], m: Sequence[int], window: Sequence[int], taper: bool, dtype, device,
               key_grid: Sequence[int] | None = None):
-    """Tables of the three kernel axes (leading unused axes of size 1): ``n3, m3, starts, logphi``; axes where
-    ``key_grid`` (the level's grid) is finer than the keys ``m`` take the folded tables (:func:`_check_fold`)."""
+    """Tables of the three kernel axes (leading unused axes of size 1) and the kernel's lane strides:
+    ``n3, m3, starts, logphi, (a, r)``. Axes where ``key_grid`` (the level's grid) is finer than the keys ``m``
+    take the folded tables (:func:`_check_fold`); for the shared-box kernel (``a = 0``), axes with fewer than
+    :data:`WIDEN_BELOW` queries per key cell take boxes widened by :data:`WIDEN_CELLS` so that runs of queries share
+    them (:func:`~sciattn.multipole.geometry.widened_axis_geometry`)."""
     fine = m if key_grid is None else key_grid
-    tables = [axis_geometry(na, ma, ca, taper, dtype, device) if fa == ma
-              else folded_axis_geometry(na, fa, ca, taper, dtype, device)
-              for na, ma, fa, ca in zip(n, m, fine, window)]
+    axes = [(int(na), int(fa), int(ca), fa != ma) for na, ma, fa, ca in zip(n, m, fine, window)]
+    tables = [folded_axis_geometry(na, fa, ca, taper, dtype, device) if folded
+              else axis_geometry(na, fa, ca, taper, dtype, device) for na, fa, ca, folded in axes]
     pad = 3 - len(tables)
+    n3, m3 = [1] * pad + [int(a) for a in n], [1] * pad + [int(a) for a in m]
+    a, r = lane_strides(n3[2], m3[2], tables[-1].length)
+    if not a and WIDEN_CELLS:
+        tables = [widened_axis_geometry(na, fa, ca, taper, WIDEN_CELLS, dtype, device, folded=folded)
+                  if na < WIDEN_BELOW * ka and t.length < ka else t
+                  for (na, fa, ca, folded), ka, t in zip(axes, [int(a) for a in m], tables)]
     one = axis_geometry(1, 1, 1, False, dtype, device)
     tables = [one] * pad + tables
-    return ([1] * pad + [int(a) for a in n], [1] * pad + [int(a) for a in m],
-            [t.start for t in tables], [t.logphi for t in tables])
+    return n3, m3, [t.start for t in tables], [t.logphi for t in tables], (a, r)
 
 
 def _library():
@@ -268,9 +282,7 @@ def _box_cpu(q, k, v, logw, window, scale, taper, key_grid=None):
     if v.shape[2] != dh or k.shape[2] != dh:
         raise ValueError(f"v: expected the head dimension of q ({dh}) for the CPU kernels, got k {tuple(k.shape)}, "
                          f"v {tuple(v.shape)}")
-    n3, m3, starts, logphi = _geometry(n, m, window, taper, q.dtype, q.device, key_grid)
-    lengths = [t.shape[1] for t in logphi]
-    a, r = lane_strides(n3[2], m3[2], lengths[2])
+    n3, m3, starts, logphi, (a, r) = _geometry(n, m, window, taper, q.dtype, q.device, key_grid)
     out, _ = _box_forward(q.reshape(b, h, dh, -1).contiguous(), k.reshape(b, h, dh, -1).contiguous(),
                           v.reshape(b, h, dh, -1).contiguous(), logw.to(q.dtype).reshape(b, -1).contiguous(),
                           n3, m3, starts, logphi, float(scale), a, r)
@@ -290,8 +302,7 @@ def accumulate_box_attention(acc: torch.Tensor, gamma: torch.Tensor, q: torch.Te
     b, h, dh = q.shape[:3]
     n, m = tuple(q.shape[3:]), tuple(k.shape[3:])
     _check_fold(n, m, key_grid)
-    n3, m3, starts, logphi = _geometry(n, m, window, taper, q.dtype, q.device, key_grid)
-    a, r = lane_strides(n3[2], m3[2], logphi[2].shape[1])
+    n3, m3, starts, logphi, (a, r) = _geometry(n, m, window, taper, q.dtype, q.device, key_grid)
     args = (q.reshape(b, h, dh, -1).contiguous(), k.reshape(b, h, dh, -1).contiguous(),
             v.reshape(b, h, dh, -1).contiguous(), logw.to(q.dtype).reshape(b, -1).contiguous(), n3, m3, starts,
             logphi, float(scale))

@@ -31,6 +31,12 @@ per input cell). The level's sum over its box therefore gathers per input cell,
 so the level is a box attention on the input grid with the folded per-axis weights ``Φ`` (:func:`folded_axis_geometry`):
 the same sums with ``L' ≈ L n / m + 1`` keys per axis instead of ``L`` (at 32² the 64-cell level's 9 × 9 keys become
 5 × 5), equal to the unfolded level up to rounding.
+
+**Widened boxes.** The keys-in-lanes kernel loads a box once for every run of queries with the same box start. Where
+an axis has fewer than about three queries per key cell (85 input cells on a 64-cell level), runs are one or two
+queries long and the loads are barely shared. :func:`widened_axis_geometry` groups consecutive queries whose boxes
+fit in ``L + extra`` cells into one run with one start; each query keeps its own weights at its own cells and
+``log 0 = -inf`` on the others, so the sums are the same.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ import functools
 
 import torch
 
-__all__ = ["AxisGeometry", "axis_geometry", "folded_axis_geometry", "GEOMETRY_CACHE_SIZE"]
+__all__ = ["AxisGeometry", "axis_geometry", "folded_axis_geometry", "widened_axis_geometry", "GEOMETRY_CACHE_SIZE"]
 
 # Distinct (n, m, c, taper, dtype, device) tables kept; a layer at one resolution uses one per level and axis.
 GEOMETRY_CACHE_SIZE = 512
@@ -99,9 +105,36 @@ def _axis_float64(n: int, m: int, c: int, taper: bool) -> AxisGeometry:
 
 
 @functools.lru_cache(maxsize=GEOMETRY_CACHE_SIZE)
-def _axis_cast(n: int, m: int, c: int, taper: bool, dtype: torch.dtype, device: torch.device,
-               folded: bool = False) -> AxisGeometry:
+def _widened_float64(n: int, m: int, c: int, taper: bool, folded: bool, extra: int) -> AxisGeometry:
+    """The tables (folded ones when ``folded``) with runs of queries sharing one box of ``L + extra`` cells (module
+    docstring), float64, CPU. ``m``: the level's own size (its key count is ``n`` when folded)."""
     base = (_folded_float64 if folded else _axis_float64)(n, m, c, taper)
+    keys = n if folded else m
+    length = base.length
+    wide = min(length + extra, keys)
+    starts = base.start.tolist()
+    shared = []
+    i = 0
+    while i < n:  # starts never decrease along the axis: a run ends at the first box that leaves the shared one
+        s0 = min(starts[i], keys - wide)
+        j = i
+        while j < n and starts[j] + length <= s0 + wide:
+            j += 1
+        shared += [s0] * (j - i)
+        i = j
+    start = torch.tensor(shared, dtype=torch.long)
+    cols = (base.start - start)[:, None] + torch.arange(length)
+    logphi = torch.full((n, wide), -torch.inf, dtype=torch.float64).scatter_(1, cols, base.logphi)
+    return AxisGeometry(start, logphi)
+
+
+@functools.lru_cache(maxsize=GEOMETRY_CACHE_SIZE)
+def _axis_cast(n: int, m: int, c: int, taper: bool, dtype: torch.dtype, device: torch.device,
+               folded: bool = False, extra: int = 0) -> AxisGeometry:
+    if extra:
+        base = _widened_float64(n, m, c, taper, folded, extra)
+    else:
+        base = (_folded_float64 if folded else _axis_float64)(n, m, c, taper)
     return AxisGeometry(base.start.to(device), base.logphi.to(dtype=dtype, device=device))
 
 
@@ -139,6 +172,19 @@ def folded_axis_geometry(n: int, m: int, c: int, taper: bool, dtype: torch.dtype
     return _axis_cast(n, m, c, bool(taper), dtype, torch.device(device), True)
 
 
+def widened_axis_geometry(n: int, m: int, c: int, taper: bool, extra: int, dtype: torch.dtype = torch.float64,
+                          device: torch.device | str = "cpu", *, folded: bool = False) -> AxisGeometry:
+    """The tables of :func:`axis_geometry` (of :func:`folded_axis_geometry` when ``folded``) with consecutive queries
+    whose boxes fit in ``L + extra`` cells (at most the key count) given one start (module docstring): the same
+    weights at the same key cells, ``-inf`` on the cells a query's own box does not hold. Cached per arguments."""
+    n, m, c, extra = int(n), int(m), int(c), int(extra)
+    if extra < 0:
+        raise ValueError(f"widened_axis_geometry: expected extra >= 0, got {extra}")
+    if folded and not 1 <= n < m:
+        raise ValueError(f"widened_axis_geometry: expected 1 <= n < m with folded=True, got n={n}, m={m}")
+    return _axis_cast(n, m, c, bool(taper), dtype, torch.device(device), bool(folded), extra)
+
+
 def box_keys(geometry: AxisGeometry) -> int:
     """Key cells per box along the axis (``L``)."""
     return geometry.length
@@ -147,10 +193,10 @@ def box_keys(geometry: AxisGeometry) -> int:
 def geometry_cache_info() -> dict[str, object]:
     """Hits, misses and sizes of the two caches (float64 tables; cast copies per dtype/device)."""
     return {"float64": _axis_float64.cache_info(), "cast": _axis_cast.cache_info(),
-            "folded": _folded_float64.cache_info()}
+            "folded": _folded_float64.cache_info(), "widened": _widened_float64.cache_info()}
 
 
 def clear_geometry_cache() -> None:
-    for cache in (_axis_float64, _axis_cast, _folded_float64):
+    for cache in (_axis_float64, _axis_cast, _folded_float64, _widened_float64):
         cache.cache_clear()
 

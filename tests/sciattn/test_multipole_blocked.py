@@ -2,7 +2,8 @@
 up to four queries of a row share every key load, and the key and value gradients are added once per eight
 buffered queries. Every block size (runs of 1 to 9 queries along the last axis: full blocks, tails and the
 backward's flush), queries without an admissible key inside a block, and head dimensions that pad (14) or span
-several vectors (40) are checked against the SDPA path in float64, outputs and gradients."""
+several vectors (40) are checked against the SDPA path in float64, outputs and gradients, and so are the widened
+boxes that runs of queries share where an axis has fewer than three queries per key cell."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def _compare(n, m, window, taper, d, logw, seed=0):
 @needs_kernels
 @pytest.mark.parametrize("run", range(1, 10))
 @pytest.mark.parametrize("d", [14, 40])
-def test_every_block_size(run, d):
+def test_every_block_size(run, d, monkeypatch):
+    monkeypatch.setattr(ba, "WIDEN_CELLS", 0)  # the runs as the level gives them (no widened boxes)
     m = (5, 6)
     n = (7, 6 * run)  # runs of `run` queries along the last axis share a box
     assert ba.lane_strides(n[1], m[1], 3) == (0, 0)  # the shared-box kernel
@@ -93,3 +95,39 @@ def test_lane_strides_and_the_lane_kernel_with_query_strides(n2, m2, lanes):
     assert ba.lane_strides(n2, m2, 9) == lanes
     logw = torch.rand(1, 3, m2, dtype=F64).log()
     _compare((3, n2), (3, m2), (2, 8), True, 14, logw)
+
+
+WIDENED = [  # (n, m, window, taper): levels with one or two queries per key cell on some axis
+    ((85, 85), (64, 64), (8, 8), True),
+    ((41, 101), (32, 64), (8, 8), True),
+    ((37, 29), (32, 32), (8, 8), False),
+    ((101,), (64,), (8,), True),
+    ((19, 23, 21), (16, 16, 16), (8, 8, 8), True),
+]
+
+
+@needs_kernels
+@pytest.mark.parametrize("n, m, window, taper", WIDENED)
+def test_widened_shared_boxes_equal_the_sdpa_path(n, m, window, taper):
+    *_, (a, r) = ba._geometry(n, m, window, taper, F64, "cpu")
+    assert (a, r) == (0, 0)
+    logw = torch.rand(2, *m, dtype=F64).log()
+    logw.view(-1)[::7] = -math.inf
+    _compare(n, m, window, taper, 14, logw)
+
+
+def test_widened_tables_keep_every_weight_and_share_starts():
+    from sciattn.multipole.geometry import axis_geometry, folded_axis_geometry, widened_axis_geometry
+
+    for n, m, c, folded in [(85, 64, 8, False), (141, 64, 8, False), (101, 32, 8, False), (40, 64, 8, True)]:
+        plain = (folded_axis_geometry if folded else axis_geometry)(n, m, c, True)
+        wide = widened_axis_geometry(n, m, c, True, 3, folded=folded)
+        keys = n if folded else m
+        assert wide.length == plain.length + 3 and int((wide.start + wide.length).max()) <= keys
+        dense = [torch.full((n, keys), -math.inf, dtype=F64).scatter_(1, g.start[:, None] + torch.arange(g.length),
+                                                                         g.logphi) for g in (plain, wide)]
+        assert torch.equal(dense[0], dense[1])  # the same weight on every key cell of every query
+        runs = torch.unique_consecutive(wide.start, return_counts=True)[1]
+        assert runs.float().mean() >= 2 * torch.unique_consecutive(plain.start, return_counts=True)[1].float().mean()
+    with pytest.raises(ValueError, match="extra >= 0"):
+        widened_axis_geometry(85, 64, 8, True, -1)

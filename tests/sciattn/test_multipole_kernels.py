@@ -146,7 +146,7 @@ def test_float32_kernels_agree_with_sdpa_to_rounding():
 def test_opcheck(a, r, n, m):
     torch.manual_seed(3)
     window = (3, 3) if n == m else (8, 8)
-    n3, m3, starts, logphi = ba._geometry(n, m, window, n != m, F64, "cpu")
+    n3, m3, starts, logphi, _ = ba._geometry(n, m, window, n != m, F64, "cpu")
     q = torch.randn(1, 2, 8, math.prod(n), dtype=F64, requires_grad=True)
     k = torch.randn(1, 2, 8, math.prod(m), dtype=F64, requires_grad=True)
     v = torch.randn(1, 2, 8, math.prod(m), dtype=F64, requires_grad=True)
