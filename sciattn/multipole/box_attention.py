@@ -45,7 +45,7 @@ import torch
 from .._capabilities import has_flex_attention
 from . import _cpu_extension
 from .box_flex import box_flex
-from .geometry import axis_geometry, folded_axis_geometry, widened_axis_geometry
+from .geometry import axis_geometry, box_starts, folded_axis_geometry, widened_axis_geometry
 from .physical import level_attention, local_attention
 
 __all__ = ["box_attention", "local_box_attention", "accumulate_box_attention", "box_attention_backend",
@@ -60,12 +60,15 @@ BACKENDS = ("cpu", "sdpa", "flex")
 # boxes and the shared boxes long runs: the shared boxes were faster forward+backward (mano's widths, batch 16: the
 # 16-cell level at 32² 0.89x and at 64² 0.66x the lanes' time; the 32-cell level at 64², 3.2x, stays in lanes).
 MIN_LANES, MAX_SLOPE, MAX_RUN = 16, 4, 4
-# The shared-box kernel loads a box once per run of queries with one box start. With fewer than WIDEN_BELOW queries
-# per key cell along an axis, runs of queries whose boxes fit in WIDEN_CELLS more cells share one widened box
-# (geometry.widened_axis_geometry): forward+backward of the 64-cell level at 85² 6.0x faster, at 101² 4.4x, at 141²
-# 3.2x, the 32-cell level at 85² 2.2x, 16 at 32² 1.2x; at 4 or more queries per key cell (16 at 64² and 256²) it was
-# slower (0.86x, 0.75x). Widths 1 to 6 cells were measured: 3 was best or within 10% of it at every size.
-WIDEN_BELOW, WIDEN_CELLS = 3, 3
+# The shared-box kernel loads a box once per run of queries with one box start. Where the runs along an axis are
+# short (fewer than WIDEN_BELOW queries per distinct box start on average), runs of queries whose boxes fit in
+# WIDEN_CELLS more cells share one widened box (geometry.widened_axis_geometry). Measured by
+# benchmarks/_box_widening.py (one level forward+backward, 4 heads x 14, 8-cell tapered windows, 2026-12-07):
+# mean run 1.5 (85 inputs on 64 cells) 6.0x faster, 2.5 (141 on 64) 3.0x, 3.5 (85 on 32) 2.1x, 3.8 (211 on 64)
+# 2.1x, 4 (32 on 16) 1.1x, 5.4 (300 on 64) 1.5x, 5.9 (141 on 32) 1.3x, 7.5 (421 on 64) 1.2x; at 8 or more no faster
+# or slower (8: 64 on 16 0.88x; 9.1: 512 on 64 1.0x; 10.6: 85 on 16 0.81x; 32: 256 on 16 0.76x). Widths of 1 to 6
+# cells were tried at a few of these sizes: 3 was best or within 10% of it.
+WIDEN_BELOW, WIDEN_CELLS = 8, 3
 
 
 def lane_strides(n2: int, m2: int, box2: int) -> tuple[int, int]:
@@ -86,8 +89,8 @@ def _geometry(n: Sequence[int], m: Sequence[int], window: Sequence[int], taper: 
     """Tables of the three kernel axes (leading unused axes of size 1) and the kernel's lane strides:
     ``n3, m3, starts, logphi, (a, r)``. Axes where ``key_grid`` (the level's grid) is finer than the keys ``m``
     take the folded tables (:func:`_check_fold`); for the shared-box kernel (``a = 0``), axes with fewer than
-    :data:`WIDEN_BELOW` queries per key cell take boxes widened by :data:`WIDEN_CELLS` so that runs of queries share
-    them (:func:`~sciattn.multipole.geometry.widened_axis_geometry`)."""
+    :data:`WIDEN_BELOW` queries per distinct box start take boxes widened by :data:`WIDEN_CELLS` so that runs of
+    queries share them (:func:`~sciattn.multipole.geometry.widened_axis_geometry`)."""
     fine = m if key_grid is None else key_grid
     axes = [(int(na), int(fa), int(ca), fa != ma) for na, ma, fa, ca in zip(n, m, fine, window)]
     tables = [folded_axis_geometry(na, fa, ca, taper, dtype, device) if folded
@@ -97,7 +100,7 @@ def _geometry(n: Sequence[int], m: Sequence[int], window: Sequence[int], taper: 
     a, r = lane_strides(n3[2], m3[2], tables[-1].length)
     if not a and WIDEN_CELLS:
         tables = [widened_axis_geometry(na, fa, ca, taper, WIDEN_CELLS, dtype, device, folded=folded)
-                  if na < WIDEN_BELOW * ka and t.length < ka else t
+                  if t.length < ka and na < WIDEN_BELOW * box_starts(na, fa, ca, taper, folded) else t
                   for (na, fa, ca, folded), ka, t in zip(axes, [int(a) for a in m], tables)]
     one = axis_geometry(1, 1, 1, False, dtype, device)
     tables = [one] * pad + tables

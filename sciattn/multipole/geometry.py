@@ -33,8 +33,8 @@ the same sums with ``L' ≈ L n / m + 1`` keys per axis instead of ``L`` (at 32�
 5 × 5), equal to the unfolded level up to rounding.
 
 **Widened boxes.** The keys-in-lanes kernel loads a box once for every run of queries with the same box start. Where
-an axis has fewer than about three queries per key cell (85 input cells on a 64-cell level), runs are one or two
-queries long and the loads are barely shared. :func:`widened_axis_geometry` groups consecutive queries whose boxes
+runs are short along an axis (85 input cells on a 64-cell level: 1.5 queries per box start), the loads are barely
+shared. :func:`widened_axis_geometry` groups consecutive queries whose boxes
 fit in ``L + extra`` cells into one run with one start; each query keeps its own weights at its own cells and
 ``log 0 = -inf`` on the others, so the sums are the same.
 """
@@ -185,6 +185,14 @@ def widened_axis_geometry(n: int, m: int, c: int, taper: bool, extra: int, dtype
     return _axis_cast(n, m, c, bool(taper), dtype, torch.device(device), bool(folded), extra)
 
 
+@functools.lru_cache(maxsize=GEOMETRY_CACHE_SIZE)
+def box_starts(n: int, m: int, c: int, taper: bool, folded: bool = False) -> int:
+    """The number of distinct box starts along the axis (of the folded tables when ``folded``): ``n`` over it is
+    the mean run of queries that share a box."""
+    base = (_folded_float64 if folded else _axis_float64)(int(n), int(m), int(c), bool(taper))
+    return int(torch.unique_consecutive(base.start).numel())
+
+
 def box_keys(geometry: AxisGeometry) -> int:
     """Key cells per box along the axis (``L``)."""
     return geometry.length
@@ -193,10 +201,11 @@ def box_keys(geometry: AxisGeometry) -> int:
 def geometry_cache_info() -> dict[str, object]:
     """Hits, misses and sizes of the two caches (float64 tables; cast copies per dtype/device)."""
     return {"float64": _axis_float64.cache_info(), "cast": _axis_cast.cache_info(),
-            "folded": _folded_float64.cache_info(), "widened": _widened_float64.cache_info()}
+            "folded": _folded_float64.cache_info(), "widened": _widened_float64.cache_info(),
+            "box_starts": box_starts.cache_info()}
 
 
 def clear_geometry_cache() -> None:
-    for cache in (_axis_float64, _axis_cast, _folded_float64, _widened_float64):
+    for cache in (_axis_float64, _axis_cast, _folded_float64, _widened_float64, box_starts):
         cache.cache_clear()
 

@@ -3,7 +3,7 @@ up to four queries of a row share every key load, and the key and value gradient
 buffered queries. Every block size (runs of 1 to 9 queries along the last axis: full blocks, tails and the
 backward's flush), queries without an admissible key inside a block, and head dimensions that pad (14) or span
 several vectors (40) are checked against the SDPA path in float64, outputs and gradients, and so are the widened
-boxes that runs of queries share where an axis has fewer than three queries per key cell."""
+boxes that runs of queries share where runs along an axis are short."""
 
 from __future__ import annotations
 
