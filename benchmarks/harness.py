@@ -455,6 +455,10 @@ def run_benchmark(name: str, *, quick: bool = False, results: Path | str = RESUL
         command = "python -m benchmarks " + " ".join(sys.argv[1:])
     meta = metadata(command, params, bench.packages)
     rows = bench.run(dict(params))
+    import torch
+
+    # the threads the measurement ran with: a benchmark that sets its own count (most time on one) records that one
+    meta["hardware"]["torch_threads"] = torch.get_num_threads()
     if not isinstance(rows, list) or not rows:
         raise SchemaError(f"{name}: run() expected to return a non-empty list of rows, got {rows!r:.80}")
     for i, row in enumerate(rows):

@@ -96,6 +96,24 @@ def test_a_run_whose_rows_break_the_schema_appends_nothing(tmp_path, monkeypatch
     assert not (tmp_path / "toy_bad.jsonl").exists()
 
 
+def test_rows_record_the_thread_count_the_benchmark_ran_with(tmp_path, monkeypatch):
+    import torch
+
+    before = torch.get_num_threads()
+
+    def run(p):
+        torch.set_num_threads(1)  # as the timing benchmarks do
+        return [{"n": 1, "err": 1.0, "label": "a"}]
+
+    monkeypatch.setitem(harness.REGISTRY, "toy_threads", _toy(name="toy_threads", run=run))
+    try:
+        torch.set_num_threads(2)
+        rec = harness.run_benchmark("toy_threads", results=tmp_path, command="test")[0]
+    finally:
+        torch.set_num_threads(before)
+    assert rec["hardware"]["torch_threads"] == 1
+
+
 def test_quick_run_of_a_real_benchmark_appends_rows_with_metadata(tmp_path):
     # startup's quick budget restricted to the bare interpreter: a real subprocess measurement in ~0.1 s
     over = {"cases": ["python -c pass"], "repeats": 2}
