@@ -629,8 +629,8 @@ BENCHMARKS = (
         params=SCALING_PARAMS, quick=SCALING_QUICK,
         columns=SCALING_COLUMNS, labels=SCALING_LABELS,
         notes=scaling_notes, added_fields=SCALING_ADDED,
-        description="Milliseconds per training step (batch 1, forward + backward + AdamW) against N = r² per operator, "
-                    "widths matched to one parameter target;",
+        description="Milliseconds per training step (batch: the column; forward + backward + AdamW) against N = r² per "
+                    "operator, widths matched to one parameter target;",
         claim="time per step grows at most like N^1.15 except quadratic baselines (docs/benchmarks/training.md)",
     ),
 )
