@@ -34,9 +34,9 @@ the same sums with ``L' â‰ˆ L n / m + 1`` keys per axis instead of ``L`` (at 32Â
 
 **Widened boxes.** The keys-in-lanes kernel loads a box once for every run of queries with the same box start. Where
 runs are short along an axis (85 input cells on a 64-cell level: 1.5 queries per box start), the loads are barely
-shared. :func:`widened_axis_geometry` groups consecutive queries whose boxes
-fit in ``L + extra`` cells into one run with one start; each query keeps its own weights at its own cells and
-``log 0 = -inf`` on the others, so the sums are the same.
+shared. :func:`widened_axis_geometry` groups consecutive queries whose boxes fit in ``L + extra`` cells into one run
+with one start; each query keeps its own weights at its own cells and ``log 0 = -inf`` on the others, so the sums
+are the same.
 """
 
 from __future__ import annotations
@@ -199,7 +199,8 @@ def box_keys(geometry: AxisGeometry) -> int:
 
 
 def geometry_cache_info() -> dict[str, object]:
-    """Hits, misses and sizes of the two caches (float64 tables; cast copies per dtype/device)."""
+    """Hits, misses and sizes of the caches (float64 tables: plain, folded, widened; cast copies per dtype/device;
+    box-start counts)."""
     return {"float64": _axis_float64.cache_info(), "cast": _axis_cast.cache_info(),
             "folded": _folded_float64.cache_info(), "widened": _widened_float64.cache_info(),
             "box_starts": box_starts.cache_info()}

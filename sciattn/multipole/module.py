@@ -72,9 +72,9 @@ window (:mod:`sciattn.multipole.physical`), or flex attention with ``backend="fl
 first (the projections are matrix products on ``(B, C, N)``), and at inference each level is added into the
 output in place. The kernels fold a level finer than the input onto the input grid (its key cells only repeat
 input cells: :mod:`sciattn.multipole.geometry`; at 32² the 64-cell level's 9 × 9 keys become 5 × 5), and the local
-term and the levels on the input grid share one key projection. Under ``torch.export`` the sizes ``n = K·m_0`` (``K >= 2``) make every level a reshape (the
-taper's per-query weights are computed from the symbolic sizes), so one traced program takes all of them
-(:meth:`MultipoleAttention.export_unit`).
+term and the levels on the input grid share one key projection. Under ``torch.export`` the sizes ``n = K·m_0``
+(``K >= 2``) make every level a reshape (the taper's per-query weights are computed from the symbolic sizes), so one
+traced program takes all of them (:meth:`MultipoleAttention.export_unit`).
 
 Differences from the MANO paper's method (and code): queries at full resolution against every
 level (MANO pools queries too and upsamples each level's output); windows that slide, clamped to

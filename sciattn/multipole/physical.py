@@ -85,7 +85,7 @@ def pool_to_grid(x: torch.Tensor, w: torch.Tensor, grid: Sequence[int]) -> tuple
     """Weighted cell means ``(B, C, *m)`` and cell weights ``(B, *m)`` of ``x (B, C, *n)`` with weights
     ``w (B, *n)`` on the key grid ``m`` (module docstring); a cell of zero weight has mean 0.
 
-    ``n`` a multiple of ``m``: a reshape-sum (exact under symbolic sizes). Otherwise per axis an
+    ``n`` a multiple of ``m``: per axis a reshape-sum (exact under symbolic sizes). Otherwise per axis an
     ``index_add`` (``n > m``), a repetition (``m`` a multiple of ``n``) or an ``index_select`` (``n < m``), the
     weight shared out equally in the last two."""
     num, den = x * w.unsqueeze(1), w.unsqueeze(1)
