@@ -43,7 +43,7 @@ def _layer(d: int, seed: int = 0, **kw) -> MultipoleAttention:
 
 
 @needs_kernels
-@pytest.mark.parametrize("shape", [(16, 16), (32, 32), (64, 64), (128, 128), (48, 40), (37, 29), (33, 65),
+@pytest.mark.parametrize("shape", [(16, 16), (32, 32), (64, 64), (128, 128), (48, 40), (37, 29), (33, 65), (3, 5), (85, 63),
                                    (100,), (257,), pytest.param((12, 10, 9), marks=pytest.mark.slow),
                                    pytest.param((16, 16, 32), marks=pytest.mark.slow)])
 @pytest.mark.parametrize("weighted", [False, True])
