@@ -36,7 +36,7 @@ the same sums with ``L' â‰ˆ L n / m + 1`` keys per axis instead of ``L`` (at 32Â
 runs are short along an axis (85 input cells on a 64-cell level: 1.5 queries per box start), the loads are barely
 shared. :func:`widened_axis_geometry` groups consecutive queries whose boxes fit in ``L + extra`` cells into one run
 with one start; each query keeps its own weights at its own cells and ``log 0 = -inf`` on the others, so the sums
-are the same.
+are the same (added in another order: equal up to rounding).
 """
 
 from __future__ import annotations
