@@ -28,7 +28,9 @@ q(x)·k(y)``:
   box (boundary nodes included; tensor products in ``d`` dimensions), ``Σ_m φ_m = 1``.
 * :func:`coarse_pool`: coarse tokens ``h_{0,m} = Σ_j w_j φ_m(x_j) h_j / Σ_j w_j φ_m(x_j)`` (zero where a hat holds
   no weight), from which a layer forms ``q_0`` and ``k_0``.
-* :func:`schwarz_attention`: ``z`` above, in ``O(N (S + M) D E)``; every sum over points carries ``w``.
+* :func:`schwarz_attention`: ``z`` above, in ``O(N (S + M) D E)``; every sum over points carries ``w``. The local
+  sums are matrix products ``(S·D × N_c) @ (N_c × E)`` over chunks of :data:`CHUNK_ELEMENTS`, and the output
+  ``(N_c × D) @ (D × S·E)`` weighted over ``i``: no per-point ``D × E`` outer product is formed.
 
 Shapes: ``q``, ``k`` ``(B, N, H, D)``, ``v`` ``(B, N, H, E)``, ``weights`` ``(B, N)`` (zero on padding),
 partition ``(B or 1, N, S)``, hats ``(B or 1, N, M)``, ``q0``, ``k0`` ``(B, M, H, D)``; output ``(B, N, H, E)``.
@@ -109,6 +111,16 @@ def coarse_pool(h: torch.Tensor, weights: torch.Tensor, hats: torch.Tensor) -> t
     return torch.where((mass > 0)[..., None], total / safe[..., None], torch.zeros_like(total))
 
 
+# Elements of one chunk's per-point products (B, Nc, S, H, D): 8 MiB in float32, so they stay in cache and are never
+# blocks the C library maps afresh at every call (the local sums as one (S·D x N) @ (N x E) product per chunk).
+CHUNK_ELEMENTS = 1 << 21
+
+
+def _chunk_sizes(n: int, per_point: int) -> list[int]:
+    size = max(1, CHUNK_ELEMENTS // max(1, per_point))
+    return [size] * (n // size) + ([n % size] if n % size else [])
+
+
 def schwarz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, weights: torch.Tensor,
                       partition: torch.Tensor, hats: torch.Tensor | None = None, q0: torch.Tensor | None = None,
                       k0: torch.Tensor | None = None) -> torch.Tensor:
@@ -124,12 +136,23 @@ def schwarz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, weights
             raise ValueError(f"{name}: expected {rank} dimensions, got shape {tuple(t.shape)}")
     if partition.shape[1] != q.shape[1]:
         raise ValueError(f"partition: expected {q.shape[1]} points on axis 1 to match q, got {tuple(partition.shape)}")
-    root = partition.clamp_min(0).sqrt().to(q.dtype)  # D_i^{1/2}
+    b, n, h, d = q.shape
+    e = v.shape[-1]
+    root = partition.clamp_min(0).sqrt().to(q.dtype).expand(b, -1, -1)  # D_i^{1/2}, (B, N, S)
     w = weights.to(q.dtype)
-    kv = torch.einsum("bnhd,bnhe->bnhde", k * w[..., None, None], v)
-    local = torch.einsum("bns,bnhde->bshde", root.expand(q.shape[0], -1, -1), kv)  # K_i^T D_i^{1/2} W_i R_i V
-    out = torch.einsum("bnhd,bnhde->bnhe", q, torch.einsum("bns,bshde->bnhde", root.expand(q.shape[0], -1, -1),
-                                                            local))
+    s = root.shape[-1]
+    sizes = _chunk_sizes(n, b * s * h * max(d, e))
+    local = None  # (B, H, S·D, E): K_i^T D_i^{1/2} W_i R_i V, one matrix product per chunk of points
+    for r_c, k_c, v_c in zip(root.split(sizes, 1), (k * w[..., None, None]).split(sizes, 1), v.split(sizes, 1)):
+        x = (r_c[..., None, None] * k_c[:, :, None]).permute(0, 3, 2, 4, 1).reshape(b, h, s * d, -1)
+        part = x @ v_c.transpose(1, 2)
+        local = part if local is None else local + part
+    lt = local.view(b, h, s, d, e).transpose(2, 3).reshape(b, h, d, s * e)  # (B, H, D, S·E)
+    parts = []
+    for r_c, q_c in zip(root.split(sizes, 1), q.split(sizes, 1)):
+        y = (q_c.transpose(1, 2) @ lt).view(b, h, -1, s, e)  # (B, H, Nc, S, E): q · (local block of every i)
+        parts.append((y * r_c[:, None, :, :, None]).sum(3).transpose(1, 2))  # Σ_i D_i^{1/2}(x) ...: (B, Nc, H, E)
+    out = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
     if hats is not None:
         hats = hats.to(q.dtype).expand(q.shape[0], -1, -1)
         v0 = torch.einsum("bnm,bnhe->bmhe", hats * w[..., None], v)  # Φ^T W V

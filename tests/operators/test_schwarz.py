@@ -177,3 +177,31 @@ def test_functional_names_a_missing_coarse_argument():
     q = torch.randn(1, 5, 1, 2)
     with pytest.raises(ValueError, match=r"hats, q0, k0: expected all three \(coarse level\) or none"):
         schwarz_attention(q, q, q, torch.ones(1, 5) / 5, torch.ones(1, 5, 1), torch.ones(1, 5, 2))
+
+
+def _dense_local_terms(q, k, v, weights, partition):
+    """The local terms as first written (per-point ``D × E`` products, then sums over the subdomains): the float64
+    oracle of the chunked matrix products that replaced them."""
+    root = partition.clamp_min(0).sqrt().to(q.dtype)
+    kv = torch.einsum("bnhd,bnhe->bnhde", k * weights.to(q.dtype)[..., None, None], v)
+    local = torch.einsum("bns,bnhde->bshde", root.expand(q.shape[0], -1, -1), kv)
+    return torch.einsum("bnhd,bnhde->bnhe", q, torch.einsum("bns,bshde->bnhde", root.expand(q.shape[0], -1, -1),
+                                                             local))
+
+
+@pytest.mark.parametrize("chunk", [None, 7 * 2 * 9 * 2 * 4])  # one chunk; chunks of 7 points (and a tail)
+def test_local_terms_in_chunks_equal_the_per_point_products(chunk, monkeypatch):
+    import sciattn.multipole.schwarz as schwarz
+
+    if chunk is not None:
+        monkeypatch.setattr(schwarz, "CHUNK_ELEMENTS", chunk)
+    n = 45
+    pos = torch.rand(n, 2, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    q, k, v, w, _, _ = _random(2, n, 2, 3, 4, 1, seed=5)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    part = physical_partition(pos, (3, 3), 0.1)[None]
+    ours, ref = schwarz_attention(q, k, v, w, part), _dense_local_terms(q, k, v, w, part)
+    assert _rel(ours.detach(), ref.detach()) < 1e-13
+    g = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad((ours * g).sum(), (q, k, v)), torch.autograd.grad((ref * g).sum(), (q, k, v))):
+        assert (a - b).abs().max() <= 1e-12 * b.abs().max()
