@@ -144,7 +144,7 @@ def schwarz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, weights
     sizes = _chunk_sizes(n, b * s * h * max(d, e))
     local = None  # (B, H, S·D, E): K_i^T D_i^{1/2} W_i R_i V, one matrix product per chunk of points
     for r_c, k_c, v_c in zip(root.split(sizes, 1), (k * w[..., None, None]).split(sizes, 1), v.split(sizes, 1)):
-        x = (r_c[..., None, None] * k_c[:, :, None]).permute(0, 3, 2, 4, 1).reshape(b, h, s * d, -1)
+        x = (r_c.transpose(1, 2)[:, None, :, None] * k_c.permute(0, 2, 3, 1)[:, :, None]).view(b, h, s * d, -1)
         part = x @ v_c.transpose(1, 2)
         local = part if local is None else local + part
     lt = local.view(b, h, s, d, e).transpose(2, 3).reshape(b, h, d, s * e)  # (B, H, D, S·E)
