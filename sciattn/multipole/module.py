@@ -344,26 +344,26 @@ class MultipoleAttention(InputPyramid, nn.Module):
         # the CPU kernels fold levels finer than the input onto the input grid (sciattn.multipole.geometry)
         fold = bias is None and self._box_backend() is None and box_attention_backend(q)[0] == "cpu"
         prev = None  # (grid, means, weights) of the level above, when it nests exactly on the input
-        keys: dict = {}  # key grid -> (k, v, log weights): the local term and the levels on the same grid share them
+        keys = None  # (key grid, k, v, log weights) of the last grid: the local term and levels on one grid share them
         if self.local_window is not None:
             k, v = norm(project(kw, kb, xf), self.k_norm), project(vw, vb, xf)
             logw = torch.where(w > 0, torch.log(torch.where(w > 0, w, 1.0)), neg)
             out = local_box_attention(q.view(b, h, dh, *grid), k.view(b, h, dh, *grid), v.view(b, h, dh, *grid),
                                       logw, self.local_window, scale, backend=self._box_backend())
             if all(isinstance(n, int) for n in grid):  # a level on the input grid: its cell means are x itself
-                keys, prev = {grid: (k.view(b, h, dh, *grid), v.view(b, h, dh, *grid), logw)}, (grid, x, w)
+                keys, prev = (grid, k.view(b, h, dh, *grid), v.view(b, h, dh, *grid), logw), (grid, x, w)
         for i, (m, win) in enumerate(self.levels):
             mk = tuple(min(a, n) for a, n in zip(m, grid)) if fold else m
-            if mk not in keys:
+            if keys is None or keys[0] != mk:
                 if prev is not None and all(a % b == 0 for a, b in zip(prev[0], mk)):
                     xm, wm = pool_to_grid(prev[1], prev[2], mk)  # a weighted mean of weighted means: the same means
                 else:
                     xm, wm = pool_to_grid(x, w, mk)  # means then projection: exact (the weighted mean is affine)
                 nested = all(not isinstance(n, int) or n % a == 0 for n, a in zip(grid, mk))
                 prev = (mk, xm, wm) if nested else None
-                keys = {mk: (norm(project(kw, kb, xm), self.k_norm), project(vw, vb, xm),
-                             torch.where(wm > 0, torch.log(torch.where(wm > 0, wm, 1.0)), neg))}
-            k, v, logw = keys[mk]
+                keys = (mk, norm(project(kw, kb, xm), self.k_norm), project(vw, vb, xm),
+                        torch.where(wm > 0, torch.log(torch.where(wm > 0, wm, 1.0)), neg))
+            _, k, v, logw = keys
             taper = self.window_taper == "linear"
             fine = m if mk != m else None
             if (bias is None and out.dim() > 0 and not out.requires_grad and self._box_backend() is None
