@@ -56,7 +56,7 @@ def main() -> None:
             saved = ba.WIDEN_CELLS, ba.WIDEN_BELOW
             ba.WIDEN_CELLS, ba.WIDEN_BELOW = extra, float("inf")  # every case widened, whatever the rule says
             try:
-                n3, m3, starts, logphi, (a, _) = ba._geometry((n, n), (m, m), window, True, q.dtype, q.device)
+                n3, m3, starts, logphi, (a, _), _ = ba._geometry((n, n), (m, m), window, True, q.dtype, q.device)
             finally:
                 ba.WIDEN_CELLS, ba.WIDEN_BELOW = saved
             if a:
@@ -69,8 +69,9 @@ def main() -> None:
                 out, lse = torch.empty_like(q), q.new_empty(b, h, n * n)
                 dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
                 t0 = time.thread_time()
-                lib.boxes_forward(q, k, v, logw, n3, m3, starts, logphi, 0.25, out, lse, None)
-                lib.boxes_backward(q, k, v, logw, n3, m3, starts, logphi, 0.25, out, lse, grad, dq, dk, dv, None)
+                lib.boxes_forward(q, k, v, logw, n3, m3, starts, logphi, 0.25, None, [], out, lse, None)
+                lib.boxes_backward(q, k, v, logw, n3, m3, starts, logphi, 0.25, None, [], out, lse, grad, dq, dk, dv, None,
+                                   None)
                 times[label].append(time.thread_time() - t0)
                 outs[label] = out
         plain, wide = (1e3 * statistics.median(times[x]) for x in ("plain", "widened"))

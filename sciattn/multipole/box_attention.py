@@ -27,7 +27,8 @@ Backends, chosen per call (:func:`box_attention_backend`):
   boxes (compiled on CUDA; chosen with ``backend="flex"``, on the layer ``MultipoleAttention(backend="flex")``);
 * ``sdpa``: :func:`sciattn.multipole.physical.level_attention` (groups of queries against a halo of key cells
   through fused SDPA, masked to each query's window): any device and dtype, under ``torch.compile`` and
-  ``torch.export``, and with a score bias (the relative-position table).
+  ``torch.export``, and with any score bias (the kernels take the relative-position table,
+  :class:`~sciattn.multipole.relative_bias.RelativePositionBias`).
 
 All compute the same sums (float64: within 1e-14 relative of each other, tested).
 
@@ -47,6 +48,7 @@ from . import _cpu_extension
 from .box_flex import box_flex
 from .geometry import axis_geometry, box_starts, folded_axis_geometry, widened_axis_geometry
 from .physical import level_attention, local_attention
+from .relative_bias import RelativePositionBias, box_node_positions
 
 __all__ = ["box_attention", "local_box_attention", "accumulate_box_attention", "box_attention_backend",
            "lane_strides", "BACKENDS"]
@@ -85,12 +87,14 @@ def lane_strides(n2: int, m2: int, box2: int) -> tuple[int, int]:
 
 
 def _geometry(n: Sequence[int], m: Sequence[int], window: Sequence[int], taper: bool, dtype, device,
-              key_grid: Sequence[int] | None = None):
+              key_grid: Sequence[int] | None = None, radius: int = 0):
     """Tables of the three kernel axes (leading unused axes of size 1) and the kernel's lane strides:
-    ``n3, m3, starts, logphi, (a, r)``. Axes where ``key_grid`` (the level's grid) is finer than the keys ``m``
+    ``n3, m3, starts, logphi, (a, r), upos``. Axes where ``key_grid`` (the level's grid) is finer than the keys ``m``
     take the folded tables (:func:`_check_fold`); for the shared-box kernel (``a = 0``), axes with fewer than
     :data:`WIDEN_BELOW` queries per distinct box start take boxes widened by :data:`WIDEN_CELLS` so that runs of
-    queries share them (:func:`~sciattn.multipole.geometry.widened_axis_geometry`)."""
+    queries share them (:func:`~sciattn.multipole.geometry.widened_axis_geometry`). ``radius``: the relative-position
+    bias's ``R`` (0: none); ``upos`` is then the per-axis node positions of the boxes' cells
+    (:func:`~sciattn.multipole.relative_bias.box_node_positions`), else ``[]``."""
     fine = m if key_grid is None else key_grid
     axes = [(int(na), int(fa), int(ca), fa != ma) for na, ma, fa, ca in zip(n, m, fine, window)]
     tables = [folded_axis_geometry(na, fa, ca, taper, dtype, device) if folded
@@ -98,13 +102,20 @@ def _geometry(n: Sequence[int], m: Sequence[int], window: Sequence[int], taper: 
     pad = 3 - len(tables)
     n3, m3 = [1] * pad + [int(a) for a in n], [1] * pad + [int(a) for a in m]
     a, r = lane_strides(n3[2], m3[2], tables[-1].length)
+    extras = [0] * len(tables)
     if not a and WIDEN_CELLS:
-        tables = [widened_axis_geometry(na, fa, ca, taper, WIDEN_CELLS, dtype, device, folded=folded)
-                  if t.length < ka and na < WIDEN_BELOW * box_starts(na, fa, ca, taper, folded) else t
+        extras = [WIDEN_CELLS if t.length < ka and na < WIDEN_BELOW * box_starts(na, fa, ca, taper, folded) else 0
                   for (na, fa, ca, folded), ka, t in zip(axes, [int(a) for a in m], tables)]
+        tables = [widened_axis_geometry(na, fa, ca, taper, x, dtype, device, folded=folded) if x else t
+                  for (na, fa, ca, folded), x, t in zip(axes, extras, tables)]
+    upos = []
+    if radius:
+        zero = torch.zeros(1, 1, dtype=dtype, device=device)
+        upos = [zero] * pad + [box_node_positions(na, fa, ca, taper, radius, x, dtype, device)
+                               for (na, fa, ca, _), x in zip(axes, extras)]
     one = axis_geometry(1, 1, 1, False, dtype, device)
     tables = [one] * pad + tables
-    return n3, m3, [t.start for t in tables], [t.logphi for t in tables], (a, r)
+    return n3, m3, [t.start for t in tables], [t.logphi for t in tables], (a, r), upos
 
 
 def _library():
@@ -117,71 +128,79 @@ def _library():
 @torch.library.custom_op("sciattn::box_attention", mutates_args=())
 def _box_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: torch.Tensor, n: list[int],
                  m: list[int], starts: list[torch.Tensor], logphi: list[torch.Tensor], scale: float, a: int,
-                 r: int) -> tuple[torch.Tensor, torch.Tensor]:
+                 r: int, table: torch.Tensor | None, upos: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty_like(q)
     lse = q.new_empty(q.shape[0], q.shape[1], q.shape[3])
     if a:
-        _library().lanes_forward(q, k, v, logw, n, m, starts, logphi, scale, a, r, out, lse, None)
+        _library().lanes_forward(q, k, v, logw, n, m, starts, logphi, scale, a, r, table, upos, out, lse, None)
     else:
-        _library().boxes_forward(q, k, v, logw, n, m, starts, logphi, scale, out, lse, None)
+        _library().boxes_forward(q, k, v, logw, n, m, starts, logphi, scale, table, upos, out, lse, None)
     return out, lse
 
 
 @_box_forward.register_fake
-def _(q, k, v, logw, n, m, starts, logphi, scale, a, r):
+def _(q, k, v, logw, n, m, starts, logphi, scale, a, r, table, upos):
     return torch.empty_like(q), q.new_empty(q.shape[0], q.shape[1], q.shape[3])
 
 
 @torch.library.custom_op("sciattn::box_attention_backward", mutates_args=())
 def _box_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: torch.Tensor, n: list[int],
                   m: list[int], starts: list[torch.Tensor], logphi: list[torch.Tensor], scale: float, a: int, r: int,
-                  out: torch.Tensor, lse: torch.Tensor, grad: torch.Tensor,
-                  want_logw: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    # the query-lane kernel writes every key gradient, the shared boxes add into them
+                  table: torch.Tensor | None, upos: list[torch.Tensor], out: torch.Tensor, lse: torch.Tensor,
+                  grad: torch.Tensor, want_logw: bool
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    # the query-lane kernel writes every key gradient, the shared boxes add into them; the table's gradient is
+    # written per (batch, head) and summed over the batch here
     fresh = torch.empty_like if a else torch.zeros_like
     dq, dk, dv, dlogw = torch.empty_like(q), fresh(k), fresh(v), torch.zeros_like(logw)
+    dtable = q.new_zeros(0) if table is None else q.new_zeros(q.shape[0], *table.shape)
     grad = grad.contiguous()
+    dt = None if table is None else dtable
     if a:
-        _library().lanes_backward(q, k, v, logw, n, m, starts, logphi, scale, a, r, out, lse, grad, dq, dk, dv,
-                                  dlogw if want_logw else None)
+        _library().lanes_backward(q, k, v, logw, n, m, starts, logphi, scale, a, r, table, upos, out, lse, grad, dq,
+                                  dk, dv, dlogw if want_logw else None, dt)
     else:
-        _library().boxes_backward(q, k, v, logw, n, m, starts, logphi, scale, out, lse, grad, dq, dk, dv,
-                                  dlogw if want_logw else None)
-    return dq, dk, dv, dlogw
+        _library().boxes_backward(q, k, v, logw, n, m, starts, logphi, scale, table, upos, out, lse, grad, dq, dk,
+                                  dv, dlogw if want_logw else None, dt)
+    return dq, dk, dv, dlogw, (dtable if table is None else dtable.sum(0))
 
 
 @_box_backward.register_fake
-def _(q, k, v, logw, n, m, starts, logphi, scale, a, r, out, lse, grad, want_logw):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(logw)
+def _(q, k, v, logw, n, m, starts, logphi, scale, a, r, table, upos, out, lse, grad, want_logw):
+    dtable = q.new_empty(0) if table is None else torch.empty_like(table)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(logw), dtable
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, logw, n, m, starts, logphi, scale, a, r = inputs
+    q, k, v, logw, n, m, starts, logphi, scale, a, r, table, upos = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, logw, out, lse, *starts, *logphi)
-    ctx.args = (n, m, scale, a, r)
+    ctx.save_for_backward(q, k, v, logw, out, lse, table, *starts, *logphi, *upos)
+    ctx.args = (n, m, scale, a, r, len(upos))
 
 
 def _backward(ctx, grad_out, grad_lse):
-    q, k, v, logw, out, lse, *tables = ctx.saved_tensors
-    starts, logphi = tables[:3], tables[3:]
-    n, m, scale, a, r = ctx.args
+    q, k, v, logw, out, lse, table, *tables = ctx.saved_tensors
+    n, m, scale, a, r, nu = ctx.args
+    starts, logphi, upos = tables[:3], tables[3:6], tables[6:6 + nu]
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     want = bool(ctx.needs_input_grad[3])
-    dq, dk, dv, dlogw = _box_backward(q, k, v, logw, n, m, starts, logphi, scale, a, r, out, lse, grad_out, want)
+    dq, dk, dv, dlogw, dtable = _box_backward(q, k, v, logw, n, m, starts, logphi, scale, a, r, table, upos, out,
+                                              lse, grad_out, want)
     none3 = [None] * len(starts)
-    return dq, dk, dv, (dlogw if want else None), None, None, none3, list(none3), None, None, None
+    return (dq, dk, dv, (dlogw if want else None), None, None, none3, list(none3), None, None, None,
+            (dtable if table is not None and ctx.needs_input_grad[11] else None), [None] * nu)
 
 
 _box_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
 def box_attention_backend(q: torch.Tensor, bias: Callable | None = None) -> tuple[str, str | None]:
-    """``(backend, why)``: the backend a call with ``q`` (and a score ``bias`` or not) takes, and why the fused
-    CPU kernels do not (``None`` when they do)."""
-    if bias is not None:
-        why = "a score bias (rel_pos_bias) runs through SDPA"
+    """``(backend, why)``: the backend a call with ``q`` (and a score ``bias`` or not: the kernels take a
+    :class:`~sciattn.multipole.relative_bias.RelativePositionBias`, any other callable runs through SDPA) takes, and
+    why the fused CPU kernels do not (``None`` when they do)."""
+    if bias is not None and not isinstance(bias, RelativePositionBias):
+        why = "a score bias other than the relative-position table runs through SDPA"
     elif q.device.type != "cpu":
         why = f"tensors on {q.device.type}, the kernels are CPU-only"
     elif q.dtype not in (torch.float32, torch.float64):
@@ -206,7 +225,7 @@ def _choose(q, bias, backend, k=None, v=None):
             raise ValueError(f"backend: 'cpu' does not apply to this call ({why})")
         if backend == "flex":
             if bias is not None:
-                raise ValueError("backend: 'flex' takes no score bias (rel_pos_bias runs through 'sdpa')")
+                raise ValueError("backend: 'flex' takes no score bias (rel_pos_bias runs through None or 'sdpa')")
             if not has_flex_attention():
                 raise ValueError("backend: 'flex' needs torch.nn.attention.flex_attention, not available here")
             if q.device.type == "cpu" and torch.is_grad_enabled() and any(
@@ -245,7 +264,9 @@ def box_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: torch
     ``logw (B, *m)``, windows of ``window`` key cells per axis (tapered when ``taper`` and the level is wider
     than its window). Returns ``(B, H, D, *n)``.
 
-    ``bias``: the score bias of :func:`~sciattn.multipole.physical.level_attention` (SDPA only).
+    ``bias``: the score bias of :func:`~sciattn.multipole.physical.level_attention`; a
+    :class:`~sciattn.multipole.relative_bias.RelativePositionBias` runs through the CPU kernels too, any other
+    callable through SDPA only. A bias takes no ``key_grid`` (the folded tables have no displacement per key).
     ``backend``: ``None`` (the fused CPU kernels where they apply, see :func:`box_attention_backend`), ``"cpu"``
     or ``"sdpa"``; a forced backend that does not apply raises, naming why.
     ``key_grid``: the level's grid where it is finer than the input and ``k, v, logw`` are the input-grid cells it
@@ -253,15 +274,18 @@ def box_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: torch
     folded onto the input grid (:func:`~sciattn.multipole.geometry.folded_axis_geometry`; CPU kernels only)."""
     chosen = _choose(q, bias, backend, k, v)
     _check_fold(q.shape[3:], k.shape[3:], key_grid)
-    if key_grid is not None and tuple(key_grid) != tuple(k.shape[3:]) and chosen != "cpu":
-        raise ValueError(f"key_grid: a folded level runs through the CPU kernels only, this call takes {chosen!r}")
+    if key_grid is not None and tuple(key_grid) != tuple(k.shape[3:]):
+        if chosen != "cpu":
+            raise ValueError(f"key_grid: a folded level runs through the CPU kernels only, this call takes {chosen!r}")
+        if bias is not None:
+            raise ValueError("key_grid: a folded level takes no score bias (pass the level's own keys)")
     if chosen == "flex":
         return box_flex(q, k, v, logw, window, scale, taper)
     if chosen == "sdpa":
         out = level_attention(_channels_last(q), _channels_last(k), _channels_last(v), logw, window, scale, bias,
                               taper=taper)
         return _channels_first(out)
-    return _box_cpu(q, k, v, logw, window, scale, taper, key_grid)
+    return _box_cpu(q, k, v, logw, window, scale, taper, key_grid, bias)
 
 
 def local_box_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: torch.Tensor,
@@ -279,41 +303,56 @@ def local_box_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw:
     return _box_cpu(q, k, v, logw, [min(w, a) for w, a in zip(window, n)], scale, False)
 
 
-def _box_cpu(q, k, v, logw, window, scale, taper, key_grid=None):
+def _kernel_bias(bias, q):
+    """``(radius, table)`` of the kernels for a :class:`RelativePositionBias` (``(0, None)`` without one)."""
+    if bias is None:
+        return 0, None
+    if bias.table.shape[0] != q.shape[1] or bias.spatial_dims != q.dim() - 3:
+        raise ValueError(f"bias: expected a table of {q.shape[1]} heads over {q.dim() - 3} axes, got "
+                         f"{tuple(bias.table.shape)}")
+    return bias.radius, bias.kernel_table(q.dtype)
+
+
+def _box_cpu(q, k, v, logw, window, scale, taper, key_grid=None, bias=None):
     b, h, dh = q.shape[:3]
     n, m = tuple(q.shape[3:]), tuple(k.shape[3:])
     if v.shape[2] != dh or k.shape[2] != dh:
         raise ValueError(f"v: expected the head dimension of q ({dh}) for the CPU kernels, got k {tuple(k.shape)}, "
                          f"v {tuple(v.shape)}")
-    n3, m3, starts, logphi, (a, r) = _geometry(n, m, window, taper, q.dtype, q.device, key_grid)
+    radius, table = _kernel_bias(bias, q)
+    n3, m3, starts, logphi, (a, r), upos = _geometry(n, m, window, taper, q.dtype, q.device, key_grid, radius)
     out, _ = _box_forward(q.reshape(b, h, dh, -1).contiguous(), k.reshape(b, h, dh, -1).contiguous(),
                           v.reshape(b, h, dh, -1).contiguous(), logw.to(q.dtype).reshape(b, -1).contiguous(),
-                          n3, m3, starts, logphi, float(scale), a, r)
+                          n3, m3, starts, logphi, float(scale), a, r, table, upos)
     return out.view(b, h, dh, *n)
 
 
 def accumulate_box_attention(acc: torch.Tensor, gamma: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                              v: torch.Tensor, logw: torch.Tensor, window: Sequence[int], scale: float,
-                             taper: bool = True, key_grid: Sequence[int] | None = None) -> bool:
+                             taper: bool = True, key_grid: Sequence[int] | None = None,
+                             bias: RelativePositionBias | None = None) -> bool:
     """``acc += γ_h A`` in place (``acc (B, H, D, *n)``, ``γ (H,)``, ``A`` the level's :func:`box_attention`)
     through the fused CPU kernels, without allocating ``A``: the inference path of the layer (nothing needs
     gradients). Returns False, doing nothing, where the kernels do not apply or a gradient is needed (the caller
-    then adds :func:`box_attention`'s output itself). ``key_grid``: as in :func:`box_attention`."""
-    if box_attention_backend(q)[0] != "cpu" or (torch.is_grad_enabled() and any(
-            t.requires_grad for t in (acc, gamma, q, k, v, logw))) or not acc.is_contiguous():
+    then adds :func:`box_attention`'s output itself). ``key_grid``, ``bias``: as in :func:`box_attention`."""
+    tensors = (acc, gamma, q, k, v, logw) + (() if bias is None else (bias.table,))
+    if box_attention_backend(q, bias)[0] != "cpu" or (torch.is_grad_enabled() and any(
+            t.requires_grad for t in tensors)) or not acc.is_contiguous():
         return False
+    if bias is not None and key_grid is not None and tuple(key_grid) != tuple(k.shape[3:]):
+        raise ValueError("key_grid: a folded level takes no score bias (pass the level's own keys)")
     b, h, dh = q.shape[:3]
     n, m = tuple(q.shape[3:]), tuple(k.shape[3:])
     _check_fold(n, m, key_grid)
-    n3, m3, starts, logphi, (a, r) = _geometry(n, m, window, taper, q.dtype, q.device, key_grid)
+    radius, table = _kernel_bias(bias, q)
+    n3, m3, starts, logphi, (a, r), upos = _geometry(n, m, window, taper, q.dtype, q.device, key_grid, radius)
     args = (q.reshape(b, h, dh, -1).contiguous(), k.reshape(b, h, dh, -1).contiguous(),
             v.reshape(b, h, dh, -1).contiguous(), logw.to(q.dtype).reshape(b, -1).contiguous(), n3, m3, starts,
             logphi, float(scale))
-    out, lse = acc.view(b, h, dh, -1), q.new_empty(0)
+    out, lse = acc.view(b, h, dh, -1), q.new_empty(b, h, args[0].shape[3])
     g = gamma.to(q.dtype).contiguous()
     if a:
-        _library().lanes_forward(*args, a, r, out, q.new_empty(b, h, args[0].shape[3]), g)
+        _library().lanes_forward(*args, a, r, table, upos, out, lse, g)
     else:
-        _library().boxes_forward(*args, out, q.new_empty(b, h, args[0].shape[3]), g)
-    del lse
+        _library().boxes_forward(*args, table, upos, out, lse, g)
     return True

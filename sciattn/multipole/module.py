@@ -65,12 +65,12 @@ fixed number: time and memory linear in the cell count. Every level and the loca
 (:mod:`sciattn.multipole.box_attention`): each query attends to the box of key cells its windows can weigh,
 with per-axis window weights from tables cached per grid (:mod:`sciattn.multipole.geometry`). On the CPU
 (float32/float64) the boxes run through fused C++ kernels (queries in the vector lanes for boxes that slide with
-the query, keys in the lanes for boxes shared by runs of queries; built on first use); elsewhere, under
-``torch.compile`` / ``torch.export`` and with the relative-position bias, through fused
+the query, keys in the lanes for boxes shared by runs of queries; built on first use; the relative-position bias
+included, :mod:`sciattn.multipole.relative_bias`); elsewhere and under ``torch.compile`` / ``torch.export``, through fused
 ``F.scaled_dot_product_attention`` over groups of queries against a halo of key cells masked to each query's
 window (:mod:`sciattn.multipole.physical`), or flex attention with ``backend="flex"``. The forward is channels
 first (the projections are matrix products on ``(B, C, N)``), and at inference each level is added into the
-output in place. The kernels fold a level finer than the input onto the input grid (its key cells only repeat
+output in place. Without the bias, the kernels fold a level finer than the input onto the input grid (its key cells only repeat
 input cells: :mod:`sciattn.multipole.geometry`; at 32² the 64-cell level's 9 × 9 keys become 5 × 5), and the local
 term and the levels on the input grid share one key projection. Under ``torch.export`` the sizes ``n = K·m_0``
 (``K >= 2``) make every level a reshape (the taper's per-query weights are computed from the symbolic sizes), so one
@@ -89,7 +89,6 @@ windows and stored configurations: :mod:`sciattn.multipole.input_pyramid`. Setti
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 
@@ -109,6 +108,7 @@ from .._checks import (
 from .box_attention import accumulate_box_attention, box_attention, box_attention_backend, local_box_attention
 from .input_pyramid import InputPyramid
 from .physical import pool_to_grid
+from .relative_bias import RelativePositionBias
 from .spec import POOLS, PYRAMIDS, UNPOOLS, WINDOW_TAPERS, MultipoleSpec
 
 __all__ = ["MultipoleAttention"]
@@ -288,28 +288,6 @@ class MultipoleAttention(InputPyramid, nn.Module):
             return self._forward_physical(x, weights)
         return self._forward_input(x, weights)
 
-    def _table_bias(self, deltas: list[torch.Tensor]) -> torch.Tensor:
-        """``b_h(δ)`` from the relative-position table, multilinear in ``δ`` (per-axis displacements in window
-        units, broadcasting to ``(Mc, G_1..G_d, P_1..P_d)``); returns ``(H, Mc, G, P)``."""
-        table, r, d = self.rel_bias_table, self.rel_pos_bias, self.spatial_dims
-        flat = table.flatten(1)
-        nodes = [((dl + 1) * r).clamp(0, 2 * r) for dl in deltas]
-        lows = [nd.floor().clamp(0, 2 * r - 1) for nd in nodes]
-        fracs = [nd - lo for nd, lo in zip(nodes, lows)]
-        lows = [lo.long() for lo in lows]
-        out = None
-        for corner in itertools.product((0, 1), repeat=d):
-            weight, idx = None, None
-            for a, c in enumerate(corner):
-                wa = fracs[a] if c else 1 - fracs[a]
-                ia = (lows[a] + c) * (2 * r + 1) ** (d - 1 - a)
-                weight = wa if weight is None else weight * wa
-                idx = ia if idx is None else idx + ia
-            term = weight * flat[:, idx]  # (H, Mc, G.., P..)
-            out = term if out is None else out + term
-        mc = out.shape[1]
-        return out.reshape(out.shape[0], mc, -1, math.prod(out.shape[2 + d:]))
-
     def _box_backend(self) -> str | None:
         """The physical pyramid's backend: ``backend="flex"`` or ``"sdpa"`` forces it, anything else (the input
         pyramid's window backends) leaves the choice to :func:`~sciattn.multipole.box_attention.box_attention`."""
@@ -340,7 +318,8 @@ class MultipoleAttention(InputPyramid, nn.Module):
         scale = 1.0 / math.sqrt(dh)
         neg = torch.full((), -math.inf, dtype=x.dtype, device=x.device)
         out = torch.zeros((), dtype=x.dtype, device=x.device)
-        bias = self._table_bias if self.rel_bias_table is not None else None
+        bias = (RelativePositionBias(self.rel_bias_table, self.rel_pos_bias) if self.rel_bias_table is not None
+                else None)
         # the CPU kernels fold levels finer than the input onto the input grid (sciattn.multipole.geometry)
         fold = bias is None and self._box_backend() is None and box_attention_backend(q)[0] == "cpu"
         prev = None  # (grid, means, weights) of the level above, when it nests exactly on the input
@@ -366,9 +345,9 @@ class MultipoleAttention(InputPyramid, nn.Module):
             _, k, v, logw = keys
             taper = self.window_taper == "linear"
             fine = m if mk != m else None
-            if (bias is None and out.dim() > 0 and not out.requires_grad and self._box_backend() is None
+            if (out.dim() > 0 and not out.requires_grad and self._box_backend() is None
                     and accumulate_box_attention(out, self.level_weight[i], q.view(b, h, dh, *grid), k, v, logw, win,
-                                                 scale, taper, key_grid=fine)):
+                                                 scale, taper, key_grid=fine, bias=bias)):
                 continue  # inference: the kernel added γ_ℓ A_ℓ into out in place
             a = box_attention(q.view(b, h, dh, *grid), k, v, logw, win, scale, bias, taper=taper,
                               backend=self._box_backend(), key_grid=fine)

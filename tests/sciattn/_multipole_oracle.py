@@ -4,7 +4,9 @@ Verbatim from commit 157823a (``sciattn/multipole/physical.py`` and ``MultipoleA
 queries grouped by tiles of key cells against a halo through SDPA, with materialised window masks, every table
 rebuilt on every call. The fused CPU kernels (``sciattn/multipole/csrc``) and the layer's new forward must
 reproduce it to 1e-10 relative in float64 (tests/sciattn/test_multipole_kernels.py). Do not edit: it is the
-reference the speed-up is held to.
+reference the speed-up is held to. (The layer's relative-position bias method it called has moved, unchanged, to
+``sciattn.multipole.relative_bias.RelativePositionBias``; its sums are checked on their own against a dense
+interpolation in tests/sciattn/test_multipole_physical.py.)
 """
 
 
@@ -16,6 +18,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
+
+from sciattn.multipole.relative_bias import RelativePositionBias
 
 __all__ = ["previous_forward"]
 
@@ -367,7 +371,7 @@ def previous_forward(self, x: torch.Tensor, weights: torch.Tensor | None = None)
             k = self.k_norm(k)
         logw = torch.where(w > 0, torch.log(torch.where(w > 0, w, 1.0)), neg)
         out = local_attention(q, k, v, logw, self.local_window, scale)
-    bias = self._table_bias if self.rel_bias_table is not None else None
+    bias = RelativePositionBias(self.rel_bias_table, self.rel_pos_bias) if self.rel_bias_table is not None else None
     prev = None  # (grid, means, weights) of the level above, when it nests exactly on the input
     for i, (m, c) in enumerate(self.levels):
         if prev is not None and all(a % b == 0 for a, b in zip(prev[0], m)):

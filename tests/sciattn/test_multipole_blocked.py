@@ -109,7 +109,7 @@ WIDENED = [  # (n, m, window, taper): levels with one or two queries per key cel
 @needs_kernels
 @pytest.mark.parametrize("n, m, window, taper", WIDENED)
 def test_widened_shared_boxes_equal_the_sdpa_path(n, m, window, taper):
-    *_, (a, r) = ba._geometry(n, m, window, taper, F64, "cpu")
+    *_, (a, r), _ = ba._geometry(n, m, window, taper, F64, "cpu")
     assert (a, r) == (0, 0)
     logw = torch.rand(2, *m, dtype=F64).log()
     logw.view(-1)[::7] = -math.inf

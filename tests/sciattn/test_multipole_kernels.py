@@ -21,6 +21,7 @@ from sciattn.multipole import MultipoleAttention, MultipoleSpec, _cpu_extension
 from sciattn.multipole import box_attention as ba
 from sciattn.multipole.geometry import axis_geometry, clear_geometry_cache, geometry_cache_info
 from sciattn.multipole.physical import taper_weights, window_starts
+from sciattn.multipole.relative_bias import RelativePositionBias
 
 from ._multipole_oracle import previous_forward
 
@@ -31,6 +32,15 @@ needs_kernels = pytest.mark.skipif(_cpu_extension.why_not() is not None,
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-300)).item()
+
+
+def _assert_same_gradients(y: torch.Tensor, yo: torch.Tensor, params: list[torch.Tensor]) -> None:
+    """The gradients of ``<y, g>`` and ``<yo, g>`` (one random ``g``) agree to 1e-10 of their size."""
+    g = torch.randn_like(y)
+    new = torch.autograd.grad((y * g).sum(), params)
+    old = torch.autograd.grad((yo * g).sum(), params)
+    for a, b in zip(new, old):
+        assert (a - b).abs().max() <= 1e-10 * max(b.abs().max().item(), 1.0)
 
 
 def _layer(d: int, seed: int = 0, **kw) -> MultipoleAttention:
@@ -55,21 +65,35 @@ def test_default_layer_equals_the_previous_algorithm(shape, weighted):
     assert _rel(y, yo) <= 1e-10
     with torch.no_grad():  # inference: the kernels add each level into the output in place
         assert _rel(layer(x, w), yo) <= 1e-10
-    g = torch.randn_like(y)
-    params = [x, *layer.parameters()]
-    new = torch.autograd.grad((y * g).sum(), params)
-    old = torch.autograd.grad((yo * g).sum(), params)
-    for a, b in zip(new, old):
-        assert (a - b).abs().max() <= 1e-10 * max(b.abs().max().item(), 1.0)
+    _assert_same_gradients(y, yo, [x, *layer.parameters()])
 
 
 @needs_kernels
 @pytest.mark.parametrize("kw", [dict(window_taper="none"), dict(gate=True, qk_norm=True), dict(local_window=0),
-                                dict(window_fraction=0.25, coarse_cells=4, local_window=5)])
+                                dict(window_fraction=0.25, coarse_cells=4, local_window=5),
+                                dict(rel_pos_bias=8, gate=True, qk_norm=True), dict(rel_pos_bias=2, window_taper="none")])
 def test_variants_equal_the_previous_algorithm(kw):
     layer = _layer(2, **kw)
     x = torch.randn(2, 16, 40, 48, dtype=F64)
     assert _rel(layer(x), previous_forward(layer, x)) <= 1e-10
+
+
+@needs_kernels
+@pytest.mark.parametrize("shape", [(32, 32), (85, 63), (37, 29), (100,), pytest.param((12, 10, 9), marks=pytest.mark.slow)])
+@pytest.mark.parametrize("radius", [1, 8])
+def test_layer_with_the_relative_bias_equals_the_previous_algorithm(shape, radius):
+    """The bias runs through the kernels (lanes and shared boxes, widened boxes at 85 and 63, no folding): outputs,
+    the inference path and every gradient, the table's included, against the frozen SDPA algorithm."""
+    layer = _layer(len(shape), rel_pos_bias=radius)
+    with torch.no_grad():
+        layer.rel_bias_table.normal_()
+    x = torch.randn(2, 16, *shape, dtype=F64, requires_grad=True)
+    w = torch.rand(2, *shape, dtype=F64) + 0.2
+    y, yo = layer(x, w), previous_forward(layer, x, w)
+    assert _rel(y, yo) <= 1e-10
+    with torch.no_grad():
+        assert _rel(layer(x, w), yo) <= 1e-10
+    _assert_same_gradients(y, yo, [x, *layer.parameters()])
 
 
 @needs_kernels
@@ -123,6 +147,61 @@ def test_kernels_equal_the_sdpa_path(n, m, window, taper):
 
 
 @needs_kernels
+@pytest.mark.parametrize("n, m, window, taper", CASES)
+@pytest.mark.parametrize("radius", [2, 8])
+def test_kernels_with_the_relative_bias_equal_the_sdpa_path(n, m, window, taper, radius):
+    torch.manual_seed(4)
+    b, h, d = 2, 2, 8
+
+    def make(*shape):
+        return torch.randn(*shape, dtype=F64, requires_grad=True)
+
+    q, k, v = make(b, h, d, *n), make(b, h, d, *m), make(b, h, d, *m)
+    table = make(h, *(2 * radius + 1,) * len(n))
+    logw = torch.rand(b, *m, dtype=F64).log()
+    logw.view(-1)[::7] = -math.inf
+    logw.requires_grad_()
+    bias = RelativePositionBias(table, radius)
+    out = ba.box_attention(q, k, v, logw, window, 0.25, bias, taper=taper, backend="cpu")
+    ref = ba.box_attention(q, k, v, logw, window, 0.25, bias, taper=taper, backend="sdpa")
+    assert _rel(out, ref) <= 1e-13
+    g = torch.randn_like(ref)
+    got = torch.autograd.grad((out * g).sum(), (q, k, v, logw, table))
+    want = torch.autograd.grad((ref * g).sum(), (q, k, v, logw, table))
+    for a, w in zip(got, want):
+        assert (a - w).abs().max() <= 1e-12 * max(w.abs().max().item(), 1.0)
+    acc = torch.randn(ref.shape, dtype=F64)  # the inference path adds gamma_h A into acc (contiguous) in place
+    gamma = torch.rand(h, dtype=F64)
+    expect = acc + gamma.view(h, 1, *(1,) * len(n)) * ref.detach()
+    with torch.no_grad():
+        assert ba.accumulate_box_attention(acc, gamma, q, k, v, logw, window, 0.25, taper, bias=bias)
+    assert _rel(acc, expect) <= 1e-13
+
+
+@needs_kernels
+def test_the_bias_kernels_check_their_tables():
+    n3, m3, starts, logphi, (a, r), upos = ba._geometry((20, 32), (8, 8), (8, 8), True, F64, "cpu", None, 2)
+    q = torch.randn(1, 2, 8, 640, dtype=F64)
+    k = torch.randn(1, 2, 8, 64, dtype=F64)
+    logw = torch.zeros(1, 64, dtype=F64)
+    table = torch.randn(2, 1, 5, 5, dtype=F64)
+    with pytest.raises(RuntimeError, match="node positions outside the table"):
+        ba._box_forward(q, k, k, logw, n3, m3, starts, logphi, 0.3, a, r, table[..., :3, :3].contiguous(), upos)
+    with pytest.raises(RuntimeError, match="bias table"):
+        ba._box_forward(q, k, k, logw, n3, m3, starts, logphi, 0.3, a, r, table[:1], upos)
+    bias = RelativePositionBias(torch.randn(3, 5, 5, dtype=F64), 2)
+    with pytest.raises(ValueError, match="bias: expected a table of 2 heads"):
+        ba.box_attention(q.view(1, 2, 8, 20, 32), k.view(1, 2, 8, 8, 8), k.view(1, 2, 8, 8, 8), logw.view(1, 8, 8),
+                         (8, 8), 0.3, bias, backend="cpu")
+    with pytest.raises(ValueError, match="radius: expected an int >= 1"):
+        RelativePositionBias(table, 0)
+    with pytest.raises(ValueError, match="key_grid: a folded level takes no score bias"):
+        ba.box_attention(torch.randn(1, 2, 8, 16, 16, dtype=F64), torch.randn(1, 2, 8, 16, 16, dtype=F64),
+                         torch.randn(1, 2, 8, 16, 16, dtype=F64), torch.zeros(1, 16, 16, dtype=F64), (8, 8), 0.3,
+                         RelativePositionBias(torch.randn(2, 5, 5, dtype=F64), 2), key_grid=(32, 32))
+
+
+@needs_kernels
 @pytest.mark.parametrize("n, m", [((64, 64), (64, 64)), ((64, 64), (8, 8))])
 def test_a_query_without_admissible_keys_gets_zero(n, m):
     q, k, v = torch.randn(1, 2, 8, *n), torch.randn(1, 2, 8, *m), torch.randn(1, 2, 8, *m)
@@ -132,12 +211,14 @@ def test_a_query_without_admissible_keys_gets_zero(n, m):
 
 
 @needs_kernels
-def test_float32_kernels_agree_with_sdpa_to_rounding():
+@pytest.mark.parametrize("biased", [False, True])
+def test_float32_kernels_agree_with_sdpa_to_rounding(biased):
     torch.manual_seed(2)
     q, k, v = torch.randn(1, 4, 16, 96, 96), torch.randn(1, 4, 16, 32, 32), torch.randn(1, 4, 16, 32, 32)
     logw = torch.rand(1, 32, 32).log()
-    out = ba.box_attention(q, k, v, logw, (8, 8), 0.25, backend="cpu")
-    ref = ba.box_attention(q, k, v, logw, (8, 8), 0.25, backend="sdpa")
+    bias = RelativePositionBias(torch.randn(4, 17, 17), 8) if biased else None
+    out = ba.box_attention(q, k, v, logw, (8, 8), 0.25, bias, backend="cpu")
+    ref = ba.box_attention(q, k, v, logw, (8, 8), 0.25, bias, backend="sdpa")
     torch.testing.assert_close(out, ref, rtol=2e-5, atol=2e-6)
 
 
@@ -146,12 +227,15 @@ def test_float32_kernels_agree_with_sdpa_to_rounding():
 def test_opcheck(a, r, n, m):
     torch.manual_seed(3)
     window = (3, 3) if n == m else (8, 8)
-    n3, m3, starts, logphi, _ = ba._geometry(n, m, window, n != m, F64, "cpu")
+    n3, m3, starts, logphi, _, _ = ba._geometry(n, m, window, n != m, F64, "cpu")
     q = torch.randn(1, 2, 8, math.prod(n), dtype=F64, requires_grad=True)
     k = torch.randn(1, 2, 8, math.prod(m), dtype=F64, requires_grad=True)
     v = torch.randn(1, 2, 8, math.prod(m), dtype=F64, requires_grad=True)
     logw = torch.rand(1, math.prod(m), dtype=F64).log().requires_grad_()
-    torch.library.opcheck(ba._box_forward, (q, k, v, logw, n3, m3, starts, logphi, 0.35, a, r))
+    torch.library.opcheck(ba._box_forward, (q, k, v, logw, n3, m3, starts, logphi, 0.35, a, r, None, []))
+    n3, m3, starts, logphi, _, upos = ba._geometry(n, m, window, n != m, F64, "cpu", None, 2)
+    table = torch.randn(2, 1, 5, 5, dtype=F64, requires_grad=True)
+    torch.library.opcheck(ba._box_forward, (q, k, v, logw, n3, m3, starts, logphi, 0.35, a, r, table, upos))
 
 
 @needs_kernels

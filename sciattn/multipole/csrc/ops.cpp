@@ -2,6 +2,7 @@
 // passed by the loader (sciattn/multipole/_cpu_extension.py), one per build, so builds never collide.
 #include "kernels.h"
 
+#include <ATen/Dispatch.h>
 #include <torch/library.h>
 
 namespace sciattn_box {
@@ -63,18 +64,54 @@ void check_gradients(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
                 "box_attention: dlogw");
 }
 
+void check_bias(const at::Tensor& q, c10::IntArrayRef n, at::TensorList logphi,
+                const c10::optional<at::Tensor>& table, at::TensorList upos, const c10::optional<at::Tensor>& dtable) {
+  if (!table.has_value()) {
+    TORCH_CHECK(upos.empty() && !dtable.has_value(), "box_attention: node positions or dtable without a bias table");
+    return;
+  }
+  const at::Tensor& t = *table;
+  TORCH_CHECK(t.dim() == 4 && t.size(0) == q.size(1) && t.is_contiguous() && t.scalar_type() == q.scalar_type(),
+              "box_attention: bias table (H, K0, K1, K2) of q's dtype");
+  TORCH_CHECK(upos.size() == 3, "box_attention: expected node positions of 3 axes");
+  for (int a = 0; a < 3; ++a) {
+    TORCH_CHECK(upos[a].dim() == 2 && upos[a].size(0) == n[a] && upos[a].size(1) == logphi[a].size(1) &&
+                    upos[a].is_contiguous() && upos[a].scalar_type() == q.scalar_type(),
+                "box_attention: node positions (n_a, L_a) like logphi");
+  }
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "check_bias", [&] {
+    for (int a = 0; a < 3; ++a) {
+      const scalar_t* u = upos[a].data_ptr<scalar_t>();
+      const scalar_t top = static_cast<scalar_t>(t.size(1 + a) - 1);
+      for (int64_t i = 0; i < upos[a].numel(); ++i)
+        TORCH_CHECK(u[i] >= 0 && u[i] <= top, "box_attention: node positions outside the table");
+    }
+  });
+  if (dtable.has_value())
+    TORCH_CHECK(dtable->dim() == 5 && dtable->size(0) == q.size(0) && dtable->size(1) == t.size(0) &&
+                    dtable->size(2) == t.size(1) && dtable->size(3) == t.size(2) && dtable->size(4) == t.size(3) &&
+                    dtable->is_contiguous() && dtable->scalar_type() == q.scalar_type(),
+                "box_attention: dtable (B, H, K0, K1, K2) of q's dtype");
+}
+
 }  // namespace sciattn_box
 
 #define SCIATTN_BOX_ARGS \
   "Tensor q, Tensor k, Tensor v, Tensor logw, int[] n, int[] m, Tensor[] starts, Tensor[] logphi, float scale"
-#define SCIATTN_BOX_GRADS "Tensor out, Tensor lse, Tensor gout, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor(d!)? dlogw"
+#define SCIATTN_BOX_BIAS "Tensor? table, Tensor[] upos"
+#define SCIATTN_BOX_GRADS \
+  "Tensor out, Tensor lse, Tensor gout, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor(d!)? dlogw, " \
+  "Tensor(e!)? dtable"
 
 TORCH_LIBRARY(SCIATTN_LIBRARY, lib) {
-  lib.def("boxes_forward(" SCIATTN_BOX_ARGS ", Tensor(a!) out, Tensor(b!) lse, Tensor? gamma) -> ()",
+  lib.def("boxes_forward(" SCIATTN_BOX_ARGS ", " SCIATTN_BOX_BIAS
+          ", Tensor(a!) out, Tensor(b!) lse, Tensor? gamma) -> ()",
           &sciattn_box::boxes_forward);
-  lib.def("boxes_backward(" SCIATTN_BOX_ARGS ", " SCIATTN_BOX_GRADS ") -> ()", &sciattn_box::boxes_backward);
-  lib.def("lanes_forward(" SCIATTN_BOX_ARGS ", int a, int r, Tensor(a!) out, Tensor(b!) lse, Tensor? gamma) -> ()",
+  lib.def("boxes_backward(" SCIATTN_BOX_ARGS ", " SCIATTN_BOX_BIAS ", " SCIATTN_BOX_GRADS ") -> ()",
+          &sciattn_box::boxes_backward);
+  lib.def("lanes_forward(" SCIATTN_BOX_ARGS ", int a, int r, " SCIATTN_BOX_BIAS
+          ", Tensor(a!) out, Tensor(b!) lse, Tensor? gamma) -> ()",
           &sciattn_box::lanes_forward);
-  lib.def("lanes_backward(" SCIATTN_BOX_ARGS ", int a, int r, " SCIATTN_BOX_GRADS ") -> ()",
+  lib.def("lanes_backward(" SCIATTN_BOX_ARGS ", int a, int r, " SCIATTN_BOX_BIAS ", " SCIATTN_BOX_GRADS ") -> ()",
           &sciattn_box::lanes_backward);
 }

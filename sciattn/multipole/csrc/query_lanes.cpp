@@ -8,7 +8,10 @@
 // mod a (so consecutive lanes are consecutive entries) and padded, so a set near the boundary takes a wider
 // box (its lanes' boxes are shifted by the clamp) with per-lane window weights that exclude what lies outside
 // each lane's own box. Scores, softmax and the value sums are then lane-wise fused multiply-adds: no gathers,
-// no masks, no key lanes wasted on padding.
+// no masks, no key lanes wasted on padding. The relative-position bias of a lane's key at box offset c depends on
+// the displacement x_i - y = (rho + 1/2) a / r - b0 - c only, the same for every lane of the set, so it is one
+// value per (box row, c), added to all lanes.
+#include "bias.h"
 #include "kernels.h"
 
 #include <ATen/Dispatch.h>
@@ -96,11 +99,16 @@ struct LaneSetData {
   std::vector<V<T>> w2;       // per c: lane-wise window weights of the last axis (-inf outside each lane's box)
   std::vector<T> w01;         // per row
   std::vector<int64_t> rowid;
-  void prepare(const Level<T>& g, const LaneLayout<T>& L, const LaneSet& set, int64_t i0, int64_t i1, int64_t D) {
+  std::vector<int64_t> blo;   // per c, with a bias: the last axis' lower table node and the weight of the next
+  std::vector<T> bf;
+  void prepare(const Level<T>& g, const LaneLayout<T>& L, const LaneSet& set, int64_t i0, int64_t i1, int64_t D,
+               const Bias<T>& bias) {
     const int64_t W = set.width, L2 = g.len[2];
     base.resize(L.R * W);
     lpos.resize(L.R * W);
     w2.resize(W);
+    blo.assign(W, 0);
+    bf.assign(W, T(0));
     w01.resize(L.R);
     rowid.resize(L.R);
     int64_t rr = 0;
@@ -116,10 +124,17 @@ struct LaneSetData {
         lpos[rr * W + c] = rowid[rr] * L.aS + p;
       }
       V<T> w = splat<T>(static_cast<T>(kNegInf));
+      bool biased = false;
       for (int64_t l = 0; l < set.count; ++l) {
         const int64_t t = set.t0 + l, i2 = set.rho + L.r * t;
         const int64_t off = L.a * t + set.b0 + c - g.start[2][i2];
-        if (off >= 0 && off < L2) w[l] = g.logphi[2][i2 * L2 + off];
+        if (off >= 0 && off < L2) {
+          w[l] = g.logphi[2][i2 * L2 + off];
+          if (bias.on() && !biased) {  // the first lane holding this key: every lane has the same displacement
+            bias.last(bias.u[2][i2 * L2 + off], blo[c], bf[c]);
+            biased = true;
+          }
+        }
       }
       w2[c] = w;
     }
@@ -212,6 +227,20 @@ inline void lane_sums(const V<T>* w, const T* src, const int64_t* base, int64_t 
   }
 }
 
+// s[pc] += the relative-position bias of box row rr and offset c, tp[rr] interpolated at the set's node of c.
+template <typename T>
+inline void add_bias(V<T>* s, const T* tp, const LaneSetData<T>& sd, const Bias<T>& bias, int64_t R, int64_t W) {
+  const int64_t K2 = bias.K[2], step = bias.step2;
+  for (int64_t rr = 0; rr < R; ++rr) {
+    const T* t = tp + rr * K2;
+    for (int64_t c = 0; c < W; ++c) {
+      const T f = sd.bf[c];
+      const int64_t lo = sd.blo[c];
+      s[rr * W + c] += (1 - f) * t[lo] + f * t[lo + step];
+    }
+  }
+}
+
 // s[pc] += logw + w01[row] + w2[c] over the set's pairs (row-major, width W); returns the lane-wise maximum.
 template <typename T>
 inline V<T> add_weights(V<T>* s, const T* lb, const LaneSetData<T>& sd, int64_t R, int64_t W) {
@@ -229,8 +258,8 @@ inline V<T> add_weights(V<T>* s, const T* lb, const LaneSetData<T>& sd, int64_t 
 }
 
 template <typename T>
-void forward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, T scale, T* out, T* lse,
-                  const T* gamma) {
+void forward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, const Bias<T>& bias, T scale,
+                  T* out, T* lse, const T* gamma) {
   const int64_t H = x.H, D = x.D, Nq = g.Nq, Nk = g.Nk, BH = x.B * H, m2 = g.m[2];
   std::vector<T> kt, vt, lwt;
   to_lanes(x.k, kt, L, BH, D, m2);
@@ -241,17 +270,20 @@ void forward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, 
     LaneSetData<T> sd;
     V<T> qt[kMaxHead], o[kMaxHead];
     std::vector<V<T>> s(L.R * L.max_width);
+    std::vector<T> tp(bias.on() ? L.R * bias.K[2] : 0);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / rows, qr = task % rows, b = bh / H;
       const int64_t i0 = qr / g.n[1], i1 = qr % g.n[1], qbase = qr * g.n[2];
       const T* kb = kt.data() + bh * L.M01 * D * L.aS;
       const T* vb = vt.data() + bh * L.M01 * D * L.aS;
       const T* lb = lwt.data() + b * L.M01 * L.aS;
+      if (bias.on()) bias.rows(g, bh % H, i0, i1, tp.data());
       for (const LaneSet& set : L.sets) {
-        sd.prepare(g, L, set, i0, i1, D);
+        sd.prepare(g, L, set, i0, i1, D, bias);
         const int64_t np = L.R * set.width;
         load_lanes(x.q + bh * D * Nq, Nq, qbase, set, L.r, D, scale, qt);
         all_lane_dots<T>(qt, kb, sd.base.data(), np, D, L.aS, s.data());
+        if (bias.on()) add_bias(s.data(), tp.data(), sd, bias, L.R, set.width);
         const V<T> mx = add_weights(s.data(), lb, sd, L.R, set.width);
         const V<T> empty = mx == static_cast<T>(kNegInf) ? splat<T>(1) : V<T>{};
         const V<T> mxs = empty != T(0) ? V<T>{} : mx;
@@ -281,8 +313,8 @@ void forward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, 
 }
 
 template <typename T>
-void backward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, T scale, const T* out,
-                   const T* lse, const T* gout, T* dq, T* dk, T* dv, T* dlogw) {
+void backward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, const Bias<T>& bias, T scale,
+                   const T* out, const T* lse, const T* gout, T* dq, T* dk, T* dv, T* dlogw, T* dtable) {
   const int64_t H = x.H, D = x.D, Nq = g.Nq, Nk = g.Nk, BH = x.B * H, m2 = g.m[2];
   std::vector<T> kt, vt, lwt;
   to_lanes(x.k, kt, L, BH, D, m2);
@@ -295,6 +327,9 @@ void backward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L,
     LaneSetData<T> sd;
     V<T> qt[kMaxHead], go[kMaxHead], ot[kMaxHead], dqt[kMaxHead];
     std::vector<V<T>> s(L.R * L.max_width), ds(L.R * L.max_width);
+    const int64_t K2 = bias.K[2], step = bias.step2;
+    std::vector<T> tp(bias.on() ? L.R * K2 : 0), dtp(tp.size());
+    std::vector<V<T>> bk(tp.size());  // per (box row, table node of the last axis): lane-wise score gradients
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / H;
       const T* kb = kt.data() + bh * L.M01 * D * aS;
@@ -305,8 +340,12 @@ void backward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L,
       const T* lb = lwt.data() + b * L.M01 * aS;
       for (int64_t qr = 0; qr < rows; ++qr) {
         const int64_t i0 = qr / g.n[1], i1 = qr % g.n[1], qbase = qr * g.n[2];
+        if (bias.on()) {
+          bias.rows(g, bh % x.H, i0, i1, tp.data());
+          std::fill(bk.begin(), bk.end(), V<T>{});
+        }
         for (const LaneSet& set : L.sets) {
-          sd.prepare(g, L, set, i0, i1, D);
+          sd.prepare(g, L, set, i0, i1, D, bias);
           const int64_t np = L.R * set.width;
           load_lanes(x.q + bh * D * Nq, Nq, qbase, set, L.r, D, scale, qt);
           load_lanes(gout + bh * D * Nq, Nq, qbase, set, L.r, D, T(1), go);
@@ -318,6 +357,7 @@ void backward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L,
           V<T> di{};
           for (int64_t e = 0; e < D; ++e) di += go[e] * ot[e];
           all_lane_dots<T>(qt, kb, sd.base.data(), np, D, aS, s.data());  // scores
+          if (bias.on()) add_bias(s.data(), tp.data(), sd, bias, L.R, set.width);
           add_weights(s.data(), lb, sd, L.R, set.width);
           all_lane_dots<T>(go, vb, sd.base.data(), np, D, aS, ds.data());  // dO . v
           for (int64_t pc = 0; pc < np; ++pc) {
@@ -341,6 +381,19 @@ void backward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L,
             }
             if (dlb) st(dlb + sd.lpos[pc], ld(dlb + sd.lpos[pc]) + dsv);
           }
+          if (bias.on()) {  // the table's gradient: ds at the set's nodes of the last axis, per box row
+            const int64_t W = set.width;
+            for (int64_t pc = 0; pc < np; ++pc) {
+              const int64_t rr = pc / W, c = pc % W;
+              V<T>* bucket = bk.data() + rr * K2 + sd.blo[c];
+              bucket[0] += (1 - sd.bf[c]) * ds[pc];
+              bucket[step] += sd.bf[c] * ds[pc];
+            }
+          }
+        }
+        if (bias.on()) {
+          for (size_t j = 0; j < bk.size(); ++j) dtp[j] = hsum<T>(bk[j]);
+          bias.add_rows(g, i0, i1, dtp.data(), dtable + bh * bias.Kt);
         }
       }
     }
@@ -374,42 +427,49 @@ void backward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L,
 
 void lanes_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
                    c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi, double scale,
-                   int64_t a, int64_t r, const at::Tensor& out, const at::Tensor& lse,
-                   const c10::optional<at::Tensor>& gamma) {
+                   int64_t a, int64_t r, const c10::optional<at::Tensor>& table, at::TensorList upos,
+                   const at::Tensor& out, const at::Tensor& lse, const c10::optional<at::Tensor>& gamma) {
   check_inputs(q, k, v, logw, n, m, starts, logphi);
   check_outputs(q, out, lse);
   check_gamma(q, gamma);
+  check_bias(q, n, logphi, table, upos);
   TORCH_CHECK(a >= 1 && r >= 1 && n[2] % r == 0 && m[2] % a == 0 && n[2] / r == m[2] / a,
               "box_attention: lane strides a, r must split the last axis (n2 / r = m2 / a)");
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "lanes_forward", [&] {
     Level<scalar_t> g(n, m, starts, logphi);
     LaneLayout<scalar_t> L(g, a, r);
+    const Bias<scalar_t> bias(table, upos);
     Lanes<scalar_t> x{q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                       logw.data_ptr<scalar_t>(), q.size(0), q.size(1), q.size(2)};
-    forward_impl<scalar_t>(x, g, L, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
+    forward_impl<scalar_t>(x, g, L, bias, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
                            gamma.has_value() ? gamma->data_ptr<scalar_t>() : nullptr);
   });
 }
 
 void lanes_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
                     c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi,
-                    double scale, int64_t a, int64_t r, const at::Tensor& out, const at::Tensor& lse,
-                    const at::Tensor& gout, const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv,
-                    const c10::optional<at::Tensor>& dlogw) {
+                    double scale, int64_t a, int64_t r, const c10::optional<at::Tensor>& table, at::TensorList upos,
+                    const at::Tensor& out, const at::Tensor& lse, const at::Tensor& gout, const at::Tensor& dq,
+                    const at::Tensor& dk, const at::Tensor& dv, const c10::optional<at::Tensor>& dlogw,
+                    const c10::optional<at::Tensor>& dtable) {
   check_inputs(q, k, v, logw, n, m, starts, logphi);
   check_outputs(q, out, lse);
   check_gradients(q, k, v, logw, gout, dq, dk, dv, dlogw);
+  check_bias(q, n, logphi, table, upos, dtable);
+  TORCH_CHECK(table.has_value() == dtable.has_value(), "box_attention: a bias table needs dtable");
   TORCH_CHECK(a >= 1 && r >= 1 && n[2] % r == 0 && m[2] % a == 0 && n[2] / r == m[2] / a,
               "box_attention: lane strides a, r must split the last axis (n2 / r = m2 / a)");
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "lanes_backward", [&] {
     Level<scalar_t> g(n, m, starts, logphi);
     LaneLayout<scalar_t> L(g, a, r);
+    const Bias<scalar_t> bias(table, upos);
     Lanes<scalar_t> x{q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                       logw.data_ptr<scalar_t>(), q.size(0), q.size(1), q.size(2)};
     scalar_t* dl = dlogw.has_value() ? dlogw->data_ptr<scalar_t>() : nullptr;
-    backward_impl<scalar_t>(x, g, L, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(),
+    backward_impl<scalar_t>(x, g, L, bias, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(),
                             lse.data_ptr<scalar_t>(), gout.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(),
-                            dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), dl);
+                            dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), dl,
+                            dtable.has_value() ? dtable->data_ptr<scalar_t>() : nullptr);
   });
 }
 
