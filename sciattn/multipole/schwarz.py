@@ -28,9 +28,14 @@ q(x)·k(y)``:
   box (boundary nodes included; tensor products in ``d`` dimensions), ``Σ_m φ_m = 1``.
 * :func:`coarse_pool`: coarse tokens ``h_{0,m} = Σ_j w_j φ_m(x_j) h_j / Σ_j w_j φ_m(x_j)`` (zero where a hat holds
   no weight), from which a layer forms ``q_0`` and ``k_0``.
-* :func:`schwarz_attention`: ``z`` above, in ``O(N (S + M) D E)``; every sum over points carries ``w``. The local
-  sums are matrix products ``(S·D × N_c) @ (N_c × E)`` over chunks of :data:`CHUNK_ELEMENTS`, and the output
-  ``(N_c × D) @ (D × S·E)`` weighted over ``i``: no per-point ``D × E`` outer product is formed.
+* :func:`schwarz_attention`: ``z`` above; every sum over points carries ``w``. A subdomain's weight ``d_i`` vanishes
+  outside it, so a point holds at most ``2^d`` of the ``S`` subdomains (fewer than two on average with the default
+  overlap): the local sums run per subdomain over the points it holds (``K_i^T D_i^{1/2} W_i V_i`` and
+  ``D_i^{1/2} Q_i (…)`` as matrix products over gathered rows, scattered back), in ``O(N D E)`` times the mean
+  multiplicity instead of ``O(N S D E)``. Where the subdomains hold more than :data:`SPARSE_BELOW` of ``S·N`` points
+  (large overlaps), and under ``torch.compile`` / ``torch.export`` (the supports' sizes depend on the data), the
+  dense form runs: matrix products ``(S·D × N_c) @ (N_c × E)`` over chunks of :data:`CHUNK_ELEMENTS` and the output
+  ``(N_c × D) @ (D × S·E)`` weighted over ``i``. Both equal the per-point products in float64.
 
 Shapes: ``q``, ``k`` ``(B, N, H, D)``, ``v`` ``(B, N, H, E)``, ``weights`` ``(B, N)`` (zero on padding),
 partition ``(B or 1, N, S)``, hats ``(B or 1, N, M)``, ``q0``, ``k0`` ``(B, M, H, D)``; output ``(B, N, H, E)``.
@@ -121,6 +126,56 @@ def _chunk_sizes(n: int, per_point: int) -> list[int]:
     return [size] * (n // size) + ([n % size] if n % size else [])
 
 
+# The per-subdomain (gathered) local sums run where the subdomains' supports hold at most this share of the S·N
+# (point, subdomain) pairs the dense form computes.
+SPARSE_BELOW = 0.5
+
+
+def _supports(root: torch.Tensor) -> list[torch.Tensor] | None:
+    """Per subdomain, the indices of the points where some batch row has a positive weight (``root (B, N, S)``), or
+    ``None`` where the dense form is the one to run (module docstring)."""
+    if torch.compiler.is_compiling():
+        return None
+    member = (root > 0).any(0)  # (N, S)
+    if int(member.sum()) > SPARSE_BELOW * member.numel():
+        return None
+    return [member[:, i].nonzero().squeeze(1) for i in range(member.shape[1])]
+
+
+def _local_sparse(q, k, v, w, root, supports):
+    """``Σ_i D_i^{1/2} Q_i K_i^T D_i^{1/2} W_i V_i`` (B, N, H, E) subdomain by subdomain over the points it holds."""
+    b, n, h, _ = q.shape
+    out = q.new_zeros(b, n, h, v.shape[-1])
+    kw = k * w[..., None, None]
+    for i, idx in enumerate(supports):
+        if idx.numel() == 0:
+            continue
+        r = root[:, idx, i][..., None, None]  # (B, n_i, 1, 1)
+        ki = (kw.index_select(1, idx) * r).permute(0, 2, 3, 1)  # (B, H, D, n_i)
+        block = ki @ v.index_select(1, idx).transpose(1, 2)  # (B, H, D, E): K_i^T D_i^{1/2} W_i V_i
+        y = q.index_select(1, idx).transpose(1, 2) @ block  # (B, H, n_i, E)
+        out.index_add_(1, idx, y.transpose(1, 2) * r)
+    return out
+
+
+def _local_dense(q, k, v, w, root):
+    """The same sums over every (point, subdomain) pair, as chunked matrix products (module docstring)."""
+    b, n, h, d = q.shape
+    e, s = v.shape[-1], root.shape[-1]
+    sizes = _chunk_sizes(n, b * s * h * max(d, e))
+    local = None  # (B, H, S·D, E): K_i^T D_i^{1/2} W_i R_i V, one matrix product per chunk of points
+    for r_c, k_c, v_c in zip(root.split(sizes, 1), (k * w[..., None, None]).split(sizes, 1), v.split(sizes, 1)):
+        x = (r_c.transpose(1, 2)[:, None, :, None] * k_c.permute(0, 2, 3, 1)[:, :, None]).view(b, h, s * d, -1)
+        part = x @ v_c.transpose(1, 2)
+        local = part if local is None else local + part
+    lt = local.view(b, h, s, d, e).transpose(2, 3).reshape(b, h, d, s * e)  # (B, H, D, S·E)
+    parts = []
+    for r_c, q_c in zip(root.split(sizes, 1), q.split(sizes, 1)):
+        y = (q_c.transpose(1, 2) @ lt).view(b, h, -1, s, e)  # (B, H, Nc, S, E): q · (local block of every i)
+        parts.append((y * r_c[:, None, :, :, None]).sum(3).transpose(1, 2))  # Σ_i D_i^{1/2}(x) ...: (B, Nc, H, E)
+    return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
+
+
 def schwarz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, weights: torch.Tensor,
                       partition: torch.Tensor, hats: torch.Tensor | None = None, q0: torch.Tensor | None = None,
                       k0: torch.Tensor | None = None) -> torch.Tensor:
@@ -136,23 +191,11 @@ def schwarz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, weights
             raise ValueError(f"{name}: expected {rank} dimensions, got shape {tuple(t.shape)}")
     if partition.shape[1] != q.shape[1]:
         raise ValueError(f"partition: expected {q.shape[1]} points on axis 1 to match q, got {tuple(partition.shape)}")
-    b, n, h, d = q.shape
-    e = v.shape[-1]
+    b = q.shape[0]
     root = partition.clamp_min(0).sqrt().to(q.dtype).expand(b, -1, -1)  # D_i^{1/2}, (B, N, S)
     w = weights.to(q.dtype)
-    s = root.shape[-1]
-    sizes = _chunk_sizes(n, b * s * h * max(d, e))
-    local = None  # (B, H, S·D, E): K_i^T D_i^{1/2} W_i R_i V, one matrix product per chunk of points
-    for r_c, k_c, v_c in zip(root.split(sizes, 1), (k * w[..., None, None]).split(sizes, 1), v.split(sizes, 1)):
-        x = (r_c.transpose(1, 2)[:, None, :, None] * k_c.permute(0, 2, 3, 1)[:, :, None]).view(b, h, s * d, -1)
-        part = x @ v_c.transpose(1, 2)
-        local = part if local is None else local + part
-    lt = local.view(b, h, s, d, e).transpose(2, 3).reshape(b, h, d, s * e)  # (B, H, D, S·E)
-    parts = []
-    for r_c, q_c in zip(root.split(sizes, 1), q.split(sizes, 1)):
-        y = (q_c.transpose(1, 2) @ lt).view(b, h, -1, s, e)  # (B, H, Nc, S, E): q · (local block of every i)
-        parts.append((y * r_c[:, None, :, :, None]).sum(3).transpose(1, 2))  # Σ_i D_i^{1/2}(x) ...: (B, Nc, H, E)
-    out = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
+    supports = _supports(root)
+    out = _local_dense(q, k, v, w, root) if supports is None else _local_sparse(q, k, v, w, root, supports)
     if hats is not None:
         hats = hats.to(q.dtype).expand(q.shape[0], -1, -1)
         v0 = torch.einsum("bnm,bnhe->bmhe", hats * w[..., None], v)  # Φ^T W V

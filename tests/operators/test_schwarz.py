@@ -189,19 +189,41 @@ def _dense_local_terms(q, k, v, weights, partition):
                                                              local))
 
 
-@pytest.mark.parametrize("chunk", [None, 7 * 2 * 9 * 2 * 4])  # one chunk; chunks of 7 points (and a tail)
-def test_local_terms_in_chunks_equal_the_per_point_products(chunk, monkeypatch):
+@pytest.mark.parametrize("path, chunk, per_row", [
+    ("dense", None, False), ("dense", 7 * 2 * 9 * 2 * 4, False),  # one chunk; chunks of 7 points (and a tail)
+    ("sparse", None, False), ("sparse", None, True),  # per subdomain over its points; two clouds' own partitions
+])
+def test_local_terms_equal_the_per_point_products(path, chunk, per_row, monkeypatch):
     import sciattn.multipole.schwarz as schwarz
 
     if chunk is not None:
         monkeypatch.setattr(schwarz, "CHUNK_ELEMENTS", chunk)
+    calls = []
+    for name in ("_local_sparse", "_local_dense"):
+        real = getattr(schwarz, name)
+        monkeypatch.setattr(schwarz, name, lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
+    monkeypatch.setattr(schwarz, "SPARSE_BELOW", 2.0 if path == "sparse" else -1.0)
     n = 45
-    pos = torch.rand(n, 2, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    pos = torch.rand(2 if per_row else 1, n, 2, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     q, k, v, w, _, _ = _random(2, n, 2, 3, 4, 1, seed=5)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
-    part = physical_partition(pos, (3, 3), 0.1)[None]
+    part = physical_partition(pos, (3, 3), 0.1)
     ours, ref = schwarz_attention(q, k, v, w, part), _dense_local_terms(q, k, v, w, part)
     assert _rel(ours.detach(), ref.detach()) < 1e-13
     g = torch.randn_like(ref)
     for a, b in zip(torch.autograd.grad((ours * g).sum(), (q, k, v)), torch.autograd.grad((ref * g).sum(), (q, k, v))):
         assert (a - b).abs().max() <= 1e-12 * b.abs().max()
+    assert calls == [f"_local_{path}"]
+
+
+def test_the_supports_choose_the_sparse_form_at_the_defaults():
+    import sciattn.multipole.schwarz as schwarz
+
+    pos = torch.stack(torch.meshgrid(*(torch.arange(64, dtype=torch.float64).add(0.5) / 64,) * 2, indexing="ij"), -1)
+    root = physical_partition(pos.reshape(-1, 2), (4, 4), 1 / 16)[None].sqrt()
+    supports = schwarz._supports(root)
+    assert supports is not None and len(supports) == 16
+    member = root[0] > 0
+    for i, idx in enumerate(supports):  # exactly the points of positive weight, each subdomain
+        assert torch.equal(idx, member[:, i].nonzero().squeeze(1))
+    assert sum(len(i) for i in supports) / member.shape[0] < 2  # fewer than two subdomains per point on average
