@@ -108,7 +108,7 @@ def _cl(t):
     return t.movedim(1, -1).movedim(1, -1)
 
 
-CASES = [  # (n, m, window, taper): lanes with slopes 1, 2, 4 and strides 1 to 4; shared boxes
+CASES = [  # (n, m, window, taper): lanes with slopes 1, 2, 4 and strides 1 to 4 (2-D: key rows in a ring); shared boxes
     ((16, 16), (64, 64), (8, 8), True),
     ((64, 32), (64, 64), (8, 8), True),
     ((64, 64), (64, 64), (8, 8), True),
@@ -120,6 +120,8 @@ CASES = [  # (n, m, window, taper): lanes with slopes 1, 2, 4 and strides 1 to 4
     ((33, 31), (33, 31), (3, 3), False),
     ((20,), (64,), (8,), True),
     ((12, 10, 9), (16, 16, 16), (8, 8, 8), True),
+    ((16, 16), (64, 64), (2, 2), False),  # lanes whose boxes skip key rows and columns (their gradients are zero)
+    ((6, 5, 32), (6, 5, 32), (3, 3, 3), False),  # lanes in 3-D (the whole level in the lane layout, no row ring)
 ]
 
 

@@ -25,7 +25,8 @@ void check_bias(const at::Tensor& q, c10::IntArrayRef n, at::TensorList logphi,
 // Keys in lanes, boxes shared by the queries of a run (shared_boxes.cpp).
 void boxes_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
                    c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi, double scale,
-                   const c10::optional<at::Tensor>& table, at::TensorList upos, const at::Tensor& out, const at::Tensor& lse, const c10::optional<at::Tensor>& gamma);
+                   const c10::optional<at::Tensor>& table, at::TensorList upos, const at::Tensor& out,
+                   const at::Tensor& lse, const c10::optional<at::Tensor>& gamma);
 void boxes_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
                     c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi,
                     double scale, const c10::optional<at::Tensor>& table, at::TensorList upos, const at::Tensor& out,

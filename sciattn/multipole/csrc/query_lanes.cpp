@@ -17,19 +17,27 @@
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
+#include <memory>
+
 namespace sciattn_box {
 namespace {
 
 struct LaneSet {
-  int64_t rho, t0, count, b0, width;
+  int64_t rho, t0, count, b0, width, first;  // first: the set's first entry in LaneLayout's per-set tables
 };
 
+// The lane sets of one level and what depends on a set alone, computed once per call: per box offset c of each set,
+// the lane-wise window weights of the last axis (w2, -inf outside each lane's box) and, with a bias, that axis'
+// lower table node and the weight of the next (blo, bf; the same for every lane of the set).
 template <typename T>
 struct LaneLayout {
   int64_t a, r, padl, S, aS, R, M01, max_width;
   std::vector<LaneSet> sets;
+  std::vector<V<T>> w2;
+  std::vector<int64_t> blo;
+  std::vector<T> bf;
 
-  LaneLayout(const Level<T>& g, int64_t a_, int64_t r_) : a(a_), r(r_) {
+  LaneLayout(const Level<T>& g, int64_t a_, int64_t r_, const Bias<T>& bias) : a(a_), r(r_) {
     const int64_t n2 = g.n[2], L2 = g.len[2], m2 = g.m[2];
     const int64_t* s = g.start[2];
     int64_t ymin = 0, ymax = m2 - 1;
@@ -44,7 +52,8 @@ struct LaneLayout {
           lo = std::min(lo, off);
           hi = std::max(hi, off);
         }
-        sets.push_back(LaneSet{rho, t0, count, lo, L2 + hi - lo});
+        const int64_t first = sets.empty() ? 0 : sets.back().first + sets.back().width;
+        sets.push_back(LaneSet{rho, t0, count, lo, L2 + hi - lo, first});
         max_width = std::max(max_width, L2 + hi - lo);
         ymin = std::min(ymin, a * t0 + lo);
         ymax = std::max(ymax, a * (t0 + kLanes - 1) + hi + L2 - 1);
@@ -55,6 +64,26 @@ struct LaneLayout {
     aS = a * S;
     R = g.len[0] * g.len[1];
     M01 = g.m[0] * g.m[1];
+    const int64_t total = sets.back().first + sets.back().width;
+    w2.assign(total, splat<T>(static_cast<T>(kNegInf)));
+    blo.assign(total, 0);
+    bf.assign(total, T(0));
+    for (const LaneSet& set : sets)
+      for (int64_t c = 0; c < set.width; ++c) {
+        V<T>& w = w2[set.first + c];
+        bool biased = false;
+        for (int64_t l = 0; l < set.count; ++l) {
+          const int64_t t = set.t0 + l, i2 = set.rho + r * t;
+          const int64_t off = a * t + set.b0 + c - g.start[2][i2];
+          if (off >= 0 && off < L2) {
+            w[l] = g.logphi[2][i2 * L2 + off];
+            if (bias.on() && !biased) {  // the first lane holding this key: every lane has the same displacement
+              bias.last(bias.u[2][i2 * L2 + off], blo[set.first + c], bf[set.first + c]);
+              biased = true;
+            }
+          }
+        }
+      }
   }
   int64_t pos(int64_t y2) const {
     const int64_t f = y2 + padl;
@@ -92,23 +121,119 @@ void logw_to_lanes(const T* src, std::vector<T>& dst, const LaneLayout<T>& L, in
       for (int64_t y = 0; y < m2; ++y) dst[(b * L.M01 + row) * L.aS + L.pos(y)] = src[b * Nk + row * m2 + y];
 }
 
+// The keys and values of one (b, h) in the lane layout, a key row at a time, in a ring of `ring` rows (D x aS each):
+// for 2-D and 1-D levels, whose query rows take the key rows [start(i), start(i) + R) with start non-decreasing, so
+// query rows taken in order never need a row again once they have passed it. A row is converted when the first
+// query row needs it, into the slot of the row `ring` before it (no later query row needs that one). With gradients
+// the key and value gradients accumulate in the same slots and are written out when their row leaves the ring (and
+// zero for rows no query needed). Instead of the whole level in the lane layout (B H M01 D aS entries, fresh memory
+// on every call), the ring stays in cache.
+template <typename T>
+struct RowRing {
+  const LaneLayout<T>& L;
+  int64_t D, m2, Nk, ring, row_size;
+  std::vector<T> k, v, dk, dv;
+  std::vector<int64_t> held;  // per slot: its key row, -1 if none
+  std::vector<char> done;     // backward: per key row, its gradients written
+  int64_t next = 0;           // key rows below `next` are loaded or never needed
+
+  RowRing(const LaneLayout<T>& L_, int64_t D_, int64_t m2_, int64_t Nk_, bool grads)
+      : L(L_), D(D_), m2(m2_), Nk(Nk_), ring(L_.R), row_size(D_ * L_.aS), k(ring * row_size), v(ring * row_size),
+        dk(grads ? ring * row_size : 0), dv(dk.size()), held(ring, -1), done(grads ? L_.M01 : 0, 0) {}
+
+  void reset() {
+    std::fill(held.begin(), held.end(), -1);
+    std::fill(done.begin(), done.end(), 0);
+    next = 0;
+  }
+  int64_t offset(int64_t row) const { return (row % ring) * row_size; }
+
+  // row y of src (one (b, h) of (B, H, D, Nk)) into the slot at dst, zero padding
+  void convert(const T* src, int64_t y, T* dst) const {
+    for (int64_t d = 0; d < D; ++d) {
+      T* to = dst + d * L.aS;
+      const T* from = src + d * Nk + y * m2;
+      std::fill(to, to + L.aS, T(0));
+      if (L.a == 1) {
+        std::memcpy(to + L.padl, from, sizeof(T) * m2);
+      } else {
+        for (int64_t y2 = 0; y2 < m2; ++y2) to[L.pos(y2)] = from[y2];
+      }
+    }
+  }
+  // the accumulated gradients of the slot's row into dkb, dvb (one (b, h) of (B, H, D, Nk))
+  void write(int64_t slot, T* dkb, T* dvb) {
+    const int64_t y = held[slot];
+    for (int64_t d = 0; d < D; ++d) {
+      const T* fk = dk.data() + slot * row_size + d * L.aS;
+      const T* fv = dv.data() + slot * row_size + d * L.aS;
+      T* tk = dkb + d * Nk + y * m2;
+      T* tv = dvb + d * Nk + y * m2;
+      for (int64_t y2 = 0; y2 < m2; ++y2) {
+        tk[y2] = fk[L.pos(y2)];
+        tv[y2] = fv[L.pos(y2)];
+      }
+    }
+    done[y] = 1;
+  }
+  // key rows [lo, hi) loaded (rows below next are not reloaded); the backward writes out each slot's previous row
+  void need(int64_t lo, int64_t hi, const T* kb, const T* vb, T* dkb, T* dvb) {
+    for (int64_t y = std::max(lo, next); y < hi; ++y) {
+      const int64_t slot = y % ring;
+      if (dkb && held[slot] >= 0) write(slot, dkb, dvb);
+      convert(kb, y, k.data() + slot * row_size);
+      convert(vb, y, v.data() + slot * row_size);
+      if (dkb) {
+        std::fill(dk.begin() + slot * row_size, dk.begin() + (slot + 1) * row_size, T(0));
+        std::fill(dv.begin() + slot * row_size, dv.begin() + (slot + 1) * row_size, T(0));
+      }
+      held[slot] = y;
+    }
+    next = std::max(next, hi);
+  }
+  // backward: the rows still held written out, zero gradients for the rows no query needed
+  void finish(T* dkb, T* dvb) {
+    for (int64_t slot = 0; slot < ring; ++slot)
+      if (held[slot] >= 0) write(slot, dkb, dvb);
+    for (int64_t y = 0; y < L.M01; ++y)
+      if (!done[y])
+        for (int64_t d = 0; d < D; ++d) {
+          std::fill(dkb + d * Nk + y * m2, dkb + d * Nk + (y + 1) * m2, T(0));
+          std::fill(dvb + d * Nk + y * m2, dvb + d * Nk + (y + 1) * m2, T(0));
+        }
+  }
+};
+
+// Query rows per task of the forward with the ring (each task converts its first rows' keys again).
+constexpr int64_t kRingRows = 64;
+
+// The ring applies to levels with one leading axis of size 1 and box starts along the other that never decrease.
+template <typename T>
+bool ring_applies(const Level<T>& g) {
+  if (g.n[0] != 1 || g.m[0] != 1 || g.len[0] != 1) return false;
+  for (int64_t i = 1; i < g.n[1]; ++i)
+    if (g.start[1][i] < g.start[1][i - 1]) return false;
+  return true;
+}
+
 template <typename T>
 struct LaneSetData {
   std::vector<int64_t> base;  // per (row, c): offset of lane 0's key in the lane layout of one (b, h), minus row*D*aS
   std::vector<int64_t> lpos;  // per (row, c): offset of lane 0 in the log weights of one b
-  std::vector<V<T>> w2;       // per c: lane-wise window weights of the last axis (-inf outside each lane's box)
+  const V<T>* w2;             // per c: the set's entries of LaneLayout::w2, blo, bf
+  const int64_t* blo;
+  const T* bf;
   std::vector<T> w01;         // per row
   std::vector<int64_t> rowid;
-  std::vector<int64_t> blo;   // per c, with a bias: the last axis' lower table node and the weight of the next
-  std::vector<T> bf;
+  // ring > 0: key rows live in a RowRing of that many slots (keys at slot * D * aS), else the whole level's layout
   void prepare(const Level<T>& g, const LaneLayout<T>& L, const LaneSet& set, int64_t i0, int64_t i1, int64_t D,
-               const Bias<T>& bias) {
-    const int64_t W = set.width, L2 = g.len[2];
+               int64_t ring = 0) {
+    const int64_t W = set.width;
     base.resize(L.R * W);
     lpos.resize(L.R * W);
-    w2.resize(W);
-    blo.assign(W, 0);
-    bf.assign(W, T(0));
+    w2 = L.w2.data() + set.first;
+    blo = L.blo.data() + set.first;
+    bf = L.bf.data() + set.first;
     w01.resize(L.R);
     rowid.resize(L.R);
     int64_t rr = 0;
@@ -120,23 +245,9 @@ struct LaneSetData {
     for (int64_t c = 0; c < W; ++c) {
       const int64_t p = L.pos(L.a * set.t0 + set.b0 + c);
       for (rr = 0; rr < L.R; ++rr) {
-        base[rr * W + c] = rowid[rr] * D * L.aS + p;
+        base[rr * W + c] = (ring ? rowid[rr] % ring : rowid[rr]) * D * L.aS + p;
         lpos[rr * W + c] = rowid[rr] * L.aS + p;
       }
-      V<T> w = splat<T>(static_cast<T>(kNegInf));
-      bool biased = false;
-      for (int64_t l = 0; l < set.count; ++l) {
-        const int64_t t = set.t0 + l, i2 = set.rho + L.r * t;
-        const int64_t off = L.a * t + set.b0 + c - g.start[2][i2];
-        if (off >= 0 && off < L2) {
-          w[l] = g.logphi[2][i2 * L2 + off];
-          if (bias.on() && !biased) {  // the first lane holding this key: every lane has the same displacement
-            bias.last(bias.u[2][i2 * L2 + off], blo[c], bf[c]);
-            biased = true;
-          }
-        }
-      }
-      w2[c] = w;
     }
   }
 };
@@ -261,52 +372,63 @@ template <typename T>
 void forward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, const Bias<T>& bias, T scale,
                   T* out, T* lse, const T* gamma) {
   const int64_t H = x.H, D = x.D, Nq = g.Nq, Nk = g.Nk, BH = x.B * H, m2 = g.m[2];
+  const bool use_ring = ring_applies(g);
   std::vector<T> kt, vt, lwt;
-  to_lanes(x.k, kt, L, BH, D, m2);
-  to_lanes(x.v, vt, L, BH, D, m2);
+  if (!use_ring) {
+    to_lanes(x.k, kt, L, BH, D, m2);
+    to_lanes(x.v, vt, L, BH, D, m2);
+  }
   logw_to_lanes(x.logw, lwt, L, x.B, Nk, m2);
   const int64_t rows = g.n[0] * g.n[1];
-  at::parallel_for(0, BH * rows, 1, [&](int64_t begin, int64_t end) {
+  // with the ring, tasks of (b, h, a run of kRingRows query rows), each starting from an empty ring
+  const int64_t chunk = use_ring ? std::min<int64_t>(rows, kRingRows) : 1, chunks = (rows + chunk - 1) / chunk;
+  at::parallel_for(0, BH * chunks, 1, [&](int64_t begin, int64_t end) {
     LaneSetData<T> sd;
     V<T> qt[kMaxHead], o[kMaxHead];
     std::vector<V<T>> s(L.R * L.max_width);
     std::vector<T> tp(bias.on() ? L.R * bias.K[2] : 0);
+    std::unique_ptr<RowRing<T>> ring(use_ring ? new RowRing<T>(L, D, m2, Nk, false) : nullptr);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t bh = task / rows, qr = task % rows, b = bh / H;
-      const int64_t i0 = qr / g.n[1], i1 = qr % g.n[1], qbase = qr * g.n[2];
-      const T* kb = kt.data() + bh * L.M01 * D * L.aS;
-      const T* vb = vt.data() + bh * L.M01 * D * L.aS;
-      const T* lb = lwt.data() + b * L.M01 * L.aS;
-      if (bias.on()) bias.rows(g, bh % H, i0, i1, tp.data());
-      for (const LaneSet& set : L.sets) {
-        sd.prepare(g, L, set, i0, i1, D, bias);
-        const int64_t np = L.R * set.width;
-        load_lanes(x.q + bh * D * Nq, Nq, qbase, set, L.r, D, scale, qt);
-        all_lane_dots<T>(qt, kb, sd.base.data(), np, D, L.aS, s.data());
-        if (bias.on()) add_bias(s.data(), tp.data(), sd, bias, L.R, set.width);
-        const V<T> mx = add_weights(s.data(), lb, sd, L.R, set.width);
-        const V<T> empty = mx == static_cast<T>(kNegInf) ? splat<T>(1) : V<T>{};
-        const V<T> mxs = empty != T(0) ? V<T>{} : mx;
-        V<T> sum{};
-        for (int64_t pc = 0; pc < np; ++pc) {
-          s[pc] = vexp(s[pc] - mxs);
-          sum += s[pc];
-        }
-        lane_sums(s.data(), vb, sd.base.data(), np, D, L.aS, o);
-        const V<T> inv = empty != T(0) ? V<T>{} : T(1) / (sum + empty);
-        for (int64_t e = 0; e < D; ++e) o[e] *= inv;
-        if (gamma) {  // accumulate: out += gamma_h A (inference; no log-sum-exp kept)
-          V<T> prev[kMaxHead];
-          load_lanes(out + bh * D * Nq, Nq, qbase, set, L.r, D, T(1), prev);
-          for (int64_t e = 0; e < D; ++e) o[e] = prev[e] + gamma[bh % H] * o[e];
+      const int64_t bh = task / chunks, ch = task % chunks, b = bh / H;
+      if (ring) ring->reset();
+      for (int64_t qr = ch * chunk; qr < std::min(rows, (ch + 1) * chunk); ++qr) {
+        const int64_t i0 = qr / g.n[1], i1 = qr % g.n[1], qbase = qr * g.n[2];
+        if (ring) ring->need(g.start[1][i1], g.start[1][i1] + g.len[1], x.k + bh * D * Nk, x.v + bh * D * Nk, nullptr,
+                             nullptr);
+        const T* kb = ring ? ring->k.data() : kt.data() + bh * L.M01 * D * L.aS;
+        const T* vb = ring ? ring->v.data() : vt.data() + bh * L.M01 * D * L.aS;
+        const T* lb = lwt.data() + b * L.M01 * L.aS;
+        if (bias.on()) bias.rows(g, bh % H, i0, i1, tp.data());
+        for (const LaneSet& set : L.sets) {
+          sd.prepare(g, L, set, i0, i1, D, ring ? ring->ring : 0);
+          const int64_t np = L.R * set.width;
+          load_lanes(x.q + bh * D * Nq, Nq, qbase, set, L.r, D, scale, qt);
+          all_lane_dots<T>(qt, kb, sd.base.data(), np, D, L.aS, s.data());
+          if (bias.on()) add_bias(s.data(), tp.data(), sd, bias, L.R, set.width);
+          const V<T> mx = add_weights(s.data(), lb, sd, L.R, set.width);
+          const V<T> empty = mx == static_cast<T>(kNegInf) ? splat<T>(1) : V<T>{};
+          const V<T> mxs = empty != T(0) ? V<T>{} : mx;
+          V<T> sum{};
+          for (int64_t pc = 0; pc < np; ++pc) {
+            s[pc] = vexp(s[pc] - mxs);
+            sum += s[pc];
+          }
+          lane_sums(s.data(), vb, sd.base.data(), np, D, L.aS, o);
+          const V<T> inv = empty != T(0) ? V<T>{} : T(1) / (sum + empty);
+          for (int64_t e = 0; e < D; ++e) o[e] *= inv;
+          if (gamma) {  // accumulate: out += gamma_h A (inference; no log-sum-exp kept)
+            V<T> prev[kMaxHead];
+            load_lanes(out + bh * D * Nq, Nq, qbase, set, L.r, D, T(1), prev);
+            for (int64_t e = 0; e < D; ++e) o[e] = prev[e] + gamma[bh % H] * o[e];
+            store_lanes(out + bh * D * Nq, Nq, qbase, set, L.r, D, o);
+            continue;
+          }
           store_lanes(out + bh * D * Nq, Nq, qbase, set, L.r, D, o);
-          continue;
+          V<T> l = mx;
+          for (int ln = 0; ln < kLanes; ++ln)
+            l[ln] = empty[ln] != T(0) ? static_cast<T>(kNegInf) : mx[ln] + std::log(sum[ln]);
+          store_lanes(lse + bh * Nq, Nq, qbase, set, L.r, 1, &l);
         }
-        store_lanes(out + bh * D * Nq, Nq, qbase, set, L.r, D, o);
-        V<T> l = mx;
-        for (int ln = 0; ln < kLanes; ++ln)
-          l[ln] = empty[ln] != T(0) ? static_cast<T>(kNegInf) : mx[ln] + std::log(sum[ln]);
-        store_lanes(lse + bh * Nq, Nq, qbase, set, L.r, 1, &l);
       }
     }
   });
@@ -316,9 +438,12 @@ template <typename T>
 void backward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, const Bias<T>& bias, T scale,
                    const T* out, const T* lse, const T* gout, T* dq, T* dk, T* dv, T* dlogw, T* dtable) {
   const int64_t H = x.H, D = x.D, Nq = g.Nq, Nk = g.Nk, BH = x.B * H, m2 = g.m[2];
+  const bool use_ring = ring_applies(g);
   std::vector<T> kt, vt, lwt;
-  to_lanes(x.k, kt, L, BH, D, m2);
-  to_lanes(x.v, vt, L, BH, D, m2);
+  if (!use_ring) {
+    to_lanes(x.k, kt, L, BH, D, m2);
+    to_lanes(x.v, vt, L, BH, D, m2);
+  }
   logw_to_lanes(x.logw, lwt, L, x.B, Nk, m2);
   std::vector<T> dkt(kt.size(), T(0)), dvt(vt.size(), T(0));
   std::vector<T> dlwt(dlogw ? BH * L.M01 * L.aS : 0, T(0));
@@ -330,22 +455,27 @@ void backward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L,
     const int64_t K2 = bias.K[2], step = bias.step2;
     std::vector<T> tp(bias.on() ? L.R * K2 : 0), dtp(tp.size());
     std::vector<V<T>> bk(tp.size());  // per (box row, table node of the last axis): lane-wise score gradients
+    std::unique_ptr<RowRing<T>> ring(use_ring ? new RowRing<T>(L, D, m2, Nk, true) : nullptr);
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / H;
-      const T* kb = kt.data() + bh * L.M01 * D * aS;
-      const T* vb = vt.data() + bh * L.M01 * D * aS;
-      T* dkb = dkt.data() + bh * L.M01 * D * aS;
-      T* dvb = dvt.data() + bh * L.M01 * D * aS;
+      const T* kb = ring ? ring->k.data() : kt.data() + bh * L.M01 * D * aS;
+      const T* vb = ring ? ring->v.data() : vt.data() + bh * L.M01 * D * aS;
+      T* dkb = ring ? ring->dk.data() : dkt.data() + bh * L.M01 * D * aS;
+      T* dvb = ring ? ring->dv.data() : dvt.data() + bh * L.M01 * D * aS;
       T* dlb = dlogw ? dlwt.data() + bh * L.M01 * aS : nullptr;
       const T* lb = lwt.data() + b * L.M01 * aS;
+      if (ring) ring->reset();
       for (int64_t qr = 0; qr < rows; ++qr) {
         const int64_t i0 = qr / g.n[1], i1 = qr % g.n[1], qbase = qr * g.n[2];
+        if (ring)
+          ring->need(g.start[1][i1], g.start[1][i1] + g.len[1], x.k + bh * D * Nk, x.v + bh * D * Nk,
+                     dk + bh * D * Nk, dv + bh * D * Nk);
         if (bias.on()) {
           bias.rows(g, bh % x.H, i0, i1, tp.data());
           std::fill(bk.begin(), bk.end(), V<T>{});
         }
         for (const LaneSet& set : L.sets) {
-          sd.prepare(g, L, set, i0, i1, D, bias);
+          sd.prepare(g, L, set, i0, i1, D, ring ? ring->ring : 0);
           const int64_t np = L.R * set.width;
           load_lanes(x.q + bh * D * Nq, Nq, qbase, set, L.r, D, scale, qt);
           load_lanes(gout + bh * D * Nq, Nq, qbase, set, L.r, D, T(1), go);
@@ -396,9 +526,10 @@ void backward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L,
           bias.add_rows(g, i0, i1, dtp.data(), dtable + bh * bias.Kt);
         }
       }
+      if (ring) ring->finish(dk + bh * D * Nk, dv + bh * D * Nk);
     }
   });
-  at::parallel_for(0, BH * L.M01, 1, [&](int64_t b0, int64_t b1) {
+  if (!use_ring) at::parallel_for(0, BH * L.M01, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t task = b0; task < b1; ++task) {
       const int64_t bh = task / L.M01, row = task % L.M01;
       for (int64_t d = 0; d < D; ++d) {
@@ -437,12 +568,12 @@ void lanes_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
               "box_attention: lane strides a, r must split the last axis (n2 / r = m2 / a)");
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "lanes_forward", [&] {
     Level<scalar_t> g(n, m, starts, logphi);
-    LaneLayout<scalar_t> L(g, a, r);
     const Bias<scalar_t> bias(table, upos);
+    LaneLayout<scalar_t> L(g, a, r, bias);
     Lanes<scalar_t> x{q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                       logw.data_ptr<scalar_t>(), q.size(0), q.size(1), q.size(2)};
-    forward_impl<scalar_t>(x, g, L, bias, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
-                           gamma.has_value() ? gamma->data_ptr<scalar_t>() : nullptr);
+    forward_impl<scalar_t>(x, g, L, bias, static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(),
+                           lse.data_ptr<scalar_t>(), gamma.has_value() ? gamma->data_ptr<scalar_t>() : nullptr);
   });
 }
 
@@ -461,8 +592,8 @@ void lanes_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
               "box_attention: lane strides a, r must split the last axis (n2 / r = m2 / a)");
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "lanes_backward", [&] {
     Level<scalar_t> g(n, m, starts, logphi);
-    LaneLayout<scalar_t> L(g, a, r);
     const Bias<scalar_t> bias(table, upos);
+    LaneLayout<scalar_t> L(g, a, r, bias);
     Lanes<scalar_t> x{q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
                       logw.data_ptr<scalar_t>(), q.size(0), q.size(1), q.size(2)};
     scalar_t* dl = dlogw.has_value() ? dlogw->data_ptr<scalar_t>() : nullptr;

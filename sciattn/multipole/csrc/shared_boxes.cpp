@@ -259,8 +259,8 @@ void backward_impl(const Tensors<T>& x, const Level<T>& g, const Bias<T>& bias, 
     const int64_t P = box.P, Pp = box.Pp, nb = box.nb;
     const int64_t Dp = box.Dp;
     // per buffered query: probabilities and score gradients (Pp), its query and output gradient (Dp, zero beyond D)
-    std::vector<T> prob(kBlockQ * Pp), ds(kBlockQ * Pp + kLanes, T(0)), dkb(P * Dp), dvb(P * Dp), dlb(Pp), gq(kRowQ * Dp),
-        gos(kBlockQ * Dp, T(0)), qrows(kBlockQ * Dp, T(0)), qsc(kRowQ * D);
+    std::vector<T> prob(kBlockQ * Pp), ds(kBlockQ * Pp + kLanes, T(0)), dkb(P * Dp), dvb(P * Dp), dlb(Pp),
+        gq(kRowQ * Dp), gos(kBlockQ * Dp, T(0)), qrows(kBlockQ * Dp, T(0)), qsc(kRowQ * D);
     std::vector<V<T>> sacc(kRowQ * nb), dacc(kRowQ * nb);
     std::vector<T> tp(bias.on() ? box.L01 * box.K2 : 0), dtp(tp.size()), tpt(bias.on() ? box.K2 * box.L01p : 0),
         gt(tpt.size(), T(0)), brow(bias.on() ? Pp + kLanes : 0, T(0));
