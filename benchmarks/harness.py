@@ -494,9 +494,6 @@ def plot_rows(benchmark: Benchmark, records: list[dict[str, Any]], path: Path | 
     ax.set_ylabel(y)
     ax.set_title(benchmark.name)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    from sciattn.train.analysis.plots import save_figure
+
+    return save_figure(fig, plt, path)
