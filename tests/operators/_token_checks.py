@@ -174,6 +174,15 @@ def check_bad_inputs(model, name, cfg):
         create_operator(name, **{**cfg, "width": 0})
 
 
+def check_bad_argument(name, cfg, change, exc, words):
+    """Building operator ``name`` from ``cfg`` updated by ``change`` raises ``exc`` whose message holds each of
+    ``words`` (the argument, the expectation and the value given)."""
+    with pytest.raises(exc) as info:
+        create_operator(name, **{**cfg, **change})
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
 def check_grid_dims(name, cfg):
     """1-D and 3-D grids run and give the shape; the 1-D output converges under refinement of a smooth input."""
     for d, shape in ((1, (16,)), (3, (4, 5, 6))):
