@@ -9,7 +9,6 @@ compiled-only for the rest of the session, so nothing here imports triton.
 
 from __future__ import annotations
 
-import math
 import os
 
 import pytest
@@ -45,25 +44,6 @@ def assert_close(op: str, got: torch.Tensor, want: torch.Tensor, dtype: torch.dt
     bound = atol * float(want.abs().max().clamp_min(1e-12)) + rtol * want.abs()
     assert bool((err <= bound).all()), f"{what}: max error {float(err.max()):.3g} (rtol={rtol}, atol={atol})"
 
-
-
-def random_inputs(g: torch.Generator, b: int, h: int, nq: int, nk: int, d: int, e: int) -> dict[str, torch.Tensor]:
-    """Float64 ``q`` ``(b, h, nq, d)``, ``k`` ``(b, h, nk, d)``, ``v`` ``(b, h, nk, e)`` (standard normal) and
-    non-uniform key ``weights`` ``(b, nk)`` in ``[0.05, 2.05)``, drawn from ``g`` in that order."""
-    return {
-        "q": torch.randn(b, h, nq, d, generator=g, dtype=F64),
-        "k": torch.randn(b, h, nk, d, generator=g, dtype=F64),
-        "v": torch.randn(b, h, nk, e, generator=g, dtype=F64),
-        "weights": torch.rand(b, nk, generator=g, dtype=F64) * 2 + 0.05,
-    }
-
-
-def poison_padding(t: dict[str, torch.Tensor], mask: torch.Tensor) -> None:
-    """NaN in ``t``'s ``k``, ``v`` and ``weights`` at the padded keys (``mask`` False), in place in the dict, so a
-    kernel that reads padding fails the comparison."""
-    t["k"] = t["k"].masked_fill(~mask[:, None, :, None], math.nan)
-    t["v"] = t["v"].masked_fill(~mask[:, None, :, None], math.nan)
-    t["weights"] = t["weights"].masked_fill(~mask, math.nan)
 
 
 def assert_matches_reference(op, out, ref, x, ref_x, names, dtype):

@@ -22,6 +22,7 @@ from sciattn.neighborhood import csr_from_pairs, neighborhood_attention
 from sciattn.neighborhood._ops import _TRANSPOSES, transposed_csr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _attention_cases as cases  # noqa: E402
 import _triton_checks as checks  # noqa: E402
 from _triton_checks import BACKEND, DEVICE, F64, assert_close, interpreter  # noqa: E402, F401  (autouse fixture)
 
@@ -52,10 +53,10 @@ def make_case(b=2, h=2, nq=9, nk=23, d=16, e=24, pad=4, p=0.5, seed=0):
     """Float64 inputs with non-uniform weights; the last ``pad`` keys are padding holding NaN in
     k, v and weights (and listed in the neighbourhoods, so the kernel must mask them)."""
     g = torch.Generator().manual_seed(seed)
-    t = checks.random_inputs(g, b, h, nq, nk, d, e)
+    t = cases.random_inputs(g, b, h, nq, nk, d, e)
     mask = torch.ones(b, nk, dtype=torch.bool)
     mask[:, nk - pad :] = False
-    checks.poison_padding(t, mask)
+    cases.poison_padding(t, mask)
     ro, ci = random_csr(nq, nk, p, seed)
     return {n: x.to(DEVICE) for n, x in t.items()}, mask.to(DEVICE), (ro.to(DEVICE), ci.to(DEVICE))
 

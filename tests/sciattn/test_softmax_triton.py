@@ -20,6 +20,7 @@ from sciattn._capabilities import has_triton
 from sciattn.weighted_softmax import weighted_softmax_attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _attention_cases as cases  # noqa: E402
 import _triton_checks as checks  # noqa: E402
 from _triton_checks import BACKEND, DEVICE, F64, assert_close, interpreter  # noqa: E402, F401  (autouse fixture)
 
@@ -32,7 +33,7 @@ def make_case(b=2, h=2, nq=19, nk=70, d=16, e=24, p=3, pad=9, seed=0):
     """Float64 inputs with non-uniform weights and positions in [10, 11]^p; the last ``pad`` keys of
     sample 0 (and 4 more of sample 1) are padding holding NaN in k, v, weights and key positions."""
     g = torch.Generator().manual_seed(seed)
-    t = checks.random_inputs(g, b, h, nq, nk, d, e)
+    t = cases.random_inputs(g, b, h, nq, nk, d, e)
     t.update({
         "q_pos": torch.rand(b, nq, p, generator=g, dtype=F64) + 10,  # off the origin: a |a|²+|b|²−2a·b
         "k_pos": torch.rand(b, nk, p, generator=g, dtype=F64) + 10,  # distance would lose fp32 accuracy
@@ -42,7 +43,7 @@ def make_case(b=2, h=2, nq=19, nk=70, d=16, e=24, p=3, pad=9, seed=0):
     mask[:, nk - pad :] = False
     if b > 1:
         mask[1, : min(4, nk - pad)] = False
-    checks.poison_padding(t, mask)
+    cases.poison_padding(t, mask)
     t["k_pos"] = t["k_pos"].masked_fill(~mask[..., None], math.nan)
     return {n: x.to(DEVICE) for n, x in t.items()}, mask.to(DEVICE)
 
