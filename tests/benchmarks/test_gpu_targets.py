@@ -22,11 +22,7 @@ CUDA = torch.cuda.is_available()
 
 
 def _committed():
-    bench = harness.get("gpu_targets")
-    records = harness.latest_run(harness.read_rows(harness.results_path("gpu_targets")), full=True)
-    for i, r in enumerate(records):
-        harness.validate_row(bench, r["row"], i)
-    return bench, records
+    return harness.latest_committed_run("gpu_targets")
 
 
 def test_committed_rows_validate_and_render_with_verdicts_from_the_rows():
