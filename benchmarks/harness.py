@@ -252,6 +252,18 @@ def committed_rows(name: str, results: Path | str = RESULTS) -> tuple[Benchmark,
     return bench, records
 
 
+def latest_committed_run(name: str, where: dict[str, Any] | None = None,
+                         results: Path | str = RESULTS) -> tuple[Benchmark, list[dict[str, Any]]]:
+    """Benchmark ``name`` and the records of the latest full run in its results file (:func:`latest_run` with
+    ``full`` and ``where``), each row validated against the schema (:class:`SchemaError` naming the benchmark, the
+    row and the field otherwise)."""
+    bench = get(name)
+    records = latest_run(read_rows(results_path(name, results)), full=True, where=where)
+    for i, r in enumerate(records):
+        validate_row(bench, r["row"], i)
+    return bench, records
+
+
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     """An exclusive lock on the folder holding ``path`` (no lock file is left behind)."""
@@ -494,9 +506,6 @@ def plot_rows(benchmark: Benchmark, records: list[dict[str, Any]], path: Path | 
     ax.set_ylabel(y)
     ax.set_title(benchmark.name)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    from sciattn.train.analysis.plots import save_figure
+
+    return save_figure(fig, plt, path)

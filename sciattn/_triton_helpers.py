@@ -8,7 +8,8 @@ refuse CPU tensors unless Triton's interpreter runs them. Those pieces live here
   ``tl.sum`` and ``tl.max`` are themselves ``@triton.jit`` functions, fixed as compiled-only if triton was imported
   before ``TRITON_INTERPRET=1`` was set, and then unusable inside an interpreted kernel; the builtin ``tl.reduce``
   with the same combine functions compiles to the same code and runs under the interpreter whatever the order.
-- :func:`batch_head`: the program's ``(bh, b, h)``.
+- :func:`batch_head`: the program's ``(bh, b, h)``; :func:`program_tiles`: with its block index and the feature
+  columns of its tiles, the first lines of every kernel.
 - :func:`load_tile`: a ``(rows × cols)`` tile in the storage dtype, masked rows and columns read as 0.
 - :func:`block_size`, :func:`check_device`, :func:`check_grid`: the launchers' tile width and input checks.
 
@@ -35,6 +36,7 @@ __all__ = [
     "reduce_sum",
     "reduce_max",
     "batch_head",
+    "program_tiles",
     "load_tile",
     "block_size",
     "check_device",
@@ -68,6 +70,15 @@ def batch_head(H):
 
 
 @triton.jit
+def program_tiles(H, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr):
+    """``(pid, bh, b, h, cd, ce)``: the program's block index along axis 0 of the grid, its batch × head index along
+    axis 1 with its batch and head (:func:`batch_head`), and the column indices ``0..BLOCK_D-1`` and ``0..BLOCK_E-1``
+    of its key (``D``) and value (``E``) feature tiles."""
+    bh, b, h = batch_head(H)
+    return tl.program_id(0), bh, b, h, tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_E)
+
+
+@triton.jit
 def load_tile(ptr, base, rows, ok, row_stride, cols, ncols, col_stride):
     """A (rows × cols) tile in storage dtype; masked-off rows/columns are 0 and never read."""
     p = ptr + base + rows.to(tl.int64)[:, None] * row_stride + cols[None, :] * col_stride
@@ -96,8 +107,8 @@ def check_grid(bh: int) -> None:
 
 
 def jit_helpers():
-    """``(INTERPRETED, reduce_sum, reduce_max, load_tile, batch_head)`` of this (possibly re-imported) module."""
-    return INTERPRETED, reduce_sum, reduce_max, load_tile, batch_head
+    """``(INTERPRETED, reduce_sum, reduce_max, load_tile, program_tiles)`` of this (possibly re-imported) module."""
+    return INTERPRETED, reduce_sum, reduce_max, load_tile, program_tiles
 
 
 def for_current_mode():

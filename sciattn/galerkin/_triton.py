@@ -39,7 +39,7 @@ from .._triton_helpers import block_size as _block
 __all__ = ["INTERPRETED", "MAX_HEAD_DIM", "galerkin_forward", "galerkin_backward"]
 
 _helpers = for_current_mode()  # the shared helpers (sciattn/_triton_helpers.py), in the mode of the kernels below
-INTERPRETED, _sum, _max, _tile, _batch_head = _helpers.jit_helpers()
+INTERPRETED, _sum, _max, _tile, _program = _helpers.jit_helpers()
 
 
 @triton.jit
@@ -95,6 +95,27 @@ def _row_mask(MASK, W, b, offs, NK, smb, smn, swb, swn, HAS_MASK: tl.constexpr):
 
 
 @triton.jit
+def _kv_rows(
+    K, V, W, MASK, KG, KB, VG, VB, b, h, n0, NK, D, E, DN, EN, eps, cd, ce,
+    skb, skh, skn, skd, svb, svh, svn, sve, swb, swn, smb, smn,
+    HAS_MASK: tl.constexpr, HAS_NORM: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """The ``BLOCK_N`` key/value rows of (b, h) from row ``n0``: ``(offs, ok, w, kn, vn, kx, kr, vx, vr)``, the row
+    indices, which are real points and their weights (:func:`_row_mask`), the fp32 key and value tiles after the
+    per-head LayerNorms with ``HAS_NORM`` (as loaded without), and the LayerNorms' ``(xhat, rstd)`` of keys and of
+    values for the backward (without ``HAS_NORM``: the tiles and ``w``, placeholders never read)."""
+    offs = n0 + tl.arange(0, BLOCK_N)
+    ok, w = _row_mask(MASK, W, b, offs, NK, smb, smn, swb, swn, HAS_MASK)
+    kn = _load_rows(K, b * skb + h * skh, offs, skn, skd, ok, cd, D)
+    vn = _load_rows(V, b * svb + h * svh, offs, svn, sve, ok, ce, E)
+    kx, kr, vx, vr = kn, w, vn, w
+    if HAS_NORM:
+        kn, kx, kr = _layer_norm(kn, cd, DN, KG + h * DN, KB + h * DN, eps)
+        vn, vx, vr = _layer_norm(vn, ce, EN, VG + h * EN, VB + h * EN, eps)
+    return offs, ok, w, kn, vn, kx, kr, vx, vr
+
+
+@triton.jit
 def _kv_kernel(
     K, V, W, MASK, KG, KB, VG, VB, MPART,
     H, NK, D, E, DN, EN, eps, rows_per_prog,
@@ -102,21 +123,14 @@ def _kv_kernel(
     HAS_MASK: tl.constexpr, HAS_NORM: tl.constexpr, PREC: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
 ):
-    s = tl.program_id(0)
-    bh, b, h = _batch_head(H)
-    cd = tl.arange(0, BLOCK_D)
-    ce = tl.arange(0, BLOCK_E)
-    kbase = b * skb + h * skh
-    vbase = b * svb + h * svh
+    s, bh, b, h, cd, ce = _program(H, BLOCK_D, BLOCK_E)
     acc = tl.full((BLOCK_D, BLOCK_E), 0.0, tl.float32)
     start, end = _program_rows(s, rows_per_prog, NK)
     for n0 in range(start, end, BLOCK_N):
-        offs = n0 + tl.arange(0, BLOCK_N)
-        ok, w = _row_mask(MASK, W, b, offs, NK, smb, smn, swb, swn, HAS_MASK)
-        kt, vt = _load_rows(K, kbase, offs, skn, skd, ok, cd, D), _load_rows(V, vbase, offs, svn, sve, ok, ce, E)
-        if HAS_NORM:
-            kt, _kx, _kr = _layer_norm(kt, cd, DN, KG + h * DN, KB + h * DN, eps)
-            vt, _vx, _vr = _layer_norm(vt, ce, EN, VG + h * EN, VB + h * EN, eps)
+        _offs, ok, w, kt, vt, _kx, _kr, _vx, _vr = _kv_rows(
+            K, V, W, MASK, KG, KB, VG, VB, b, h, n0, NK, D, E, DN, EN, eps, cd, ce,
+            skb, skh, skn, skd, svb, svh, svn, sve, swb, swn, smb, smn, HAS_MASK, HAS_NORM, BLOCK_N,
+        )
         kt = tl.where(ok[:, None], kt * w[:, None], 0.0)
         acc += tl.dot(tl.trans(kt), vt, input_precision=PREC)
     nsplit = tl.num_programs(0)
@@ -131,10 +145,7 @@ def _qm_kernel(
     sqb, sqh, sqn, sqd, szb, szh, szn, sze,
     PREC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
 ):
-    s = tl.program_id(0)
-    bh, b, h = _batch_head(H)
-    cd = tl.arange(0, BLOCK_D)
-    ce = tl.arange(0, BLOCK_E)
+    s, bh, b, h, cd, ce = _program(H, BLOCK_D, BLOCK_E)
     mptr = M + (bh.to(tl.int64) * D + cd[:, None]) * E + ce[None, :]
     m = tl.load(mptr, mask=(cd[:, None] < D) & (ce[None, :] < E), other=0.0)
     start, end = _program_rows(s, rows_per_prog, NQ)
@@ -154,10 +165,7 @@ def _dq_dm_kernel(
     sqb, sqh, sqn, sqd, szb, szh, szn, sze,
     PREC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
 ):
-    s = tl.program_id(0)
-    bh, b, h = _batch_head(H)
-    cd = tl.arange(0, BLOCK_D)
-    ce = tl.arange(0, BLOCK_E)
+    s, bh, b, h, cd, ce = _program(H, BLOCK_D, BLOCK_E)
     de = (cd[:, None] < D) & (ce[None, :] < E)
     m = tl.load(M + (bh.to(tl.int64) * D + cd[:, None]) * E + ce[None, :], mask=de, other=0.0)
     acc = tl.full((BLOCK_D, BLOCK_E), 0.0, tl.float32)
@@ -184,12 +192,7 @@ def _dkv_kernel(
     HAS_MASK: tl.constexpr, HAS_NORM: tl.constexpr, NEED_DW: tl.constexpr, PREC: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
 ):
-    s = tl.program_id(0)
-    bh, b, h = _batch_head(H)
-    cd = tl.arange(0, BLOCK_D)
-    ce = tl.arange(0, BLOCK_E)
-    kbase = b * skb + h * skh
-    vbase = b * svb + h * svh
+    s, bh, b, h, cd, ce = _program(H, BLOCK_D, BLOCK_E)
     dm = tl.load(DM + (bh.to(tl.int64) * D + cd[:, None]) * E + ce[None, :],
                  mask=(cd[:, None] < D) & (ce[None, :] < E), other=0.0)
     dkg = tl.full((BLOCK_D,), 0.0, tl.float32)
@@ -198,15 +201,10 @@ def _dkv_kernel(
     dvb = tl.full((BLOCK_E,), 0.0, tl.float32)
     start, end = _program_rows(s, rows_per_prog, NK)
     for n0 in range(start, end, BLOCK_N):
-        offs = n0 + tl.arange(0, BLOCK_N)
-        ok, w = _row_mask(MASK, W, b, offs, NK, smb, smn, swb, swn, HAS_MASK)
-        kt, vt = _load_rows(K, kbase, offs, skn, skd, ok, cd, D), _load_rows(V, vbase, offs, svn, sve, ok, ce, E)
-        if HAS_NORM:
-            kn, kx, kr = _layer_norm(kt, cd, DN, KG + h * DN, KB + h * DN, eps)
-            vn, vx, vr = _layer_norm(vt, ce, EN, VG + h * EN, VB + h * EN, eps)
-        else:
-            kn = kt
-            vn = vt
+        offs, ok, w, kn, vn, kx, kr, vx, vr = _kv_rows(
+            K, V, W, MASK, KG, KB, VG, VB, b, h, n0, NK, D, E, DN, EN, eps, cd, ce,
+            skb, skh, skn, skd, svb, svh, svn, sve, swb, swn, smb, smn, HAS_MASK, HAS_NORM, BLOCK_N,
+        )
         tk = tl.dot(vn, tl.trans(dm), input_precision=PREC)  # rows: dM LN(v_j)
         tv = tl.dot(kn, dm, input_precision=PREC)  # rows: dMᵀ LN(k_j)
         if NEED_DW:

@@ -146,7 +146,7 @@ def window_attention(
     q, k, v = (_pad_spatial(t, pads, 1) for t in (q, k, v))
     logw = _pad_spatial(logw, pads, 0, value=-math.inf)
     qw, kw, vw = (to_windows(t, win) for t in (q, k, v))
-    lw = to_windows(logw.reshape(b, 1, *padded, 1), win)[..., 0]  # (B, 1, M, P)
+    lw = to_windows(logw.reshape(b, 1, *padded, 1), win)[:, 0, ..., 0]  # (B, M, P)
     if bias is not None:
         bias = bias.to(q.dtype).unsqueeze(-3)  # (.., H, 1, P, P)
     sc = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
@@ -155,20 +155,6 @@ def window_attention(
     if any(pads):
         out = out[(slice(None), slice(None)) + tuple(slice(0, n) for n in grid)]
     return out
-
-
-def window_sdpa(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    logw: torch.Tensor,
-    bias: torch.Tensor | None,
-    scale: float,
-) -> torch.Tensor:
-    """The same maths through fused ``F.scaled_dot_product_attention`` calls over the windows
-    (:func:`sciattn._blocked_sdpa.blocked_sdpa`: 4-D calls, CPU chunks); windows without an
-    admissible key are zeroed."""
-    return blocked_sdpa(q, k, v, logw[:, 0], bias, scale)
 
 
 def window_flex(
@@ -214,7 +200,9 @@ def window_flex(
 
 
 register_backend(torch_backend("multipole", "reference", window_reference))
-register_backend(sdpa_backend("multipole", window_sdpa))
+# The same maths through fused ``F.scaled_dot_product_attention`` calls over the windows (4-D calls, CPU chunks);
+# windows without an admissible key are zeroed.
+register_backend(sdpa_backend("multipole", blocked_sdpa))
 register_backend(
     torch_backend(
         "multipole", "flex", window_flex, priority=5, dtypes=FLOAT_DTYPES, backward_devices=("cuda",),

@@ -67,10 +67,11 @@ def window_reference(
 
     Shapes:
         q, k: ``(B, H, M, P, D)``; v: ``(B, H, M, P, E)`` (finite everywhere);
-        logw: ``(B, 1, M, P)``, ``-inf`` for excluded keys; bias: ``None`` or broadcastable to
+        logw: ``(B, M, P)``, ``-inf`` for excluded keys (the layout of
+        :func:`sciattn._blocked_sdpa.blocked_sdpa`, the ``sdpa`` backend); bias: ``None`` or broadcastable to
         ``(B, H, 1, P, P)``. Returns ``(B, H, M, P, E)``.
     """
-    s = torch.matmul(q, k.transpose(-1, -2)) * scale + logw.unsqueeze(-2)
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale + logw[:, None, :, None, :]
     if bias is not None:
         s = s + bias
     top = s.amax(dim=-1, keepdim=True).detach()

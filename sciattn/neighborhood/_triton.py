@@ -51,7 +51,7 @@ from .._triton_helpers import check_grid as _check_grid
 __all__ = ["INTERPRETED", "MAX_HEAD_DIM", "neighborhood_forward", "neighborhood_backward"]
 
 _helpers = for_current_mode()  # the shared helpers (sciattn/_triton_helpers.py), in the mode of the kernels below
-INTERPRETED, _sum, _max, _tile, _batch_head = _helpers.jit_helpers()
+INTERPRETED, _sum, _max, _tile, _program = _helpers.jit_helpers()
 
 
 @triton.jit
@@ -67,9 +67,13 @@ def _gather(ptr, base, idx, ok, row_stride, cols, ncols, col_stride):
 
 
 @triton.jit
-def _csr_row(ROWS, r):
-    """``[start, end)`` of row ``r`` of a CSR index (int64)."""
-    return tl.load(ROWS + r).to(tl.int64), tl.load(ROWS + r + 1).to(tl.int64)
+def _csr_program(ROWS, H, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr):
+    """``(r, bh, b, h, cd, ce, start, end)``: the CSR row ``r`` this program owns (its index along grid axis 0, int64),
+    its batch × head, batch and head, the feature columns of its tiles, and ``[start, end)``, the row's entries in the
+    index (int64)."""
+    r, bh, b, h, cd, ce = _program(H, BLOCK_D, BLOCK_E)
+    r = r.to(tl.int64)
+    return r, bh, b, h, cd, ce, tl.load(ROWS + r).to(tl.int64), tl.load(ROWS + r + 1).to(tl.int64)
 
 
 @triton.jit
@@ -93,11 +97,7 @@ def _fwd_kernel(
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, sve, slb, sln, sob, soh, son, soe,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
 ):
-    i = tl.program_id(0).to(tl.int64)
-    bh, b, h = _batch_head(H)
-    cd = tl.arange(0, BLOCK_D)
-    ce = tl.arange(0, BLOCK_E)
-    start, end = _csr_row(ROWS, i)
+    i, bh, b, h, cd, ce, start, end = _csr_program(ROWS, H, BLOCK_D, BLOCK_E)
     q = _row(Q, b * sqb + h * sqh + i * sqn, cd, D, sqd)
     m_i = tl.full((), float("-inf"), dtype=tl.float32)
     l_i = tl.full((), 0.0, dtype=tl.float32)
@@ -129,11 +129,7 @@ def _dq_kernel(
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, sve, slb, sln, sdb, sdh, sdn, sde,
     ATOMIC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
 ):
-    i = tl.program_id(0).to(tl.int64)
-    bh, b, h = _batch_head(H)
-    cd = tl.arange(0, BLOCK_D)
-    ce = tl.arange(0, BLOCK_E)
-    start, end = _csr_row(ROWS, i)
+    i, bh, b, h, cd, ce, start, end = _csr_program(ROWS, H, BLOCK_D, BLOCK_E)
     q = _row(Q, b * sqb + h * sqh + i * sqn, cd, D, sqd)
     do = _row(DO, b * sdb + h * sdh + i * sdn, ce, E, sde)
     lse = tl.load(LSE + bh.to(tl.int64) * NQ + i)
@@ -165,11 +161,7 @@ def _dkdv_kernel(
     sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, sve, slb, sln, sdb, sdh, sdn, sde,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
 ):
-    j = tl.program_id(0).to(tl.int64)
-    bh, b, h = _batch_head(H)
-    cd = tl.arange(0, BLOCK_D)
-    ce = tl.arange(0, BLOCK_E)
-    start, end = _csr_row(TROWS, j)
+    j, bh, b, h, cd, ce, start, end = _csr_program(TROWS, H, BLOCK_D, BLOCK_E)
     k = _row(K, b * skb + h * skh + j * skn, cd, D, skd)
     v = _row(V, b * svb + h * svh + j * svn, ce, E, sve)
     lw = tl.load(LOGW + b * slb + j * sln).to(tl.float32)

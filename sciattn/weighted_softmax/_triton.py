@@ -48,7 +48,7 @@ from .._triton_helpers import check_grid as _check_grid
 __all__ = ["INTERPRETED", "MAX_HEAD_DIM", "softmax_forward", "softmax_backward"]
 
 _helpers = for_current_mode()  # the shared helpers (sciattn/_triton_helpers.py), in the mode of the kernels below
-INTERPRETED, _sum, _max, _tile, _batch_head = _helpers.jit_helpers()
+INTERPRETED, _sum, _max, _tile, _program = _helpers.jit_helpers()
 
 
 @triton.jit
@@ -121,10 +121,7 @@ def _fwd_kernel(
     HAS_DIST: tl.constexpr, NPOS: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    bh, b, h = _batch_head(H)
-    cd = tl.arange(0, BLOCK_D)
-    ce = tl.arange(0, BLOCK_E)
+    pid_m, bh, b, h, cd, ce = _program(H, BLOCK_D, BLOCK_E)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     ok_m = offs_m < NQ
     q = _tile(Q, b * sqb + h * sqh, offs_m, ok_m, sqn, cd, D, sqd)
@@ -165,10 +162,7 @@ def _dkdv_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
     BLOCK_P: tl.constexpr,
 ):
-    pid_n = tl.program_id(0)
-    bh, b, h = _batch_head(H)
-    cd = tl.arange(0, BLOCK_D)
-    ce = tl.arange(0, BLOCK_E)
+    pid_n, bh, b, h, cd, ce = _program(H, BLOCK_D, BLOCK_E)
     cp = tl.arange(0, BLOCK_P)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     ok_n = offs_n < NK
@@ -223,10 +217,7 @@ def _dq_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr,
     BLOCK_P: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    bh, b, h = _batch_head(H)
-    cd = tl.arange(0, BLOCK_D)
-    ce = tl.arange(0, BLOCK_E)
+    pid_m, bh, b, h, cd, ce = _program(H, BLOCK_D, BLOCK_E)
     cp = tl.arange(0, BLOCK_P)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     ok_m = offs_m < NQ

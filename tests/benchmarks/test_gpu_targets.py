@@ -1,6 +1,6 @@
 """benchmarks/gpu_targets.py and benchmarks/gpu_check.sh: the committed H200 rows validate and render with the
-targets' verdicts computed from the rows; a verdict flips when a row's numbers do; a machine without CUDA is
-refused by naming ``device``; bad parameters are refused by name; every benchmark gpu_check.sh runs is registered
+targets' verdicts computed from the rows; a verdict flips when a row's numbers do (a machine without CUDA is
+refused by naming ``device``: test_harness.py); bad parameters are refused by name; every benchmark gpu_check.sh runs is registered
 and takes the parameters it sets."""
 
 from __future__ import annotations
@@ -12,21 +12,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import torch
 
 from benchmarks import gpu_targets as gt
 from benchmarks import harness
 
 ROOT = Path(__file__).resolve().parents[2]
-CUDA = torch.cuda.is_available()
 
 
 def _committed():
-    bench = harness.get("gpu_targets")
-    records = harness.latest_run(harness.read_rows(harness.results_path("gpu_targets")), full=True)
-    for i, r in enumerate(records):
-        harness.validate_row(bench, r["row"], i)
-    return bench, records
+    return harness.latest_committed_run("gpu_targets")
 
 
 def test_committed_rows_validate_and_render_with_verdicts_from_the_rows():
@@ -93,13 +87,6 @@ def test_rows_from_sections_keeps_failures_and_skips():
     assert check["rel_err"] == {"out": 1e-3, "grad_q": None} and check["error"] == "non-finite grad_q"
     table = gt.table(recs)
     assert "- ceilings: `RuntimeError: boom`" in table and "- weighted_softmax check weights: `non-finite grad_q`" in table
-
-
-@pytest.mark.skipif(CUDA, reason="the refusal is for a machine without CUDA")
-def test_a_machine_without_cuda_is_refused_by_naming_device(tmp_path):
-    with pytest.raises(ValueError, match=r"device: expected 'cuda' with a CUDA device available"):
-        harness.run_benchmark("gpu_targets", quick=True, results=tmp_path)
-    assert not (tmp_path / "gpu_targets.jsonl").exists()
 
 
 @pytest.mark.parametrize(("key", "value"), [("sections", ["nope"]), ("n", 0), ("device", "tpu"),

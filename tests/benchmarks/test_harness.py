@@ -1,5 +1,6 @@
 """The benchmark harness: registration, a quick run appending rows with their metadata, tables
-generated from the rows, schema errors naming the field, atomic appends."""
+generated from the rows, schema errors naming the field, atomic appends; every GPU benchmark refuses to run on CUDA
+on a machine without it, naming ``device``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks import harness
 from benchmarks.harness import Benchmark, SchemaError
@@ -325,3 +327,21 @@ def test_committed_rows_validates_every_row_and_names_the_bad_one(tmp_path, monk
         f.write(json.dumps(bad) + "\n")
     with pytest.raises(SchemaError, match=rf"toy row {len(recs)}: field 'err' is missing"):
         harness.committed_rows("toy", tmp_path)
+
+
+# The benchmarks that run on CUDA, with the run arguments that ask for it.
+CUDA_RUNS = {
+    "gpu_targets": dict(quick=True),
+    "gpu_tuning": dict(quick=True),
+    "balltree_gpu": dict(overrides={"device": "cuda"}),
+    "kernels": dict(quick=True, overrides={"device": "cuda"}),
+    "multipole_scaling": dict(overrides={"device": "cuda"}),
+}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without CUDA")
+@pytest.mark.parametrize("name", list(CUDA_RUNS))
+def test_cuda_on_a_machine_without_it_is_refused_by_naming_device(tmp_path, name):
+    with pytest.raises(ValueError, match=r"device: expected 'cuda' with a CUDA device available"):
+        harness.run_benchmark(name, results=tmp_path, **CUDA_RUNS[name])
+    assert not (tmp_path / f"{name}.jsonl").exists()

@@ -69,12 +69,8 @@ def test_config_toml_carries_the_ball_mode():
 def test_committed_rows_validate_and_render(operators, balls, rotation_rows):
     """The committed runs the docs show: Erwin's and BSA's point-count and physical balls (with the rotation rows),
     Erwin's multiscale balls, and MSPT's two patch modes."""
-    bench = harness.get("pointcloud_refinement")
-    records = harness.latest_run(harness.read_rows(harness.results_path("pointcloud_refinement")), full=True,
-                                 where={"balls": balls, "operators": operators})
+    bench, records = harness.latest_committed_run("pointcloud_refinement", where={"balls": balls, "operators": operators})
     assert records
-    for i, r in enumerate(records):
-        harness.validate_row(bench, r["row"], i)
     table = harness.markdown_table(bench, records)
     refinement = [r["row"] for r in records if r["row"]["part"] == "refinement"]
     assert {r["balls"] for r in refinement} == set(balls)

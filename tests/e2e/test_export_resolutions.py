@@ -9,6 +9,7 @@ model run the same kernels on the CPU, so the differences are round-off).
 
 from __future__ import annotations
 
+import sys
 import tomllib
 from pathlib import Path
 
@@ -21,55 +22,42 @@ from sciattn.pde_data.normalizers import UnitGaussianNormalizer
 from sciattn.train.checkpoint import save_checkpoint
 from sciattn.train.export import export_run
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operators"))
+from test_registry import SMALL  # noqa: E402
+
 ATOL = 1e-5
+# The registry tests' small configurations (tests/operators/test_registry.py), with one layer where two are not
+# needed to exercise the export, and MANO's head settings that the export handles.
 GRID = {
-    "galerkin_transformer": dict(in_channels=2, out_channels=1, d_model=16, n_layers=2, n_heads=2,
-                                 regressor_width=8, n_modes=4),
-    "codano": dict(variables=["a", "b"], in_channels=2, out_channels=2, width=8, n_layers=1, n_heads=2, n_modes=4,
-                   pos_modes=2),
-    "mano": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, window=4),
+    name: SMALL[name]
+    for name in ("galerkin_transformer", "transolver", "linear_no", "ono", "gnot", "factformer", "oformer", "fno",
+                 "anie", "funcattn", "fastmax_transformer", "continuum_transformer")
+}
+GRID |= {
+    "codano": {**SMALL["codano"], "n_layers": 1},
+    "mano": {**SMALL["mano"], "n_layers": 1},
     "mano_extended": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, window=4, head_width=4,
                           head_modes=4, head_layers=1, head_grid=None, lift_spacing=None, rel_pos_bias=2),
-    "transolver": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, slice_num=4),
-    "linear_no": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, key_ratio=4),
-    "ono": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, psi_dim=4),
-    "gnot": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, mlp_layers=1),
-    "factformer": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, dim_head=8, rff_features=8),
-    "oformer": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, dim_head=8, latent_width=16,
-                    rff_features=8),
-    "fno": dict(in_channels=2, out_channels=1, n_modes=[4, 4], hidden_channels=8, n_layers=2),
-    "anie": dict(in_channels=2, out_channels=1, state_channels=4, width=8, n_layers=2, n_heads=2, dim_ff=16),
-    "funcattn": dict(in_channels=2, out_channels=1, width=16, n_layers=2, n_heads=2, basis_num=4),
-    "fastmax_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=2, n_heads=2, dim_ff=16),
     "schwarz_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=1, n_heads=2, subdomains=2),
-    "continuum_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=2, n_heads=2, dim_ff=16),
     # modes 1: the traced sizes hold every mode from 8 points per axis (export_size_range), so 20x12 runs
-    "continuum_vitno": dict(in_channels=2, out_channels=1, width=8, n_layers=2, n_heads=2, dim_ff=16, modes=1,
-                            smoothing_modes=4),
+    "continuum_vitno": {**SMALL["continuum_vitno"], "modes": 1},
 }
 SPHERE = {
     "spherical_transformer": dict(in_channels=2, out_channels=1, nlat=9, nlon=16, embed_dim=8, n_layers=1, n_heads=2),
     "planar_transformer": dict(in_channels=2, out_channels=1, nlat=9, nlon=16, embed_dim=8, n_layers=1, n_heads=2),
 }
-POINTS = {
-    "erwin": dict(in_channels=2, out_channels=1, spatial_dims=2, c_hidden=[8, 16], ball_sizes=[8, 8],
-                  enc_depths=[1, 1], dec_depths=[1], strides=[2], n_heads=2, mlp_ratio=2),
-    "bsa_transformer": dict(in_channels=2, out_channels=1, spatial_dims=2, width=8, depth=2, n_heads=2, ball_size=8,
-                            block_size=2, top_k=2, mlp_ratio=2),
+# The small configurations with one layer on point clouds; the ball-tree operators' as they are.
+POINTS = {"erwin": SMALL["erwin"], "bsa_transformer": SMALL["bsa_transformer"]}
+POINTS |= {
+    name: {**SMALL[name], "n_layers": 1}
+    for name in ("transolver", "linear_no", "ono", "gnot", "oformer", "anie", "funcattn", "fastmax_transformer",
+                 "continuum_transformer")
+}
+POINTS |= {
     # the Galerkin Transformer on point clouds (pointwise regressor): no tree, so batch and N are dynamic directly
     "galerkin_transformer": dict(in_channels=2, out_channels=1, d_model=16, n_layers=1, n_heads=2,
                                  regressor="pointwise"),
-    "transolver": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, slice_num=4),
-    "linear_no": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, key_ratio=4),
-    "ono": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, psi_dim=4),
-    "gnot": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, mlp_layers=1),
-    "oformer": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, dim_head=8, latent_width=16,
-                    rff_features=8),
-    "anie": dict(in_channels=2, out_channels=1, state_channels=4, width=8, n_layers=1, n_heads=2, dim_ff=16),
-    "funcattn": dict(in_channels=2, out_channels=1, width=16, n_layers=1, n_heads=2, basis_num=4),
-    "fastmax_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=1, n_heads=2, dim_ff=16),
-    "schwarz_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=1, n_heads=2, subdomains=2),
-    "continuum_transformer": dict(in_channels=2, out_channels=1, width=8, n_layers=1, n_heads=2, dim_ff=16),
+    "schwarz_transformer": GRID["schwarz_transformer"],
 }
 # from the operators' contract: point-set operators, and those whose programs pad the cloud in the graph (ball trees)
 POINT_OPERATORS = [n for n in list_operators() if operator_kind(n) == "points"]

@@ -174,6 +174,15 @@ def check_bad_inputs(model, name, cfg):
         create_operator(name, **{**cfg, "width": 0})
 
 
+def check_bad_argument(name, cfg, change, exc, words):
+    """Building operator ``name`` from ``cfg`` updated by ``change`` raises ``exc`` whose message holds each of
+    ``words`` (the argument, the expectation and the value given)."""
+    with pytest.raises(exc) as info:
+        create_operator(name, **{**cfg, **change})
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
 def check_grid_dims(name, cfg):
     """1-D and 3-D grids run and give the shape; the 1-D output converges under refinement of a smooth input."""
     for d, shape in ((1, (16,)), (3, (4, 5, 6))):
@@ -192,12 +201,12 @@ def check_grid_dims(name, cfg):
     assert errs[0] > errs[1] > errs[2] and errs[2] < 0.6 * errs[0], errs
 
 
-def grid_refinement_errors(model):
-    """At initialisation, a smooth input on 32², 64², 128² against 256² at the shared nodes: the maximum
-    differences relative to the 256² output (no gradients)."""
+def grid_refinement_errors(model, dtype=torch.float64):
+    """At initialisation, a smooth input (in ``dtype``) on 32², 64², 128² against 256² at the shared nodes: the
+    maximum differences relative to the 256² output (no gradients)."""
 
     def field(n):
-        t = torch.arange(n, dtype=torch.float64) / n
+        t = torch.arange(n, dtype=dtype) / n
         xx, yy = torch.meshgrid(t, t, indexing="ij")
         return (torch.sin(2 * xx + 1) * torch.cos(3 * yy) + xx * yy)[None, None]
 
@@ -205,6 +214,16 @@ def grid_refinement_errors(model):
         fine = model(field(256))
         return [float((model(field(n)) - fine[..., :: 256 // n, :: 256 // n]).abs().max() / fine.abs().max())
                 for n in (32, 64, 128)]
+
+
+def check_default_config_converges(name):
+    """Operator ``name`` at its defaults (one input and one output channel, float64, eval mode, seed 0) converges at
+    first order under grid refinement (:func:`grid_refinement_errors`): at most 5% at 128², and each halving of the
+    cell width divides the difference by more than 1.6."""
+    torch.manual_seed(0)
+    model = create_operator(name, in_channels=1, out_channels=1).double().eval()
+    errs = grid_refinement_errors(model)
+    assert errs[2] <= 0.05 and errs[1] / errs[2] > 1.6 and errs[0] / errs[1] > 1.6, errs
 
 
 def check_grid_is_the_point_set_of_its_nodes(model):

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from sciattn.operators import create_operator
 from sciattn.operators.bsa import BSATransformer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _batch_checks as bc  # noqa: E402
 
 F64 = torch.float64
 SMALL = dict(in_channels=3, out_channels=2, spatial_dims=2, width=16, depth=2, n_heads=2, ball_size=8,
@@ -52,13 +57,8 @@ def test_one_block_sees_the_whole_cloud():
 
 
 def test_pyg_batch_matches_dense():
-    pyg = pytest.importorskip("torch_geometric.data")
     torch.manual_seed(3)
-    model = BSATransformer(**SMALL).double()
-    graphs = [pyg.Data(x=torch.randn(s, 3, dtype=F64), pos=torch.rand(s, 2, dtype=F64)) for s in (25, 4, 16)]
-    out = model.forward_pyg(pyg.Batch.from_data_list(graphs))
-    want = torch.cat([model(g.x[None], g.pos[None])[0] for g in graphs])
-    torch.testing.assert_close(out, want, rtol=1e-11, atol=1e-12)
+    bc.check_pyg_batch_matches_dense(BSATransformer(**SMALL).double(), (25, 4, 16))
 
 
 def test_registry_config_is_plain_json_and_errors_name_the_argument():

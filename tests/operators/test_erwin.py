@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,9 @@ import torch
 
 from sciattn.operators import create_operator
 from sciattn.operators.erwin import Erwin
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _batch_checks as bc  # noqa: E402
 
 F64 = torch.float64
 
@@ -87,13 +91,9 @@ def test_receptive_fields_of_ball_rotated_tree_and_pooling():
 
 
 def test_pyg_batch_matches_dense_and_given_trees_are_reused():
-    pyg = pytest.importorskip("torch_geometric.data")
     torch.manual_seed(2)
     model = Erwin(**SMALL).double()
-    graphs = [pyg.Data(x=torch.randn(s, 3, dtype=F64), pos=torch.rand(s, 2, dtype=F64)) for s in (30, 6, 17)]
-    out = model.forward_pyg(pyg.Batch.from_data_list(graphs))
-    want = torch.cat([model(g.x[None], g.pos[None])[0] for g in graphs])
-    torch.testing.assert_close(out, want, rtol=1e-11, atol=1e-12)
+    graphs = bc.check_pyg_batch_matches_dense(model, (30, 6, 17))
     x, pos = graphs[0].x[None], graphs[0].pos[None]
     trees = model.build_trees(pos)
     torch.testing.assert_close(model(x, pos, trees=trees), model(x, pos))

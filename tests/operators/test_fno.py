@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,9 @@ import torch
 
 import sciattn.operators.fno  # noqa: F401  (registers "fno")
 from sciattn.operators import create_operator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _token_checks as tc  # noqa: E402
 
 CFG = dict(in_channels=2, out_channels=3, n_modes=[4, 3], hidden_channels=8, n_layers=2)
 
@@ -77,16 +81,7 @@ def test_bad_inputs_and_configs_name_the_argument():
 def test_default_config_converges_under_grid_refinement():
     torch.manual_seed(0)
     model = create_operator("fno", in_channels=1, out_channels=1).eval()  # float32: complex weights ignore .double()
-
-    def field(n):
-        t = torch.arange(n, dtype=torch.float32) / n
-        xx, yy = torch.meshgrid(t, t, indexing="ij")
-        return (torch.sin(2 * xx + 1) * torch.cos(3 * yy) + xx * yy)[None, None]
-
-    with torch.no_grad():
-        fine = model(field(256))
-        errs = [float((model(field(n)) - fine[..., :: 256 // n, :: 256 // n]).abs().max() / fine.abs().max())
-                for n in (32, 64, 128)]
+    errs = tc.grid_refinement_errors(model, dtype=torch.float32)
     assert errs[2] <= 0.05, errs
 
 

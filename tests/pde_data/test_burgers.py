@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -10,6 +12,9 @@ import pytest
 import torch
 
 from sciattn.pde_data import burgers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _helpers as th  # noqa: E402
 
 # short runs: t_final 0.1 with dt 1e-3 is 100 integrating-factor RK4 steps
 FAST = {"t_final": 0.1, "dt": 1e-3}
@@ -142,19 +147,12 @@ def test_cache_roundtrip(tmp_path, monkeypatch):
         assert fh["u_32"].shape == (2, 32)
         assert fh.attrs["seed"] == 4 and fh.attrs["nu"] == 0.1 and fh.attrs["dt"] == 1e-3
     np.testing.assert_array_equal(first[32][1], burgers.generate_burgers(2, [16, 32], seed=4, **FAST)[32][1])
-
-    def boom(*args, **kwargs):
-        raise AssertionError("solve_burgers must not be called on a cache hit")
-
-    monkeypatch.setattr(burgers, "solve_burgers", boom)
-    second = burgers.load_or_generate_burgers(tmp_path, 2, [16, 32], seed=4, **FAST)
-    for r in (16, 32):
-        np.testing.assert_array_equal(second[r][0], first[r][0])
-        np.testing.assert_array_equal(second[r][1], first[r][1])
-    monkeypatch.undo()
-    burgers.load_or_generate_burgers(tmp_path, 2, [16, 32], seed=4, nu=0.05, **FAST)
-    files = sorted(tmp_path.iterdir())
-    assert len(files) == 2 and not any(p.name.endswith(".tmp") for p in files)
+    th.assert_cache_reused(
+        monkeypatch, tmp_path, burgers, "solve_burgers",
+        lambda: burgers.load_or_generate_burgers(tmp_path, 2, [16, 32], seed=4, **FAST),
+        lambda: burgers.load_or_generate_burgers(tmp_path, 2, [16, 32], seed=4, nu=0.05, **FAST),
+        first, (16, 32),
+    )
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,9 @@ against the grid solvers, the HDF5 cache, the registered benchmarks and the re-e
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -13,17 +16,10 @@ from sciattn.pde_data import point_sets as ps
 from sciattn.pde_data.darcy import generate_darcy
 from sciattn.pde_data.navier_stokes import generate_navier_stokes
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _helpers as th  # noqa: E402
+
 NS_FAST = dict(t_final=0.2, dt=0.01, record_steps=2)
-
-
-def _rng(i=0):
-    return np.random.default_rng(i)
-
-
-def _grid_points(k, endpoint=True):
-    g = np.linspace(0.0, 1.0, k) if endpoint else np.arange(k) / k
-    x, y = np.meshgrid(g, g, indexing="ij")
-    return np.stack([x.ravel(), y.ravel()], axis=1)
 
 
 def test_point_set_names_reexported():
@@ -39,7 +35,7 @@ def test_point_set_names_reexported():
                  "DOMAINS", "LAYOUTS", "WEIGHTS"):
         assert name in irr.__all__ and getattr(irr, name) is getattr(ps, name), name
     assert all(hasattr(irr, name) for name in irr.__all__)
-    p = sample_points(20, rng=_rng(9))
+    p = sample_points(20, rng=th.rng(9))
     np.testing.assert_array_equal(quadrature_weights(p), ps.quadrature_weights(p))
 
 
@@ -48,11 +44,11 @@ def test_point_set_names_reexported():
 
 def test_darcy_interpolation_accuracy_and_nodes():
     coeff, u = generate_darcy(2, [64], seed=3)[64]
-    nodes = _grid_points(64, endpoint=False)
+    nodes = th.grid_points(64, endpoint=False)
     a, v = irr.darcy_on_points(coeff, u, nodes)
     np.testing.assert_allclose(a, coeff.reshape(2, -1))
     np.testing.assert_allclose(v, u.reshape(2, -1), atol=1e-7)
-    p = ps.sample_points(2000, rng=_rng(8))
+    p = ps.sample_points(2000, rng=th.rng(8))
     a, v = irr.darcy_on_points(coeff, u, p)
     assert set(np.unique(a)) == {3.0, 12.0}
     assert np.all(v[:, 1:4] == 0)  # corners at x = 1 or y = 1: the Dirichlet value

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -10,6 +12,9 @@ import pytest
 import torch
 
 from sciattn.pde_data import navier_stokes as ns
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _helpers as th  # noqa: E402
 
 # tiny runs: 20 steps of dt 1e-3, 4 snapshots
 FAST = {"t_final": 0.02, "dt": 1e-3, "record_steps": 4}
@@ -184,19 +189,12 @@ def test_cache_roundtrip(tmp_path, monkeypatch):
         assert fh["u_16"].shape == (2, 16, 16, 4)
         np.testing.assert_allclose(fh["t"][()], [0.005, 0.01, 0.015, 0.02])
         assert fh.attrs["seed"] == 4 and fh.attrs["record_steps"] == 4 and fh.attrs["nu"] == 1e-3
-
-    def boom(*args, **kwargs):
-        raise AssertionError("solve_navier_stokes must not be called on a cache hit")
-
-    monkeypatch.setattr(ns, "solve_navier_stokes", boom)
-    second = ns.load_or_generate_navier_stokes(tmp_path, 2, [8, 16], seed=4, **FAST)
-    for r in (8, 16):
-        np.testing.assert_array_equal(second[r][0], first[r][0])
-        np.testing.assert_array_equal(second[r][1], first[r][1])
-    monkeypatch.undo()
-    ns.load_or_generate_navier_stokes(tmp_path, 2, [8, 16], seed=4, **{**FAST, "record_steps": 2})
-    files = sorted(tmp_path.iterdir())
-    assert len(files) == 2 and not any(p.name.endswith(".tmp") for p in files)
+    th.assert_cache_reused(
+        monkeypatch, tmp_path, ns, "solve_navier_stokes",
+        lambda: ns.load_or_generate_navier_stokes(tmp_path, 2, [8, 16], seed=4, **FAST),
+        lambda: ns.load_or_generate_navier_stokes(tmp_path, 2, [8, 16], seed=4, **{**FAST, "record_steps": 2}),
+        first, (8, 16),
+    )
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,8 @@ with ``v`` the PDEBench variable index (density 0, pressure 1, Vx 2, Vy 3); seed
 from __future__ import annotations
 
 import pickle
+import sys
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -19,6 +21,9 @@ from torch.utils.data import DataLoader
 
 from sciattn.pde_data.grid_dataset import GridPairDataset
 from sciattn.pde_data.pdebench import CFD_VARIABLES, PDEBenchWindowDataset, pdebench_layout
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _helpers as th  # noqa: E402
 
 # ------------------------------------------------------------------------------ fixture writers
 
@@ -229,14 +234,7 @@ def test_reads_only_item_slices_and_pickles(tmp_path, monkeypatch):
     ds = PDEBenchWindowDataset(path, t_in=2, t_out=1)
     assert ds._file is None  # metadata only; no handle kept after construction
     assert not any(isinstance(v, (np.ndarray, torch.Tensor, h5py.Dataset)) for v in vars(ds).values())
-    calls = []
-    original = h5py.Dataset.__getitem__
-
-    def spy(self, args, *rest, **kw):
-        calls.append((self.name, args))
-        return original(self, args, *rest, **kw)
-
-    monkeypatch.setattr(h5py.Dataset, "__getitem__", spy)
+    calls = th.spy_h5_reads(monkeypatch)
     ds[4]
     assert len(calls) == 1
     name, sel = calls[0]

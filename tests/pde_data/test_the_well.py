@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pickle
 import sys
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -18,6 +19,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from sciattn.pde_data.the_well import TheWellDataset, load_stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _helpers as th  # noqa: E402
 
 B, T, NX, NY = 2, 6, 8, 6
 NAMES = ["density", "kappa", "velocity_x", "velocity_y", "stress_xx", "stress_xy", "stress_yx", "stress_yy"]
@@ -220,14 +224,7 @@ def test_reads_only_item_slices_and_pickles(tmp_path, monkeypatch):
     ds = TheWellDataset(write_well(tmp_path / "a.hdf5"), n_steps_input=2, time_stride=2)
     assert ds._files == {}
     assert not any(isinstance(v, (np.ndarray, torch.Tensor, h5py.Dataset)) for v in vars(ds).values())
-    calls = []
-    original = h5py.Dataset.__getitem__
-
-    def spy(self, args, *rest, **kw):
-        calls.append((self.name, args))
-        return original(self, args, *rest, **kw)
-
-    monkeypatch.setattr(h5py.Dataset, "__getitem__", spy)
+    calls = th.spy_h5_reads(monkeypatch)
     ds[1]  # trajectory 0, start 1: frames 1, 3, 5
     window = slice(1, 6, 2)
     sp = slice(None, None, 1)

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 import xarray as xr
 
 from sciattn.pde_data.xarray_data import XarrayDataset, load_xarray, write_xarray
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _file_errors import check_missing_and_corrupt  # noqa: E402
 
 
 def _dataset(n=5, nx=4, ny=3, nt=2):
@@ -63,12 +69,7 @@ def test_netcdf_round_trip_needs_no_arguments(tmp_path):
 
 
 def test_errors_name_the_problem(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope.nc"):
-        load_xarray(tmp_path / "nope.nc")
-    bad = tmp_path / "bad.nc"
-    bad.write_bytes(b"not netcdf")
-    with pytest.raises(ValueError, match="bad.nc"):
-        load_xarray(bad)
+    check_missing_and_corrupt(load_xarray, tmp_path / "nope.nc", "nope.nc", tmp_path / "bad.nc", b"not netcdf", "bad.nc")
     with pytest.raises(ValueError, match=r"variables \['temp'\] not found"):
         XarrayDataset(_dataset(), inputs=["temp"], outputs=["press"])
     with pytest.raises(ValueError, match="inputs: expected variable names"):

@@ -20,8 +20,10 @@ To cover a new op, add ``CASE_FACTORIES["my_op"] = factory`` where ``factory(var
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import torch
@@ -31,6 +33,9 @@ from sciattn._capabilities import triton_interpreter_enabled as interpreter_enab
 from sciattn._dispatch import backends_for
 from sciattn.galerkin import galerkin_attention
 from sciattn.galerkin.functional import KVNorm
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _attention_cases as cases  # noqa: E402
 
 
 @dataclass
@@ -101,18 +106,11 @@ def _weighted_softmax_case(variant: str) -> Case:
 
     g = torch.Generator().manual_seed(12)
     b, h, nq, nk, d, e, p = 2, 2, 13, 70, 16, 24, 3
-    t = {
-        "q": torch.randn(b, h, nq, d, generator=g, dtype=torch.float64),
-        "k": torch.randn(b, h, nk, d, generator=g, dtype=torch.float64),
-        "v": torch.randn(b, h, nk, e, generator=g, dtype=torch.float64),
-        "weights": torch.rand(b, nk, generator=g, dtype=torch.float64) + 0.2,
-    }
+    t = cases.random_inputs(g, b, h, nq, nk, d, e, weight_scale=1.0, weight_min=0.2)
     mask = torch.ones(b, nk, dtype=torch.bool)
     mask[0, 61:] = False
     mask[1, 23:] = False
-    t["k"] = t["k"].masked_fill(~mask[:, None, :, None], float("nan"))
-    t["v"] = t["v"].masked_fill(~mask[:, None, :, None], float("nan"))
-    t["weights"] = t["weights"].masked_fill(~mask, float("nan"))
+    cases.poison_padding(t, mask)
     grad = ("q", "k", "v", "weights")
     if variant == "distance":
         t["q_pos"] = torch.rand(b, nq, p, generator=g, dtype=torch.float64)
@@ -136,12 +134,7 @@ def _neighborhood_case(variant: str) -> Case:
 
     g = torch.Generator().manual_seed(13)
     b, h, nq, nk, d, e = 2, 2, 11, 40, 16, 24
-    t = {
-        "q": torch.randn(b, h, nq, d, generator=g, dtype=torch.float64),
-        "k": torch.randn(b, h, nk, d, generator=g, dtype=torch.float64),
-        "v": torch.randn(b, h, nk, e, generator=g, dtype=torch.float64),
-        "weights": torch.rand(b, nk, generator=g, dtype=torch.float64) + 0.2,
-    }
+    t = cases.random_inputs(g, b, h, nq, nk, d, e, weight_scale=1.0, weight_min=0.2)
     allowed = torch.rand(nq, nk, generator=g) < 0.4
     allowed[:2] = torch.rand(2, nk, generator=g) < 0.95
     allowed[3] = False
@@ -150,9 +143,7 @@ def _neighborhood_case(variant: str) -> Case:
     mask = torch.ones(b, nk, dtype=torch.bool)
     mask[0, 34:] = False
     mask[1, 17:] = False
-    t["k"] = t["k"].masked_fill(~mask[:, None, :, None], float("nan"))
-    t["v"] = t["v"].masked_fill(~mask[:, None, :, None], float("nan"))
-    t["weights"] = t["weights"].masked_fill(~mask, float("nan"))
+    cases.poison_padding(t, mask)
 
     def run(x: dict[str, torch.Tensor], backend: str | None) -> torch.Tensor:
         return neighborhood_attention(x["q"], x["k"], x["v"], x["row_offsets"], x["col_indices"], x["weights"],

@@ -4,6 +4,8 @@ formulas, the trainable distance bias, padding and permutation invariances, the 
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,18 +20,11 @@ from sciattn.balltree import (
     pyg_from_dense,
 )
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _dense_attention import dense_biased_attention  # noqa: E402
+
 F64 = torch.float64
 BACKENDS = [b.name for b in backends_for("ball")]
-
-
-def _dense_biased(q, k, v, pos, logw, sigma, same=None):
-    """O(N²) Σ_j w_j e^{s_ij} v_j / Σ_j w_j e^{s_ij}, s_ij = q·k/√D - σ_h |x_i - x_j|, over allowed pairs."""
-    dist = (pos[:, :, None, :] - pos[:, None, :, :]).pow(2).sum(-1).sqrt()
-    s = torch.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(q.shape[-1]) + logw[:, None, None, :]
-    s = s - sigma.view(1, -1, 1, 1) * dist[:, None]
-    if same is not None:
-        s = s.masked_fill(~same, -math.inf)
-    return torch.nan_to_num(torch.softmax(s, dim=-1), nan=0.0) @ v
 
 
 def _inputs(seed, b=2, h=3, p=64, d=5, e=4, dim=3):
@@ -51,7 +46,7 @@ def test_matches_block_diagonal_dense_formula_with_weights_mask_bias_and_empty_b
     got = ball_attention(q, k, v, pos, m, mask=mask, weights=w, sigma=sigma, backend=backend)
     ball = torch.arange(64) // m
     same = ball[:, None] == ball[None, :]
-    want = _dense_biased(q, k, v, pos, torch.log(w * mask), sigma, same)
+    want = dense_biased_attention(q, k, v, pos, torch.log(w * mask), sigma, same)
     torch.testing.assert_close(got.transpose(1, 2)[mask], want.transpose(1, 2)[mask], rtol=1e-10, atol=1e-12)
     assert torch.equal(got[1, :, 16:32], torch.zeros_like(got[1, :, 16:32]))  # empty ball -> 0
 
@@ -151,7 +146,7 @@ def _module_dense(mod, x, pos, w):
     c = pos.mean(1, keepdim=True)
     h = x + mod.pe(pos - c)
     q, k, v = mod.qkv(h).unflatten(-1, (3, mod.n_heads, mod.head_dim)).permute(2, 0, 3, 1, 4)
-    z = _dense_biased(q, k, v, pos, torch.log(w), mod.sigma)
+    z = dense_biased_attention(q, k, v, pos, torch.log(w), mod.sigma)
     return mod.proj(z.transpose(1, 2).flatten(2))
 
 

@@ -4,6 +4,8 @@ gating, padding and permutation invariances, gradients and errors."""
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,17 +13,10 @@ import torch
 from sciattn.balltree import BallSparseAttention, build_ball_tree
 from sciattn.balltree.sparse import select_blocks
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _dense_attention import dense_biased_attention  # noqa: E402
+
 F64 = torch.float64
-
-
-def _dense(q, k, v, pos, logw, sigma, allowed=None):
-    """Σ_j w_j e^{s_ij} v_j / Σ_j w_j e^{s_ij} over allowed keys, s_ij = q·k/√D - σ_h |x_i - x_j|."""
-    dist = (pos[:, :, None, :] - pos[:, None, :, :]).pow(2).sum(-1).sqrt()
-    s = torch.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(q.shape[-1]) + logw[:, None, None, :]
-    s = s - sigma.view(1, -1, 1, 1) * dist[:, None]
-    if allowed is not None:
-        s = s.masked_fill(~allowed, -math.inf)
-    return torch.nan_to_num(torch.softmax(s, dim=-1), nan=0.0) @ v
 
 
 def _setup(seed, **kw):
@@ -44,7 +39,7 @@ def _setup(seed, **kw):
 def test_selection_of_every_block_equals_full_attention():
     mod, tree, h, wt, (q, k, v) = _setup(0, block_size=4, top_k=1000, exclude_own_ball=False)
     _, _, sel = mod.branches(h, tree.pos, tree.mask, wt)
-    want = _dense(q, k, v, tree.pos, torch.log(wt).masked_fill(~tree.mask, -math.inf), mod.sigma_selected)
+    want = dense_biased_attention(q, k, v, tree.pos, torch.log(wt).masked_fill(~tree.mask, -math.inf), mod.sigma_selected)
     m = tree.mask
     torch.testing.assert_close(sel.transpose(1, 2)[m], want.transpose(1, 2)[m], rtol=1e-10, atol=1e-12)
 
@@ -54,7 +49,7 @@ def test_selection_of_every_other_ball_equals_attention_outside_the_own_ball():
     _, _, sel = mod.branches(h, tree.pos, tree.mask, wt)
     ball = torch.arange(tree.padded_size) // 16
     other = (ball[:, None] != ball[None, :])[None, None]
-    want = _dense(q, k, v, tree.pos, torch.log(wt).masked_fill(~tree.mask, -math.inf), mod.sigma_selected, other)
+    want = dense_biased_attention(q, k, v, tree.pos, torch.log(wt).masked_fill(~tree.mask, -math.inf), mod.sigma_selected, other)
     m = tree.mask
     torch.testing.assert_close(sel.transpose(1, 2)[m], want.transpose(1, 2)[m], rtol=1e-10, atol=1e-12)
 
@@ -63,7 +58,7 @@ def test_selection_of_every_other_ball_equals_attention_outside_the_own_ball():
 def test_compressed_branch_with_blocks_of_one_point_is_full_attention(coarse):
     mod, tree, h, wt, (q, k, v) = _setup(2, block_size=1, coarse_queries=coarse)
     _, comp, _ = mod.branches(h, tree.pos, tree.mask, wt)
-    want = _dense(q, k, v, tree.pos, torch.log(wt).masked_fill(~tree.mask, -math.inf), mod.sigma_compressed)
+    want = dense_biased_attention(q, k, v, tree.pos, torch.log(wt).masked_fill(~tree.mask, -math.inf), mod.sigma_compressed)
     m = tree.mask
     torch.testing.assert_close(comp.transpose(1, 2)[m], want.transpose(1, 2)[m], rtol=1e-10, atol=1e-12)
 
@@ -90,7 +85,7 @@ def test_compressed_branch_pools_with_the_learned_slot_weights():
     cen = torch.stack([torch.stack([tree.pos[bi, 4 * c:4 * c + 4][tree.mask[bi, 4 * c:4 * c + 4]].mean(0)
                                     if tree.mask[bi, 4 * c:4 * c + 4].any() else torch.zeros(2, dtype=F64)
                                     for c in range(p // 4)]) for bi in range(b)])
-    want = _dense(qc, kc, vc, cen, mass, mod.sigma_compressed).repeat_interleave(4, dim=2)
+    want = dense_biased_attention(qc, kc, vc, cen, mass, mod.sigma_compressed).repeat_interleave(4, dim=2)
     m = tree.mask
     torch.testing.assert_close(comp.transpose(1, 2)[m], want.transpose(1, 2)[m], rtol=1e-10, atol=1e-12)
 

@@ -147,45 +147,45 @@ def test_layer_runs_on_its_own_dtype(layer):
     assert make().double()(**{k: v.double() for k, v in inputs().items()}).dtype == torch.float64
 
 
-@pytest.mark.parametrize("layer", list(LAYERS))
-def test_layer_float64_input_to_float32_layer_is_a_type_error(layer):
+def _error_on_first_input(layer, change, exc):
+    """Run ``layer`` (a key of ``LAYERS``, float32) on its inputs with the first one replaced by ``change(first)``, which
+    must raise ``exc``: returns the first input's name, the error message and the changed input."""
     make, inputs = LAYERS[layer]
     kw = inputs()
     name = _first(kw)
-    kw[name] = kw[name].double()
-    with pytest.raises(TypeError) as err:
+    kw[name] = change(kw[name])
+    with pytest.raises(exc) as err:
         make()(**kw)
-    msg = str(err.value)
+    return name, str(err.value), kw[name]
+
+
+@pytest.mark.parametrize("layer", list(LAYERS))
+def test_layer_float64_input_to_float32_layer_is_a_type_error(layer):
+    name, msg, _ = _error_on_first_input(layer, lambda x: x.double(), TypeError)
     assert msg.startswith(f"{name}: expected dtype torch.float32 (the layer's parameters), got torch.float64"), msg
     assert "cast the input with .to(torch.float32)" in msg, msg
 
 
 @pytest.mark.parametrize("layer", list(LAYERS))
 def test_layer_integer_input_is_a_type_error(layer):
-    make, inputs = LAYERS[layer]
-    kw = inputs()
-    name = _first(kw)
-    kw[name] = kw[name].to(torch.int64)
-    with pytest.raises(TypeError) as err:
-        make()(**kw)
-    msg = str(err.value)
+    name, msg, _ = _error_on_first_input(layer, lambda x: x.to(torch.int64), TypeError)
     assert msg.startswith(f"{name}: expected a floating-point tensor of dtype torch.float32"), msg
     assert "got torch.int64" in msg, msg
 
 
+def _first_entry_of_second_sample(x):
+    return (1,) + (0,) * (x.dim() - 1)
+
+
 @pytest.mark.parametrize("layer", list(LAYERS))
 def test_layer_nan_at_a_real_point_is_a_value_error_with_the_index(layer):
-    make, inputs = LAYERS[layer]
-    kw = inputs()
-    name = _first(kw)
-    x = kw[name]
-    idx = (1,) + (0,) * (x.dim() - 1)
-    x[idx] = float("nan")
-    with pytest.raises(ValueError) as err:
-        make()(**kw)
-    msg = str(err.value)
+    def poison(x):
+        x[_first_entry_of_second_sample(x)] = float("nan")
+        return x
+
+    name, msg, x = _error_on_first_input(layer, poison, ValueError)
     assert msg.startswith(f"{name}: expected finite values, got 1 NaN"), msg
-    assert f"the first at index {idx}" in msg, msg
+    assert f"the first at index {_first_entry_of_second_sample(x)}" in msg, msg
 
 
 def test_nan_at_padded_points_is_still_ignored():

@@ -12,7 +12,8 @@ import torch
 from sciattn.galerkin import chunked
 from sciattn.galerkin._cpu import EXTENSION, unavailable
 
-from .test_galerkin_chunked import ALL, _assert_close, _inputs, _run
+from ._close import assert_close_scaled
+from .test_galerkin_chunked import ALL, _inputs, _run
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"CPU kernels unavailable: {unavailable()}")
 
@@ -32,9 +33,9 @@ def test_float64_equals_reference_at_unrolled_and_general_widths(d, e, dn, en, t
     x["norm"] = _norm(2, dn, en, 12)
     z, grads = _run(x, "cpu", ALL)
     z_ref, grads_ref = _run(x, "reference", ALL)
-    _assert_close(z, z_ref, "output")
+    assert_close_scaled(z, z_ref, "output")
     for name, a, r in zip([*ALL[:4], "k_weight", "k_bias", "v_weight", "v_bias"], grads, grads_ref):
-        _assert_close(a, r, f"grad {name}")
+        assert_close_scaled(a, r, f"grad {name}")
     pad = ~x["mask"][:, None, :, None]
     assert (grads[1].masked_select(pad) == 0).all() and (grads[2].masked_select(pad) == 0).all()
 
@@ -46,9 +47,9 @@ def test_float64_equals_reference_with_short_chunks_at_width_32(monkeypatch):
     x["norm"] = _norm(4, 32, 32, 14)
     z, grads = _run(x, "cpu", ALL)
     z_ref, grads_ref = _run(x, "reference", ALL)
-    _assert_close(z, z_ref, "output")
+    assert_close_scaled(z, z_ref, "output")
     for a, r in zip(grads, grads_ref):
-        _assert_close(a, r, "grad")
+        assert_close_scaled(a, r, "grad")
 
 
 @pytest.mark.parametrize("ln", [True, False], ids=["layernorm", "plain"])
@@ -70,21 +71,21 @@ def test_kernels_equal_the_pytorch_steps(ln, width, dn):
     y_ref, xhat, r = chunked._features(x, keep[:, None, :, None], ln_args, s, "x")
     y = torch.empty(b, h, c, width, dtype=torch.float64)
     lib.gal_features(x, keep, w, *(ln_args or (None, None, 0.0)), y)
-    _assert_close(y, y_ref * w[:, None, :, None], "w · LN(x)")
+    assert_close_scaled(y, y_ref * w[:, None, :, None], "w · LN(x)")
     dx, dw = torch.empty_like(y), torch.zeros(b, c, dtype=torch.float64)
     dparams = [torch.zeros(h, dn, dtype=torch.float64) for _ in range(2)] if ln else [None, None]
     lib.gal_features_backward(x, keep, dy, w, *(ln_args or (None, None, 0.0)), dx, dw, *dparams)
-    _assert_close(dw, (dy * y_ref).sum(dim=(1, 3)), "dw")
+    assert_close_scaled(dw, (dy * y_ref).sum(dim=(1, 3)), "dw")
     g_in = dy * w[:, None, :, None]
     if ln:
         dx_ref, dparams_ref = torch.empty_like(dx), [torch.zeros(h, dn, dtype=torch.float64) for _ in range(2)]
         chunked._layer_norm_backward(g_in, xhat, r, gamma, dx_ref, dparams_ref, s, "x")
         for a, ref in zip(dparams, dparams_ref):
-            _assert_close(a, ref, "dγ, dβ")
+            assert_close_scaled(a, ref, "dγ, dβ")
     else:
         dx_ref = g_in
     dx_ref = dx_ref.masked_fill(~keep[:, None, :, None], 0.0)
-    _assert_close(dx, dx_ref, "dx")
+    assert_close_scaled(dx, dx_ref, "dx")
 
 
 def test_kernels_give_the_same_bits_with_one_and_two_threads():

@@ -310,33 +310,46 @@ def test_local_term_for_symbolic_sizes_equals_the_tiled_one():
                                    rtol=1e-12, atol=1e-12)
 
 
+def _perturbed_output(model, n):
+    """Add ``0.1·N(0, 1)`` to every parameter of ``model`` (so that none keeps its initial value) and run it on a random
+    ``(1, 1, n, n)`` input: returns the input and the output (no gradients)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+        x = torch.randn(1, 1, n, n)
+        return x, model(x)
+
+
+def _saved_and_loaded(model, path):
+    """``model`` written as a checkpoint at ``path`` (identity normalisers) and loaded back with ``load_model``, which
+    migrates its stored config."""
+    from sciattn.pde_data.normalizers import UnitGaussianNormalizer
+    from sciattn.train.checkpoint import load_model, save_checkpoint
+
+    norm = UnitGaussianNormalizer(torch.zeros(1, 1, 1, 1), torch.ones(1, 1, 1, 1))
+    loaded, *_ = load_model(save_checkpoint(path, model=model, x_normalizer=norm, y_normalizer=norm))
+    return loaded
+
+
 def test_a_mano_config_stored_before_the_pyramid_key_rebuilds_the_input_pyramid(tmp_path):
     """Configs store every constructor key; one written before ``pyramid`` existed meant the input pyramid for
     the same window_fraction / coarse_cells values, so load_model fills ``pyramid="input"`` when it is absent."""
     from sciattn.operators import create_operator
-    from sciattn.pde_data.normalizers import UnitGaussianNormalizer
-    from sciattn.train.checkpoint import load_model, save_checkpoint
 
     torch.manual_seed(0)
     legacy = create_operator("mano", in_channels=1, out_channels=1, width=8, n_layers=1, n_heads=2, pyramid="input")
-    with torch.no_grad():
-        for p in legacy.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-    x = torch.randn(1, 1, 40, 40)
-    with torch.no_grad():
-        want = legacy(x)
+    x, want = _perturbed_output(legacy, 40)
     old = {k: v for k, v in legacy.config.items() if k != "pyramid"}
     assert old["window_fraction"] == 0.125 and old["coarse_cells"] == 8  # the same values now mean "physical"
     legacy.config = old
-    norm = UnitGaussianNormalizer(torch.zeros(1, 1, 1, 1), torch.ones(1, 1, 1, 1))
-    loaded, *_ = load_model(save_checkpoint(tmp_path / "old.pt", model=legacy, x_normalizer=norm, y_normalizer=norm))
+    loaded = _saved_and_loaded(legacy, tmp_path / "old.pt")
     assert loaded.blocks[0].attn.pyramid == "input"
     with torch.no_grad():
         torch.testing.assert_close(loaded(x), want, rtol=0, atol=0)
     # a config written now holds the key (None: the physical pyramid) and is left as it is
     new = create_operator("mano", in_channels=1, out_channels=1, width=8, n_layers=1, n_heads=2)
     assert "pyramid" in new.config and new.blocks[0].attn.pyramid == "physical"
-    back, *_ = load_model(save_checkpoint(tmp_path / "new.pt", model=new, x_normalizer=norm, y_normalizer=norm))
+    back = _saved_and_loaded(new, tmp_path / "new.pt")
     assert back.blocks[0].attn.pyramid == "physical"
     with torch.no_grad():
         torch.testing.assert_close(back(x), new(x), rtol=0, atol=0)
@@ -347,24 +360,16 @@ def test_a_physical_config_stored_before_the_taper_key_loads_with_hard_windows(t
     """Configs saved with ``pyramid="physical"`` (2026-12-02, before ``window_taper``) meant the hard windows: they
     load with ``window_taper="none"`` and reproduce their outputs exactly; a config written now keeps the taper."""
     from sciattn.operators import create_operator
-    from sciattn.pde_data.normalizers import UnitGaussianNormalizer
-    from sciattn.train.checkpoint import load_model, save_checkpoint
 
     kw = dict(in_channels=1, out_channels=1, width=8, n_layers=1, n_heads=2)
     if name == "mano_extended":
         kw.update(head_width=4, head_modes=4, head_layers=1, rel_pos_bias=2)
     torch.manual_seed(0)
     legacy = create_operator(name, pyramid="physical", window_taper="none", **kw)
-    with torch.no_grad():
-        for p in legacy.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-    x = torch.randn(1, 1, 64, 64)
-    with torch.no_grad():
-        want = legacy(x)
+    x, want = _perturbed_output(legacy, 64)
     assert legacy.config["window_taper"] == "none"
     legacy.config = {k: v for k, v in legacy.config.items() if k != "window_taper"}
-    norm = UnitGaussianNormalizer(torch.zeros(1, 1, 1, 1), torch.ones(1, 1, 1, 1))
-    loaded, *_ = load_model(save_checkpoint(tmp_path / "old.pt", model=legacy, x_normalizer=norm, y_normalizer=norm))
+    loaded = _saved_and_loaded(legacy, tmp_path / "old.pt")
     assert loaded.blocks[0].attn.window_taper == "none"
     with torch.no_grad():
         torch.testing.assert_close(loaded(x), want, rtol=0, atol=0)
@@ -373,7 +378,7 @@ def test_a_physical_config_stored_before_the_taper_key_loads_with_hard_windows(t
         assert (tapered(x) - want).abs().max() > 1e-6  # the default (tapered) layer would not reproduce them
     new = create_operator(name, **kw)
     assert "window_taper" in new.config and new.blocks[0].attn.window_taper == "linear"
-    back, *_ = load_model(save_checkpoint(tmp_path / "new.pt", model=new, x_normalizer=norm, y_normalizer=norm))
+    back = _saved_and_loaded(new, tmp_path / "new.pt")
     assert back.blocks[0].attn.window_taper == "linear"
     with torch.no_grad():
         torch.testing.assert_close(back(x), new(x), rtol=0, atol=0)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -23,6 +22,8 @@ from sciattn.neighborhood import csr_from_pairs, neighborhood_attention
 from sciattn.neighborhood._ops import _TRANSPOSES, transposed_csr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _attention_cases as cases  # noqa: E402
+import _triton_checks as checks  # noqa: E402
 from _triton_checks import BACKEND, DEVICE, F64, assert_close, interpreter  # noqa: E402, F401  (autouse fixture)
 
 pytestmark = pytest.mark.skipif(not has_triton(), reason="triton is not installed")
@@ -52,17 +53,10 @@ def make_case(b=2, h=2, nq=9, nk=23, d=16, e=24, pad=4, p=0.5, seed=0):
     """Float64 inputs with non-uniform weights; the last ``pad`` keys are padding holding NaN in
     k, v and weights (and listed in the neighbourhoods, so the kernel must mask them)."""
     g = torch.Generator().manual_seed(seed)
-    t = {
-        "q": torch.randn(b, h, nq, d, generator=g, dtype=F64),
-        "k": torch.randn(b, h, nk, d, generator=g, dtype=F64),
-        "v": torch.randn(b, h, nk, e, generator=g, dtype=F64),
-        "weights": torch.rand(b, nk, generator=g, dtype=F64) * 2 + 0.05,
-    }
+    t = cases.random_inputs(g, b, h, nq, nk, d, e)
     mask = torch.ones(b, nk, dtype=torch.bool)
     mask[:, nk - pad :] = False
-    t["k"] = t["k"].masked_fill(~mask[:, None, :, None], math.nan)
-    t["v"] = t["v"].masked_fill(~mask[:, None, :, None], math.nan)
-    t["weights"] = t["weights"].masked_fill(~mask, math.nan)
+    cases.poison_padding(t, mask)
     ro, ci = random_csr(nq, nk, p, seed)
     return {n: x.to(DEVICE) for n, x in t.items()}, mask.to(DEVICE), (ro.to(DEVICE), ci.to(DEVICE))
 
@@ -78,15 +72,7 @@ def compare_with_reference(t, mask, csr, dtype):
     out = neighborhood_attention(x["q"], x["k"], x["v"], ro, ci, x["weights"], mask, backend=BACKEND)
     ref = neighborhood_attention(ref_x["q"], ref_x["k"], ref_x["v"], ro.cpu(), ci.cpu(), ref_x["weights"], mask.cpu(),
                                  backend="reference")
-    assert out.dtype == dtype
-    close(out, ref, dtype, "output")
-    cot = torch.randn(ref.shape, generator=torch.Generator().manual_seed(1), dtype=F64)
-    grads = torch.autograd.grad((out * cot.to(DEVICE, dtype)).sum(), [x[n] for n in names])
-    ref_grads = torch.autograd.grad((ref * cot).sum(), [ref_x[n] for n in names])
-    for n, a, r in zip(names, grads, ref_grads):
-        assert a.dtype == x[n].dtype, n
-        close(a, r, dtype, f"grad {n}")
-    return out, grads
+    return out, checks.assert_matches_reference("neighborhood", out, ref, x, ref_x, names, dtype)
 
 
 def test_output_and_all_gradients_match_float64_reference(deterministic):
@@ -198,47 +184,22 @@ def test_compiles_with_fullgraph_through_the_custom_ops():
 
 
 COMPILE_FOR_SM90 = r"""
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 from sciattn.neighborhood import _triton as N
 
-def build(fn, dtype, const, warps):
-    sig = {}
-    for n in fn.arg_names:
-        if n in const:
-            sig[n] = "constexpr"
-        elif n in ("H", "NQ", "NK", "D", "E"):
-            sig[n] = "i32"
-        elif n == "scale":
-            sig[n] = "fp32"
-        elif n in ("ROWS", "COLS", "TROWS", "TCOLS"):
-            sig[n] = "*i64"
-        elif n[0].isupper():
-            sig[n] = "*" + (dtype if n in ("Q", "K", "V", "OUT", "DO", "DQ", "DK", "DV") else "fp32")
-        else:
-            sig[n] = "i64"
-    triton.compile(ASTSource(fn, sig, const), target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
-
+CSR = ("ROWS", "COLS", "TROWS", "TCOLS")
 for dtype in ("bf16", "fp32"):
     for width in (64, 128):
         bn, warps = N._config(width, width, "fwd")
-        build(N._fwd_kernel, dtype, dict(BLOCK_N=bn, BLOCK_D=width, BLOCK_E=width), warps)
+        build(N._fwd_kernel, dtype, dict(BLOCK_N=bn, BLOCK_D=width, BLOCK_E=width), warps, int_pointers=CSR)
         bn, warps = N._config(width, width, "bwd")
         for atomic in (True, False):
-            build(N._dq_kernel, dtype, dict(ATOMIC=atomic, BLOCK_N=bn, BLOCK_D=width, BLOCK_E=width), warps)
-        build(N._dkdv_kernel, dtype, dict(BLOCK_N=bn, BLOCK_D=width, BLOCK_E=width), warps)
-print("compiled")
+            build(N._dq_kernel, dtype, dict(ATOMIC=atomic, BLOCK_N=bn, BLOCK_D=width, BLOCK_E=width), warps,
+                  int_pointers=CSR)
+        build(N._dkdv_kernel, dtype, dict(BLOCK_N=bn, BLOCK_D=width, BLOCK_E=width), warps, int_pointers=CSR)
 """
 
 
 @pytest.mark.slow
 def test_kernels_compile_to_sm90_machine_code_without_a_gpu():
-    """The interpreter skips Triton's type checks and code generation; compile every kernel with
-    the launch configurations for H100 (sm_90) through ptxas, which needs no GPU."""
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0 and "compiled" in run.stdout, run.stderr[-3000:]
+    """Compile every neighbourhood kernel with the launch configurations for H100 (sm_90) through ptxas."""
+    checks.assert_compiles_for_sm90(COMPILE_FOR_SM90)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -21,6 +20,8 @@ from sciattn._capabilities import has_triton
 from sciattn.weighted_softmax import weighted_softmax_attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _attention_cases as cases  # noqa: E402
+import _triton_checks as checks  # noqa: E402
 from _triton_checks import BACKEND, DEVICE, F64, assert_close, interpreter  # noqa: E402, F401  (autouse fixture)
 
 pytestmark = pytest.mark.skipif(not has_triton(), reason="triton is not installed")
@@ -32,22 +33,17 @@ def make_case(b=2, h=2, nq=19, nk=70, d=16, e=24, p=3, pad=9, seed=0):
     """Float64 inputs with non-uniform weights and positions in [10, 11]^p; the last ``pad`` keys of
     sample 0 (and 4 more of sample 1) are padding holding NaN in k, v, weights and key positions."""
     g = torch.Generator().manual_seed(seed)
-    t = {
-        "q": torch.randn(b, h, nq, d, generator=g, dtype=F64),
-        "k": torch.randn(b, h, nk, d, generator=g, dtype=F64),
-        "v": torch.randn(b, h, nk, e, generator=g, dtype=F64),
-        "weights": torch.rand(b, nk, generator=g, dtype=F64) * 2 + 0.05,
+    t = cases.random_inputs(g, b, h, nq, nk, d, e)
+    t.update({
         "q_pos": torch.rand(b, nq, p, generator=g, dtype=F64) + 10,  # off the origin: a |a|²+|b|²−2a·b
         "k_pos": torch.rand(b, nk, p, generator=g, dtype=F64) + 10,  # distance would lose fp32 accuracy
         "distance_scale": torch.rand(h, generator=g, dtype=F64) + 0.5,
-    }
+    })
     mask = torch.ones(b, nk, dtype=torch.bool)
     mask[:, nk - pad :] = False
     if b > 1:
         mask[1, : min(4, nk - pad)] = False
-    t["k"] = t["k"].masked_fill(~mask[:, None, :, None], math.nan)
-    t["v"] = t["v"].masked_fill(~mask[:, None, :, None], math.nan)
-    t["weights"] = t["weights"].masked_fill(~mask, math.nan)
+    cases.poison_padding(t, mask)
     t["k_pos"] = t["k_pos"].masked_fill(~mask[..., None], math.nan)
     return {n: x.to(DEVICE) for n, x in t.items()}, mask.to(DEVICE)
 
@@ -68,15 +64,7 @@ def compare_with_reference(t, mask, dtype, distance=True, names=GRAD_NAMES):
     x, ref_x = inputs(dtype, DEVICE), inputs(F64, "cpu")
     out = run(x, mask, BACKEND, distance)
     ref = run(ref_x, mask.cpu(), "reference", distance)
-    assert out.dtype == dtype
-    close(out, ref, dtype, "output")
-    cot = torch.randn(ref.shape, generator=torch.Generator().manual_seed(1), dtype=F64)
-    grads = torch.autograd.grad((out * cot.to(DEVICE, dtype)).sum(), [x[n] for n in names])
-    ref_grads = torch.autograd.grad((ref * cot).sum(), [ref_x[n] for n in names])
-    for n, a, r in zip(names, grads, ref_grads):
-        assert a.dtype == x[n].dtype, n
-        close(a, r, dtype, f"grad {n}")
-    return out, grads
+    return out, checks.assert_matches_reference("weighted_softmax", out, ref, x, ref_x, names, dtype)
 
 
 @pytest.mark.parametrize("distance", [False, True])
@@ -179,26 +167,8 @@ def test_compiles_with_fullgraph_through_the_custom_ops():
 
 
 COMPILE_FOR_SM90 = r"""
-import torch, triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+import torch
 from sciattn.weighted_softmax import _triton as W
-
-def build(fn, dtype, const, warps, stages):
-    sig = {}
-    for n in fn.arg_names:
-        if n in const:
-            sig[n] = "constexpr"
-        elif n in ("H", "NQ", "NK", "D", "E"):
-            sig[n] = "i32"
-        elif n == "scale":
-            sig[n] = "fp32"
-        elif n[0].isupper():
-            sig[n] = "*" + (dtype if n in ("Q", "K", "V", "OUT", "DO", "DQ", "DK", "DV") else "fp32")
-        else:
-            sig[n] = "i64"
-    triton.compile(ASTSource(fn, sig, const), target=GPUTarget("cuda", 90, 32),
-                   options=dict(num_warps=warps, num_stages=stages))
 
 for dtype, tdt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
     prec = W._precision(tdt)
@@ -210,17 +180,10 @@ for dtype, tdt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
             if kernel != "fwd":
                 const["BLOCK_P"] = 4
             build(fn, dtype, const, warps, stages)
-print("compiled")
 """
 
 
 @pytest.mark.slow
 def test_kernels_compile_to_sm90_machine_code_without_a_gpu():
-    """The interpreter skips Triton's type checks and code generation; compile every kernel with
-    the launch configurations for H100 (sm_90) through ptxas, which needs no GPU."""
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0 and "compiled" in run.stdout, run.stderr[-3000:]
+    """Compile every weighted-softmax kernel with the launch configurations for H100 (sm_90) through ptxas."""
+    checks.assert_compiles_for_sm90(COMPILE_FOR_SM90)

@@ -5,11 +5,17 @@ without live keys, strided heads and any subset of inputs needing gradients; fir
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from sciattn._dispatch import select_backend
 from sciattn.weighted_softmax import chunked, weighted_softmax_attention
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _close import assert_close_scaled  # noqa: E402
 
 NAMES = ("q", "k", "v", "weights", "q_pos", "k_pos", "distance_scale")
 
@@ -55,22 +61,14 @@ def _run(x, backend, need, distance=True, dtype=torch.float64):
     return o, (torch.autograd.grad(o, wrt, cot) if wrt else ())
 
 
-def _assert_close(got, want, what, rtol=1e-12, atol=1e-12):
-    got, want = got.detach().double(), want.detach().double()
-    assert torch.isfinite(got).all(), f"{what}: non-finite values"
-    scale = float(want.abs().max().clamp_min(1e-12))
-    err = float(((got - want).abs() - rtol * want.abs()).max())
-    assert err <= atol * scale, f"{what}: error {err:.3g} above {atol}·{scale:.3g}"
-
-
 def _compare(x, need, distance=True, dtype=torch.float64, tol=(1e-12, 1e-12)):
     o, grads = _run(x, "chunked", need, distance, dtype)
     o_ref, grads_ref = _run(x, "reference", need, distance)
     assert o.dtype == dtype
-    _assert_close(o, o_ref, "output", *tol)
+    assert_close_scaled(o, o_ref, "output", *tol)
     assert len(grads) == len(grads_ref)
     for a, r in zip(grads, grads_ref):
-        _assert_close(a, r, "gradient", *tol)
+        assert_close_scaled(a, r, "gradient", *tol)
     return grads
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +13,9 @@ import torch
 from sciattn.operators import create_operator
 from sciattn.pde_data.normalizers import UnitGaussianNormalizer
 from sciattn.train.checkpoint import atomic_torch_save, load_checkpoint, load_model, save_checkpoint
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _file_errors import check_missing_and_corrupt  # noqa: E402
 
 
 def _model():
@@ -50,12 +55,8 @@ def test_failed_write_keeps_the_previous_file(tmp_path):
 
 
 def test_missing_and_corrupt_checkpoints_name_the_path(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nothing.pt"):
-        load_checkpoint(tmp_path / "nothing.pt")
-    bad = tmp_path / "bad.pt"
-    bad.write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match="bad.pt"):
-        load_checkpoint(bad)
+    check_missing_and_corrupt(load_checkpoint, tmp_path / "nothing.pt", "nothing.pt", tmp_path / "bad.pt",
+                              b"not a checkpoint", "bad.pt")
     other = tmp_path / "other.pt"
     torch.save({"a": 1}, other)
     with pytest.raises(ValueError, match="is not a sciattn checkpoint"):

@@ -3,12 +3,18 @@ in-graph finiteness message of the plain program."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from sciattn.train import load_program
 from sciattn.train.cli import main
 from sciattn.train.export import export_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _file_errors import check_missing_and_corrupt  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -60,12 +66,8 @@ def test_nan_loader_names_the_index_and_the_plain_program_names_the_argument(pro
 
 def test_files_without_spec_or_missing(programs, tmp_path):
     out, _ = programs
-    with pytest.raises(FileNotFoundError, match="path: expected a .pt2 file"):
-        load_program(tmp_path / "nope.pt2")
-    bad = tmp_path / "bad.pt2"
-    bad.write_bytes(b"not a program")
-    with pytest.raises(ValueError, match="path: expected a torch.export program"):
-        load_program(bad)
+    check_missing_and_corrupt(load_program, tmp_path / "nope.pt2", "path: expected a .pt2 file", tmp_path / "bad.pt2",
+                              b"not a program", "path: expected a torch.export program")
 
 
 def test_latent_model_refuses_a_non_multiple_size(tiny_darcy, tmp_path):

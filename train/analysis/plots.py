@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 __all__ = ["sample_figure", "plot_sample", "loss_curve_figure", "plot_loss_curve", "plot_resolution_curve",
-           "plot_resolution_sweep", "plot_rollout"]
+           "plot_resolution_sweep", "plot_rollout", "save_figure"]
 
 
 def _pyplot():
@@ -53,7 +53,7 @@ def sample_figure(x: torch.Tensor, y: torch.Tensor, pred: torch.Tensor, title: s
 
 def plot_sample(x: torch.Tensor, y: torch.Tensor, pred: torch.Tensor, path: str | Path, title: str = "") -> Path:
     """:func:`sample_figure` saved as a PNG at ``path``."""
-    return _save(sample_figure(x, y, pred, title), _pyplot(), path)
+    return save_figure(sample_figure(x, y, pred, title), _pyplot(), path)
 
 
 def loss_curve_figure(history: list[dict], title: str = "training"):
@@ -85,7 +85,7 @@ def loss_curve_figure(history: list[dict], title: str = "training"):
 def plot_loss_curve(history: list[dict], path: str | Path, title: str = "training") -> Path:
     """:func:`loss_curve_figure` saved as a PNG at ``path`` (every ``sciattn train`` run writes
     ``loss_curve.png``)."""
-    return _save(loss_curve_figure(history, title), _pyplot(), path)
+    return save_figure(loss_curve_figure(history, title), _pyplot(), path)
 
 
 def plot_resolution_curve(errors: dict[int, float], path: str | Path, train_resolution: int | None = None,
@@ -105,15 +105,12 @@ def plot_resolution_curve(errors: dict[int, float], path: str | Path, train_reso
     ax.set_ylabel("relative L2 error")
     ax.set_ylim(bottom=0)
     ax.set_title(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, plt, path)
 
 
-def _save(fig, plt, path: str | Path) -> Path:
+def save_figure(fig, plt, path: str | Path) -> Path:
+    """Lay ``fig`` out tightly, write it as an image at ``path`` (100 dpi; the folders are made) and close it in
+    ``plt`` (matplotlib's pyplot); returns ``path`` as a ``Path``."""
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -162,7 +159,7 @@ def plot_resolution_sweep(rows: list[dict], path: str | Path, train_resolution: 
     else:
         ax.set_title(title)
     ax.legend(fontsize=8)
-    return _save(fig, plt, path)
+    return save_figure(fig, plt, path)
 
 
 def plot_rollout(curves: dict[int, list[float]], path: str | Path, threshold: float | None = None,
@@ -180,4 +177,4 @@ def plot_rollout(curves: dict[int, list[float]], path: str | Path, threshold: fl
     ax.set_ylabel("relative L2 error")
     ax.set_title(title)
     ax.legend(fontsize=8)
-    return _save(fig, plt, path)
+    return save_figure(fig, plt, path)

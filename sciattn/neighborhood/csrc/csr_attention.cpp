@@ -77,6 +77,22 @@ Csr csr_of(const at::Tensor& row_offsets, const at::Tensor& col_indices, int64_t
   return c;
 }
 
+// row(scratch, bh, b, h, i) for every query row i of every (batch, head) bh = b H + h, in parallel over blocks of kRows
+// rows of one head; make_scratch() builds a worker's buffers once per range of blocks.
+template <typename MakeScratch, typename Row>
+void for_each_query_row(int64_t B, int64_t H, int64_t Nq, const MakeScratch& make_scratch, const Row& row) {
+  constexpr int64_t kRows = 256;
+  const int64_t blocks = (Nq + kRows - 1) / kRows;
+  at::parallel_for(0, B * H * blocks, 1, [&](int64_t t0, int64_t t1) {
+    auto scratch = make_scratch();
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t bh = task / blocks, b = bh / H, h = bh % H, i0 = (task % blocks) * kRows;
+      const int64_t i1 = std::min(Nq, i0 + kRows);
+      for (int64_t i = i0; i < i1; ++i) row(scratch, bh, b, h, i);
+    }
+  });
+}
+
 // The logits t_n of row i into buf; returns their maximum (-inf when the row has no live key).
 template <typename T>
 inline T row_logits(const Csr& g, int64_t i, const T* qi, const T* kh, int64_t ks, const T* lw, const T* eb,
@@ -104,38 +120,31 @@ void forward_impl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   const T* lwp = logw.data_ptr<T>();
   const T* eb = edge_bias.has_value() ? edge_bias->data_ptr<T>() : nullptr;
   T* lp = lse.data_ptr<T>();
-  constexpr int64_t kRows = 256;
-  const int64_t blocks = (Nq + kRows - 1) / kRows;
   const int64_t padded = (g.max_row + kLanes - 1) / kLanes * kLanes + kLanes;
-  at::parallel_for(0, B * H * blocks, 1, [&](int64_t t0, int64_t t1) {
-    std::vector<T> buf(padded), acc(E);
-    for (int64_t task = t0; task < t1; ++task) {
-      const int64_t bh = task / blocks, b = bh / H, h = bh % H, i0 = (task % blocks) * kRows;
-      const int64_t i1 = std::min(Nq, i0 + kRows);
-      const T *qh = Q.head(b, h), *kh = K.head(b, h), *vh = V.head(b, h), *lw = lwp + b * Nk;
-      T* oh = O.head(b, h);
-      for (int64_t i = i0; i < i1; ++i) {
-        T* oi = oh + i * O.sn;
-        const T m = row_logits(g, i, qh + i * Q.sn, kh, K.sn, lw, eb, D, scale, buf.data());
-        if (!(m > static_cast<T>(kNegInf))) {
-          std::fill(oi, oi + E, T(0));
-          lp[bh * Nq + i] = static_cast<T>(kNegInf);
-          continue;
-        }
-        const int64_t lo = g.ro[i], n = g.ro[i + 1] - lo;
-        exp_shifted(buf.data(), n, m);
-        std::fill(acc.begin(), acc.end(), T(0));
-        T z = 0;
-        for (int64_t t = 0; t < n; ++t) {
-          z += buf[t];
-          axpy(buf[t], vh + g.ci[lo + t] * V.sn, acc.data(), E);
-        }
-        const T rz = T(1) / z;
-#pragma omp simd
-        for (int64_t e = 0; e < E; ++e) oi[e] = acc[e] * rz;
-        lp[bh * Nq + i] = m + std::log(z);
-      }
+  const auto scratch = [&] { return std::make_pair(std::vector<T>(padded), std::vector<T>(E)); };
+  for_each_query_row(B, H, Nq, scratch, [&](auto& bufs, int64_t bh, int64_t b, int64_t h, int64_t i) {
+    std::vector<T>& buf = bufs.first;
+    std::vector<T>& acc = bufs.second;
+    const T* vh = V.head(b, h);
+    T* oi = O.head(b, h) + i * O.sn;
+    const T m = row_logits(g, i, Q.head(b, h) + i * Q.sn, K.head(b, h), K.sn, lwp + b * Nk, eb, D, scale, buf.data());
+    if (!(m > static_cast<T>(kNegInf))) {
+      std::fill(oi, oi + E, T(0));
+      lp[bh * Nq + i] = static_cast<T>(kNegInf);
+      return;
     }
+    const int64_t lo = g.ro[i], n = g.ro[i + 1] - lo;
+    exp_shifted(buf.data(), n, m);
+    std::fill(acc.begin(), acc.end(), T(0));
+    T z = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      z += buf[t];
+      axpy(buf[t], vh + g.ci[lo + t] * V.sn, acc.data(), E);
+    }
+    const T rz = T(1) / z;
+#pragma omp simd
+    for (int64_t e = 0; e < E; ++e) oi[e] = acc[e] * rz;
+    lp[bh * Nq + i] = m + std::log(z);
   });
 }
 
@@ -216,58 +225,50 @@ template <int DV, int EV>
 void forward_fast(const Rows<float>& Q, const Rows<float>& K, const Rows<float>& V, const Rows<float>& O,
                   const float* lwp, const Csr& g, const float* eb, float scale, float* lp, int64_t B, int64_t H) {
   const int64_t Nq = g.nq, Nk = g.nk;
-  constexpr int64_t kRows = 256;
-  const int64_t blocks = (Nq + kRows - 1) / kRows;
   const int64_t padded = (g.max_row + kLanes - 1) / kLanes * kLanes + kLanes;
-  at::parallel_for(0, B * H * blocks, 1, [&](int64_t t0, int64_t t1) {
-    std::vector<float> buf(padded);
-    std::vector<int64_t> jj(padded);
-    for (int64_t task = t0; task < t1; ++task) {
-      const int64_t bh = task / blocks, b = bh / H, h = bh % H, i0 = (task % blocks) * kRows;
-      const int64_t i1 = std::min(Nq, i0 + kRows);
-      const float *qh = Q.head(b, h), *kh = K.head(b, h), *vh = V.head(b, h), *lw = lwp + b * Nk;
-      float* oh = O.head(b, h);
-      for (int64_t i = i0; i < i1; ++i) {
-        float* oi = oh + i * O.sn;
-        const int64_t lo = g.ro[i], n = g.ro[i + 1] - lo;
-        VF qv[DV];
-        for (int dv = 0; dv < DV; ++dv) qv[dv] = ld(qh + i * Q.sn + dv * kLanes) * scale;
-        VF mv = splat<float>(static_cast<float>(kNegInf));
-        for (int64_t t = 0; t < n; t += kLanes) {
-          const VF s = block_logits<DV>(qv, kh, K.sn, g.ci + lo, t, n, lw, eb ? eb + lo : nullptr, jj.data() + t);
-          st(buf.data() + t, s);
-          mv = s > mv ? s : mv;
+  const auto scratch = [&] { return std::make_pair(std::vector<float>(padded), std::vector<int64_t>(padded)); };
+  for_each_query_row(B, H, Nq, scratch, [&](auto& bufs, int64_t bh, int64_t b, int64_t h, int64_t i) {
+    std::vector<float>& buf = bufs.first;
+    std::vector<int64_t>& jj = bufs.second;
+    const float *kh = K.head(b, h), *vh = V.head(b, h), *lw = lwp + b * Nk;
+    float* oi = O.head(b, h) + i * O.sn;
+    const int64_t lo = g.ro[i], n = g.ro[i + 1] - lo;
+    VF qv[DV];
+    for (int dv = 0; dv < DV; ++dv) qv[dv] = ld(Q.head(b, h) + i * Q.sn + dv * kLanes) * scale;
+    VF mv = splat<float>(static_cast<float>(kNegInf));
+    for (int64_t t = 0; t < n; t += kLanes) {
+      const VF s = block_logits<DV>(qv, kh, K.sn, g.ci + lo, t, n, lw, eb ? eb + lo : nullptr, jj.data() + t);
+      st(buf.data() + t, s);
+      mv = s > mv ? s : mv;
+    }
+    const float m = n > 0 ? hmax<float>(mv) : static_cast<float>(kNegInf);
+    if (!(m > static_cast<float>(kNegInf))) {
+      std::fill(oi, oi + EV * kLanes, 0.0f);
+      lp[bh * Nq + i] = static_cast<float>(kNegInf);
+      return;
+    }
+    VF acc[EV] = {}, zv = {};
+    for (int64_t t = 0; t < n; t += kLanes) {
+      const VF p = vexp(ld(buf.data() + t) - m);  // 0 past the row's end
+      zv += p;
+      alignas(64) float pl[kLanes];
+      st(pl, p);
+      const int64_t* js = jj.data() + t;
+      if (n - t >= kLanes) {
+        for (int l = 0; l < kLanes; ++l) {
+          const float* vj = vh + js[l] * V.sn;
+          for (int ev = 0; ev < EV; ++ev) acc[ev] += pl[l] * ld(vj + ev * kLanes);
         }
-        const float m = n > 0 ? hmax<float>(mv) : static_cast<float>(kNegInf);
-        if (!(m > static_cast<float>(kNegInf))) {
-          std::fill(oi, oi + EV * kLanes, 0.0f);
-          lp[bh * Nq + i] = static_cast<float>(kNegInf);
-          continue;
+      } else {
+        for (int64_t l = 0; l < n - t; ++l) {
+          const float* vj = vh + js[l] * V.sn;
+          for (int ev = 0; ev < EV; ++ev) acc[ev] += pl[l] * ld(vj + ev * kLanes);
         }
-        VF acc[EV] = {}, zv = {};
-        for (int64_t t = 0; t < n; t += kLanes) {
-          const VF p = vexp(ld(buf.data() + t) - m);  // 0 past the row's end
-          zv += p;
-          alignas(64) float pl[kLanes];
-          st(pl, p);
-          const int64_t* js = jj.data() + t;
-          if (n - t >= kLanes) {
-            for (int l = 0; l < kLanes; ++l) {
-              const float* vj = vh + js[l] * V.sn;
-              for (int ev = 0; ev < EV; ++ev) acc[ev] += pl[l] * ld(vj + ev * kLanes);
-            }
-          } else {
-            for (int64_t l = 0; l < n - t; ++l) {
-              const float* vj = vh + js[l] * V.sn;
-              for (int ev = 0; ev < EV; ++ev) acc[ev] += pl[l] * ld(vj + ev * kLanes);
-            }
-          }
-        }
-        const float z = hsum<float>(zv);
-        for (int ev = 0; ev < EV; ++ev) st(oi + ev * kLanes, acc[ev] * (1.0f / z));
-        lp[bh * Nq + i] = m + std::log(z);
       }
     }
+    const float z = hsum<float>(zv);
+    for (int ev = 0; ev < EV; ++ev) st(oi + ev * kLanes, acc[ev] * (1.0f / z));
+    lp[bh * Nq + i] = m + std::log(z);
   });
 }
 
