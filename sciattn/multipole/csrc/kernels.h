@@ -19,6 +19,17 @@ void check_gradients(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 void check_bias(const at::Tensor& q, c10::IntArrayRef n, at::TensorList logphi,
                 const c10::optional<at::Tensor>& table, at::TensorList upos,
                 const c10::optional<at::Tensor>& dtable = c10::nullopt);
+// Every check of a forward (inputs, outputs, gamma, bias) and of a backward (inputs, outputs, gradients, bias).
+void check_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+                   c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi,
+                   const c10::optional<at::Tensor>& table, at::TensorList upos, const at::Tensor& out,
+                   const at::Tensor& lse, const c10::optional<at::Tensor>& gamma);
+void check_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+                    c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi,
+                    const c10::optional<at::Tensor>& table, at::TensorList upos, const at::Tensor& out,
+                    const at::Tensor& lse, const at::Tensor& gout, const at::Tensor& dq, const at::Tensor& dk,
+                    const at::Tensor& dv, const c10::optional<at::Tensor>& dlogw,
+                    const c10::optional<at::Tensor>& dtable);
 
 // Forward: out and lse written; with gamma (H,) out += gamma_h A instead and lse is not written (inference).
 

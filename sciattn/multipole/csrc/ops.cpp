@@ -94,6 +94,29 @@ void check_bias(const at::Tensor& q, c10::IntArrayRef n, at::TensorList logphi,
                 "box_attention: dtable (B, H, K0, K1, K2) of q's dtype");
 }
 
+void check_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+                   c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi,
+                   const c10::optional<at::Tensor>& table, at::TensorList upos, const at::Tensor& out,
+                   const at::Tensor& lse, const c10::optional<at::Tensor>& gamma) {
+  check_inputs(q, k, v, logw, n, m, starts, logphi);
+  check_outputs(q, out, lse);
+  check_gamma(q, gamma);
+  check_bias(q, n, logphi, table, upos);
+}
+
+void check_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
+                    c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi,
+                    const c10::optional<at::Tensor>& table, at::TensorList upos, const at::Tensor& out,
+                    const at::Tensor& lse, const at::Tensor& gout, const at::Tensor& dq, const at::Tensor& dk,
+                    const at::Tensor& dv, const c10::optional<at::Tensor>& dlogw,
+                    const c10::optional<at::Tensor>& dtable) {
+  check_inputs(q, k, v, logw, n, m, starts, logphi);
+  check_outputs(q, out, lse);
+  check_gradients(q, k, v, logw, gout, dq, dk, dv, dlogw);
+  check_bias(q, n, logphi, table, upos, dtable);
+  TORCH_CHECK(table.has_value() == dtable.has_value(), "box_attention: a bias table needs dtable");
+}
+
 }  // namespace sciattn_box
 
 #define SCIATTN_BOX_ARGS \

@@ -312,6 +312,21 @@ struct Lanes {
   int64_t B, H, D;
 };
 
+// The keys, values and log weights of a call in the lane layout: the log weights always (B M01 aS, small), the keys
+// and values of the whole level only where the row ring does not apply (ring_applies).
+template <typename T>
+struct LaneKeys {
+  bool ring;
+  std::vector<T> kt, vt, lwt;
+  LaneKeys(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, bool ring_ok) : ring(ring_ok) {
+    if (!ring) {
+      to_lanes(x.k, kt, L, x.B * x.H, x.D, g.m[2]);
+      to_lanes(x.v, vt, L, x.B * x.H, x.D, g.m[2]);
+    }
+    logw_to_lanes(x.logw, lwt, L, x.B, g.Nk, g.m[2]);
+  }
+};
+
 // out[d] = sum_pc w[pc] * src[base[pc] + d * stride] lane-wise, NC channels at a time in registers.
 template <typename T, int NC>
 inline void lane_sums_chunk(const V<T>* w, const T* src, const int64_t* base, int64_t np, int64_t d0,
@@ -373,12 +388,8 @@ void forward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, 
                   T* out, T* lse, const T* gamma) {
   const int64_t H = x.H, D = x.D, Nq = g.Nq, Nk = g.Nk, BH = x.B * H, m2 = g.m[2];
   const bool use_ring = ring_applies(g);
-  std::vector<T> kt, vt, lwt;
-  if (!use_ring) {
-    to_lanes(x.k, kt, L, BH, D, m2);
-    to_lanes(x.v, vt, L, BH, D, m2);
-  }
-  logw_to_lanes(x.logw, lwt, L, x.B, Nk, m2);
+  const LaneKeys<T> keys(x, g, L, use_ring);
+  const std::vector<T>&kt = keys.kt, &vt = keys.vt, &lwt = keys.lwt;
   const int64_t rows = g.n[0] * g.n[1];
   // with the ring, tasks of (b, h, a run of kRingRows query rows), each starting from an empty ring
   const int64_t chunk = use_ring ? std::min<int64_t>(rows, kRingRows) : 1, chunks = (rows + chunk - 1) / chunk;
@@ -439,12 +450,8 @@ void backward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L,
                    const T* out, const T* lse, const T* gout, T* dq, T* dk, T* dv, T* dlogw, T* dtable) {
   const int64_t H = x.H, D = x.D, Nq = g.Nq, Nk = g.Nk, BH = x.B * H, m2 = g.m[2];
   const bool use_ring = ring_applies(g);
-  std::vector<T> kt, vt, lwt;
-  if (!use_ring) {
-    to_lanes(x.k, kt, L, BH, D, m2);
-    to_lanes(x.v, vt, L, BH, D, m2);
-  }
-  logw_to_lanes(x.logw, lwt, L, x.B, Nk, m2);
+  const LaneKeys<T> keys(x, g, L, use_ring);
+  const std::vector<T>&kt = keys.kt, &vt = keys.vt, &lwt = keys.lwt;
   std::vector<T> dkt(kt.size(), T(0)), dvt(vt.size(), T(0));
   std::vector<T> dlwt(dlogw ? BH * L.M01 * L.aS : 0, T(0));
   const int64_t rows = g.n[0] * g.n[1], aS = L.aS;
@@ -554,18 +561,19 @@ void backward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L,
         }
 }
 
+void check_lane_strides(c10::IntArrayRef n, c10::IntArrayRef m, int64_t a, int64_t r) {
+  TORCH_CHECK(a >= 1 && r >= 1 && n[2] % r == 0 && m[2] % a == 0 && n[2] / r == m[2] / a,
+              "box_attention: lane strides a, r must split the last axis (n2 / r = m2 / a)");
+}
+
 }  // namespace
 
 void lanes_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& logw,
                    c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi, double scale,
                    int64_t a, int64_t r, const c10::optional<at::Tensor>& table, at::TensorList upos,
                    const at::Tensor& out, const at::Tensor& lse, const c10::optional<at::Tensor>& gamma) {
-  check_inputs(q, k, v, logw, n, m, starts, logphi);
-  check_outputs(q, out, lse);
-  check_gamma(q, gamma);
-  check_bias(q, n, logphi, table, upos);
-  TORCH_CHECK(a >= 1 && r >= 1 && n[2] % r == 0 && m[2] % a == 0 && n[2] / r == m[2] / a,
-              "box_attention: lane strides a, r must split the last axis (n2 / r = m2 / a)");
+  check_forward(q, k, v, logw, n, m, starts, logphi, table, upos, out, lse, gamma);
+  check_lane_strides(n, m, a, r);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "lanes_forward", [&] {
     Level<scalar_t> g(n, m, starts, logphi);
     const Bias<scalar_t> bias(table, upos);
@@ -583,13 +591,8 @@ void lanes_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
                     const at::Tensor& out, const at::Tensor& lse, const at::Tensor& gout, const at::Tensor& dq,
                     const at::Tensor& dk, const at::Tensor& dv, const c10::optional<at::Tensor>& dlogw,
                     const c10::optional<at::Tensor>& dtable) {
-  check_inputs(q, k, v, logw, n, m, starts, logphi);
-  check_outputs(q, out, lse);
-  check_gradients(q, k, v, logw, gout, dq, dk, dv, dlogw);
-  check_bias(q, n, logphi, table, upos, dtable);
-  TORCH_CHECK(table.has_value() == dtable.has_value(), "box_attention: a bias table needs dtable");
-  TORCH_CHECK(a >= 1 && r >= 1 && n[2] % r == 0 && m[2] % a == 0 && n[2] / r == m[2] / a,
-              "box_attention: lane strides a, r must split the last axis (n2 / r = m2 / a)");
+  check_backward(q, k, v, logw, n, m, starts, logphi, table, upos, out, lse, gout, dq, dk, dv, dlogw, dtable);
+  check_lane_strides(n, m, a, r);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "lanes_backward", [&] {
     Level<scalar_t> g(n, m, starts, logphi);
     const Bias<scalar_t> bias(table, upos);

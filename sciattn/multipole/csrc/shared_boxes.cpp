@@ -38,6 +38,12 @@ struct Runs {
     for (int64_t r = 0; r < count[2]; ++r) max2 = std::max(max2, begin[2][r + 1] - begin[2][r]);
   }
   int64_t groups() const { return count[0] * count[1] * count[2]; }
+  // f(i0, i1) for every query row of group r (the leading axes' runs r[0], r[1]), in order
+  template <typename F>
+  void for_rows(const int64_t r[3], F f) const {
+    for (int64_t i0 = begin[0][r[0]]; i0 < begin[0][r[0] + 1]; ++i0)
+      for (int64_t i1 = begin[1][r[1]]; i1 < begin[1][r[1] + 1]; ++i1) f(i0, i1);
+  }
 };
 
 // One box for one (batch, head): keys transposed in blocks (kt[blk][d][lane]), keys and values row-major (kr for
@@ -101,6 +107,13 @@ struct Box {
     }
   }
 
+  // With a bias: head h's table interpolated for query row (i0, i1) (tp, Bias::rows) and transposed into tpt.
+  void bias_rows(const Bias<T>& bias, const Level<T>& g, int64_t h, int64_t i0, int64_t i1, T* tp, T* tpt) const {
+    if (!bias.on()) return;
+    bias.rows(g, h, i0, i1, tp);
+    transpose_rows(tp, tpt);
+  }
+
   // tpt (K2, L01p) = tp (L01, K2) transposed, zero on the padding rows.
   void transpose_rows(const T* tp, T* tpt) const {
     for (int64_t k = 0; k < K2; ++k)
@@ -144,6 +157,12 @@ struct Box {
     std::fill(gt, gt + K2 * L01p, T(0));
   }
 
+  // A query row (i0, i1) of head h begins: its row base and, with a bias, its row table (bias_rows).
+  void start_row(const Level<T>& g, const Bias<T>& bias, int64_t h, int64_t i0, int64_t i1, T* tp, T* tpt) {
+    row_base(g, i0, i1);
+    bias_rows(bias, g, h, i0, i1, tp, tpt);
+  }
+
   void row_base(const Level<T>& g, int64_t i0, int64_t i1) {
     const T* w0 = g.logphi[0] + i0 * g.len[0];
     const T* w1 = g.logphi[1] + i1 * g.len[1];
@@ -182,67 +201,62 @@ void forward_impl(const Tensors<T>& x, const Level<T>& g, const Bias<T>& bias, T
       T* ob = out + bh * D * Nq;
       T* lb = lse + bh * Nq;
       const int64_t b2 = runs.begin[2][r[2]], e2 = runs.begin[2][r[2] + 1];
-      for (int64_t i0 = runs.begin[0][r[0]]; i0 < runs.begin[0][r[0] + 1]; ++i0)
-        for (int64_t i1 = runs.begin[1][r[1]]; i1 < runs.begin[1][r[1] + 1]; ++i1) {
-          box.row_base(g, i0, i1);
-          if (bias.on()) {
-            bias.rows(g, bh % H, i0, i1, tp.data());
-            box.transpose_rows(tp.data(), tpt.data());
+      runs.for_rows(r, [&](int64_t i0, int64_t i1) {
+        box.start_row(g, bias, bh % H, i0, i1, tp.data(), tpt.data());
+        const int64_t row0 = (i0 * g.n[1] + i1) * g.n[2];
+        for (int64_t j2 = b2; j2 < e2; j2 += kRowQ) {  // kRowQ queries of the row at a time
+          const int nq = static_cast<int>(std::min<int64_t>(kRowQ, e2 - j2));
+          if (bias.on())
+            for (int j = 0; j < nq; ++j) box.bias_row(bias, j2 + j - b2, tpt.data(), brow.data() + j * Pp);
+          const int64_t iq0 = row0 + j2;
+          for (int j = 0; j < nq; ++j)
+            for (int64_t d = 0; d < D; ++d) qsc[j * D + d] = qb[d * Nq + iq0 + j] * scale;
+          dots_n<T>(nq, qsc.data(), D, box.kt.data(), D, nb, acc.data());
+          bool empty[kRowQ];
+          T total[kRowQ], mxs[kRowQ];
+          for (int j = 0; j < nq; ++j) {
+            const T* w2row = box.w2.data() + (j2 + j - b2) * Pp;
+            T* sj = S.data() + j * Pp;
+            V<T> mv = splat<T>(static_cast<T>(kNegInf));
+            for (int64_t bb = 0; bb < nb; ++bb) {
+              V<T> z = acc[j * nb + bb] + ld(box.base.data() + bb * kLanes) + ld(w2row + bb * kLanes);
+              if (bias.on()) z += ld(brow.data() + j * Pp + bb * kLanes);
+              st(sj + bb * kLanes, z);
+              mv = mv > z ? mv : z;
+            }
+            const T mx = hmax<T>(mv);
+            mxs[j] = mx;
+            empty[j] = mx == static_cast<T>(kNegInf);
+            V<T> sum{};
+            for (int64_t bb = 0; bb < nb; ++bb) {
+              const V<T> e = empty[j] ? V<T>{} : vexp(ld(sj + bb * kLanes) - mx);
+              st(sj + bb * kLanes, e);
+              sum += e;
+            }
+            total[j] = hsum<T>(sum);
           }
-          const int64_t row0 = (i0 * g.n[1] + i1) * g.n[2];
-          for (int64_t j2 = b2; j2 < e2; j2 += kRowQ) {  // kRowQ queries of the row at a time
-            const int nq = static_cast<int>(std::min<int64_t>(kRowQ, e2 - j2));
-            if (bias.on())
-              for (int j = 0; j < nq; ++j) box.bias_row(bias, j2 + j - b2, tpt.data(), brow.data() + j * Pp);
-            const int64_t iq0 = row0 + j2;
-            for (int j = 0; j < nq; ++j)
-              for (int64_t d = 0; d < D; ++d) qsc[j * D + d] = qb[d * Nq + iq0 + j] * scale;
-            dots_n<T>(nq, qsc.data(), D, box.kt.data(), D, nb, acc.data());
-            bool empty[kRowQ];
-            T total[kRowQ], mxs[kRowQ];
-            for (int j = 0; j < nq; ++j) {
-              const T* w2row = box.w2.data() + (j2 + j - b2) * Pp;
-              T* sj = S.data() + j * Pp;
-              V<T> mv = splat<T>(static_cast<T>(kNegInf));
-              for (int64_t bb = 0; bb < nb; ++bb) {
-                V<T> z = acc[j * nb + bb] + ld(box.base.data() + bb * kLanes) + ld(w2row + bb * kLanes);
-                if (bias.on()) z += ld(brow.data() + j * Pp + bb * kLanes);
-                st(sj + bb * kLanes, z);
-                mv = mv > z ? mv : z;
+          row_sums_n<T>(nq, S.data(), Pp, box.vr.data(), box.P, box.Dp, o.data());
+          for (int j = 0; j < nq; ++j) {
+            const int64_t iq = iq0 + j;
+            const T* oj = o.data() + j * box.Dp;
+            if (empty[j]) {
+              if (!gamma) {
+                for (int64_t e = 0; e < D; ++e) ob[e * Nq + iq] = 0;
+                lb[iq] = mxs[j];
               }
-              const T mx = hmax<T>(mv);
-              mxs[j] = mx;
-              empty[j] = mx == static_cast<T>(kNegInf);
-              V<T> sum{};
-              for (int64_t bb = 0; bb < nb; ++bb) {
-                const V<T> e = empty[j] ? V<T>{} : vexp(ld(sj + bb * kLanes) - mx);
-                st(sj + bb * kLanes, e);
-                sum += e;
-              }
-              total[j] = hsum<T>(sum);
+              continue;
             }
-            row_sums_n<T>(nq, S.data(), Pp, box.vr.data(), box.P, box.Dp, o.data());
-            for (int j = 0; j < nq; ++j) {
-              const int64_t iq = iq0 + j;
-              const T* oj = o.data() + j * box.Dp;
-              if (empty[j]) {
-                if (!gamma) {
-                  for (int64_t e = 0; e < D; ++e) ob[e * Nq + iq] = 0;
-                  lb[iq] = mxs[j];
-                }
-                continue;
-              }
-              const T inv = T(1) / total[j];
-              if (gamma) {  // accumulate: out += gamma_h A (inference; no log-sum-exp kept)
-                const T gh = gamma[bh % H] * inv;
-                for (int64_t e = 0; e < D; ++e) ob[e * Nq + iq] += oj[e] * gh;
-                continue;
-              }
-              for (int64_t e = 0; e < D; ++e) ob[e * Nq + iq] = oj[e] * inv;
-              lb[iq] = mxs[j] + std::log(total[j]);
+            const T inv = T(1) / total[j];
+            if (gamma) {  // accumulate: out += gamma_h A (inference; no log-sum-exp kept)
+              const T gh = gamma[bh % H] * inv;
+              for (int64_t e = 0; e < D; ++e) ob[e * Nq + iq] += oj[e] * gh;
+              continue;
             }
+            for (int64_t e = 0; e < D; ++e) ob[e * Nq + iq] = oj[e] * inv;
+            lb[iq] = mxs[j] + std::log(total[j]);
           }
         }
+      });
     }
   });
 }
@@ -280,78 +294,73 @@ void backward_impl(const Tensors<T>& x, const Level<T>& g, const Bias<T>& bias, 
         std::fill(dlb.begin(), dlb.end(), T(0));
         int nq = 0;
         const int64_t b2 = runs.begin[2][r[2]], e2 = runs.begin[2][r[2] + 1];
-        for (int64_t i0 = runs.begin[0][r[0]]; i0 < runs.begin[0][r[0] + 1]; ++i0)
-          for (int64_t i1 = runs.begin[1][r[1]]; i1 < runs.begin[1][r[1] + 1]; ++i1) {
-            box.row_base(g, i0, i1);
-            if (bias.on()) {
-              bias.rows(g, bh % H, i0, i1, tp.data());
-              box.transpose_rows(tp.data(), tpt.data());
+        runs.for_rows(r, [&](int64_t i0, int64_t i1) {
+          box.start_row(g, bias, bh % H, i0, i1, tp.data(), tpt.data());
+          const int64_t row0 = (i0 * g.n[1] + i1) * g.n[2];
+          for (int64_t j2 = b2; j2 < e2; j2 += kRowQ) {  // kRowQ queries of the row at a time
+            const int64_t cnt = std::min<int64_t>(kRowQ, e2 - j2);
+            if (nq + kRowQ > kBlockQ) {
+              flush_outer<T>(nq, dkb.data(), dvb.data(), ds.data(), prob.data(), qrows.data(), gos.data(), P, Pp,
+                             Dp, scale);
+              nq = 0;
             }
-            const int64_t row0 = (i0 * g.n[1] + i1) * g.n[2];
-            for (int64_t j2 = b2; j2 < e2; j2 += kRowQ) {  // kRowQ queries of the row at a time
-              const int64_t cnt = std::min<int64_t>(kRowQ, e2 - j2);
-              if (nq + kRowQ > kBlockQ) {
-                flush_outer<T>(nq, dkb.data(), dvb.data(), ds.data(), prob.data(), qrows.data(), gos.data(), P, Pp,
-                               Dp, scale);
-                nq = 0;
+            int nl = 0;  // live queries (with an admissible key), in slots nq .. nq + nl - 1
+            int64_t iqs[kRowQ], runj[kRowQ];
+            T ls[kRowQ], dis[kRowQ];
+            const T* w2rows[kRowQ];
+            for (int64_t i2 = j2; i2 < j2 + cnt; ++i2) {
+              const int64_t iq = row0 + i2;
+              const T l = lb[iq];
+              if (l == static_cast<T>(kNegInf)) {
+                for (int64_t d = 0; d < D; ++d) dqb[d * Nq + iq] = 0;
+                continue;
               }
-              int nl = 0;  // live queries (with an admissible key), in slots nq .. nq + nl - 1
-              int64_t iqs[kRowQ], runj[kRowQ];
-              T ls[kRowQ], dis[kRowQ];
-              const T* w2rows[kRowQ];
-              for (int64_t i2 = j2; i2 < j2 + cnt; ++i2) {
-                const int64_t iq = row0 + i2;
-                const T l = lb[iq];
-                if (l == static_cast<T>(kNegInf)) {
-                  for (int64_t d = 0; d < D; ++d) dqb[d * Nq + iq] = 0;
-                  continue;
-                }
-                T* go = gos.data() + (nq + nl) * Dp;
-                T* qrow = qrows.data() + (nq + nl) * Dp;
-                T di = 0;
-                for (int64_t e = 0; e < D; ++e) {
-                  go[e] = gb[e * Nq + iq];
-                  qrow[e] = qb[e * Nq + iq];
-                  qsc[nl * D + e] = qrow[e] * scale;
-                  di += go[e] * ob[e * Nq + iq];
-                }
-                iqs[nl] = iq;
-                ls[nl] = l;
-                dis[nl] = di;
-                w2rows[nl] = box.w2.data() + (i2 - b2) * Pp;
-                runj[nl] = i2 - b2;
-                ++nl;
+              T* go = gos.data() + (nq + nl) * Dp;
+              T* qrow = qrows.data() + (nq + nl) * Dp;
+              T di = 0;
+              for (int64_t e = 0; e < D; ++e) {
+                go[e] = gb[e * Nq + iq];
+                qrow[e] = qb[e * Nq + iq];
+                qsc[nl * D + e] = qrow[e] * scale;
+                di += go[e] * ob[e * Nq + iq];
               }
-              if (!nl) continue;
-              dots_n<T>(nl, qsc.data(), D, box.kt.data(), D, nb, sacc.data());                 // scores
-              dots_n<T>(nl, gos.data() + nq * Dp, Dp, box.vt.data(), D, nb, dacc.data());  // dO . v_p
-              for (int j = 0; j < nl; ++j) {
-                T* pq = prob.data() + (nq + j) * Pp;
-                T* dsq = ds.data() + (nq + j) * Pp;
-                if (bias.on()) box.bias_row(bias, runj[j], tpt.data(), brow.data());
-                for (int64_t bb = 0; bb < nb; ++bb) {
-                  V<T> sc = sacc[j * nb + bb] + ld(box.base.data() + bb * kLanes) + ld(w2rows[j] + bb * kLanes);
-                  if (bias.on()) sc += ld(brow.data() + bb * kLanes);
-                  V<T> z = sc - ls[j];
-                  z = z > T(0) ? V<T>{} : z;
-                  const V<T> pv = vexp(z);
-                  const V<T> dsv = pv * (dacc[j * nb + bb] - dis[j]);
-                  st(pq + bb * kLanes, pv);
-                  st(dsq + bb * kLanes, dsv);
-                  st(dlb.data() + bb * kLanes, ld(dlb.data() + bb * kLanes) + dsv);
-                }
-                if (bias.on()) box.bias_grad(bias, runj[j], dsq, gt.data());
-              }
-              row_sums_n<T>(nl, ds.data() + nq * Pp, Pp, box.kr.data(), P, Dp, gq.data());
-              for (int j = 0; j < nl; ++j)
-                for (int64_t d = 0; d < D; ++d) dqb[d * Nq + iqs[j]] = gq[j * Dp + d] * scale;
-              nq += nl;
+              iqs[nl] = iq;
+              ls[nl] = l;
+              dis[nl] = di;
+              w2rows[nl] = box.w2.data() + (i2 - b2) * Pp;
+              runj[nl] = i2 - b2;
+              ++nl;
             }
-            if (bias.on()) {  // the row's table gradient, through the leading axes' hat weights
-              box.untranspose_grad(gt.data(), dtp.data());
-              bias.add_rows(g, i0, i1, dtp.data(), dtable + bh * bias.Kt);
+            if (!nl) continue;
+            dots_n<T>(nl, qsc.data(), D, box.kt.data(), D, nb, sacc.data());                 // scores
+            dots_n<T>(nl, gos.data() + nq * Dp, Dp, box.vt.data(), D, nb, dacc.data());  // dO . v_p
+            for (int j = 0; j < nl; ++j) {
+              T* pq = prob.data() + (nq + j) * Pp;
+              T* dsq = ds.data() + (nq + j) * Pp;
+              if (bias.on()) box.bias_row(bias, runj[j], tpt.data(), brow.data());
+              for (int64_t bb = 0; bb < nb; ++bb) {
+                V<T> sc = sacc[j * nb + bb] + ld(box.base.data() + bb * kLanes) + ld(w2rows[j] + bb * kLanes);
+                if (bias.on()) sc += ld(brow.data() + bb * kLanes);
+                V<T> z = sc - ls[j];
+                z = z > T(0) ? V<T>{} : z;
+                const V<T> pv = vexp(z);
+                const V<T> dsv = pv * (dacc[j * nb + bb] - dis[j]);
+                st(pq + bb * kLanes, pv);
+                st(dsq + bb * kLanes, dsv);
+                st(dlb.data() + bb * kLanes, ld(dlb.data() + bb * kLanes) + dsv);
+              }
+              if (bias.on()) box.bias_grad(bias, runj[j], dsq, gt.data());
             }
+            row_sums_n<T>(nl, ds.data() + nq * Pp, Pp, box.kr.data(), P, Dp, gq.data());
+            for (int j = 0; j < nl; ++j)
+              for (int64_t d = 0; d < D; ++d) dqb[d * Nq + iqs[j]] = gq[j * Dp + d] * scale;
+            nq += nl;
           }
+          if (bias.on()) {  // the row's table gradient, through the leading axes' hat weights
+            box.untranspose_grad(gt.data(), dtp.data());
+            bias.add_rows(g, i0, i1, dtp.data(), dtable + bh * bias.Kt);
+          }
+        });
         flush_outer<T>(nq, dkb.data(), dvb.data(), ds.data(), prob.data(), qrows.data(), gos.data(), P, Pp, Dp,
                        scale);
         T* dkh = dk + bh * D * Nk;
@@ -379,10 +388,7 @@ void boxes_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
                    c10::IntArrayRef n, c10::IntArrayRef m, at::TensorList starts, at::TensorList logphi, double scale,
                    const c10::optional<at::Tensor>& table, at::TensorList upos, const at::Tensor& out,
                    const at::Tensor& lse, const c10::optional<at::Tensor>& gamma) {
-  check_inputs(q, k, v, logw, n, m, starts, logphi);
-  check_outputs(q, out, lse);
-  check_gamma(q, gamma);
-  check_bias(q, n, logphi, table, upos);
+  check_forward(q, k, v, logw, n, m, starts, logphi, table, upos, out, lse, gamma);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "boxes_forward", [&] {
     Level<scalar_t> g(n, m, starts, logphi);
     const Bias<scalar_t> bias(table, upos);
@@ -399,11 +405,7 @@ void boxes_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
                     const at::Tensor& lse, const at::Tensor& gout, const at::Tensor& dq, const at::Tensor& dk,
                     const at::Tensor& dv, const c10::optional<at::Tensor>& dlogw,
                     const c10::optional<at::Tensor>& dtable) {
-  check_inputs(q, k, v, logw, n, m, starts, logphi);
-  check_outputs(q, out, lse);
-  check_gradients(q, k, v, logw, gout, dq, dk, dv, dlogw);
-  check_bias(q, n, logphi, table, upos, dtable);
-  TORCH_CHECK(table.has_value() == dtable.has_value(), "box_attention: a bias table needs dtable");
+  check_backward(q, k, v, logw, n, m, starts, logphi, table, upos, out, lse, gout, dq, dk, dv, dlogw, dtable);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "boxes_backward", [&] {
     Level<scalar_t> g(n, m, starts, logphi);
     const Bias<scalar_t> bias(table, upos);
