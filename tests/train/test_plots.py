@@ -64,3 +64,27 @@ def test_loss_curve_refuses_rows_without_the_loss():
         loss_curve_figure([])
     with pytest.raises(ValueError, match="row 1 has \\['epoch'\\]"):
         loss_curve_figure([{"epoch": 1, "train_loss": 1.0}, {"epoch": 2}])
+
+
+def test_save_figure_replaces_the_image_atomically(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from sciattn.train.analysis.plots import save_figure
+
+    path = tmp_path / "curve.png"
+    path.write_bytes(b"old image")
+    fig = plt.figure()
+
+    def broken(target, *args, **kwargs):  # writes part of the image, then fails
+        with open(target, "wb") as fh:
+            fh.write(b"\x89PNG partial")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(fig, "savefig", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        save_figure(fig, plt, path)
+    assert path.read_bytes() == b"old image"  # a failed write leaves the old image
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["curve.png"]  # and no temporary file
+    assert not plt.fignum_exists(fig.number)  # the figure is closed either way
+    fig = plt.figure()
+    assert save_figure(fig, plt, path) == path and path.read_bytes()[:4] == b"\x89PNG"

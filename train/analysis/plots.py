@@ -109,13 +109,18 @@ def plot_resolution_curve(errors: dict[int, float], path: str | Path, train_reso
 
 
 def save_figure(fig, plt, path: str | Path) -> Path:
-    """Lay ``fig`` out tightly, write it as an image at ``path`` (100 dpi; the folders are made) and close it in
+    """Lay ``fig`` out tightly, write it as an image at ``path`` (100 dpi, the format of its suffix, PNG without
+    one; the folders are made; atomically, so a killed run leaves the old image or the new one) and close it in
     ``plt`` (matplotlib's pyplot); returns ``path`` as a ``Path``."""
+    from sciattn._io import atomic_path
+
     fig.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=100, format=path.suffix[1:].lower() or "png")
+    finally:
+        plt.close(fig)
     return path
 
 
