@@ -155,13 +155,12 @@ def _box_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: torch
     dq, dk, dv, dlogw = torch.empty_like(q), fresh(k), fresh(v), torch.zeros_like(logw)
     dtable = q.new_zeros(0) if table is None else q.new_zeros(q.shape[0], *table.shape)
     grad = grad.contiguous()
-    dt = None if table is None else dtable
     if a:
         _library().lanes_backward(q, k, v, logw, n, m, starts, logphi, scale, a, r, table, upos, out, lse, grad, dq,
-                                  dk, dv, dlogw if want_logw else None, dt)
+                                  dk, dv, dlogw if want_logw else None, None if table is None else dtable)
     else:
         _library().boxes_backward(q, k, v, logw, n, m, starts, logphi, scale, table, upos, out, lse, grad, dq, dk,
-                                  dv, dlogw if want_logw else None, dt)
+                                  dv, dlogw if want_logw else None, None if table is None else dtable)
     return dq, dk, dv, dlogw, (dtable if table is None else dtable.sum(0))
 
 
@@ -245,8 +244,9 @@ def _channels_first(t: torch.Tensor) -> torch.Tensor:
     return t.movedim(-1, 1).movedim(-1, 1)
 
 
-def _check_fold(n: Sequence[int], m: Sequence[int], key_grid: Sequence[int] | None) -> None:
-    """``key_grid``: the level's own grid, finer than the input on the axes where ``k, v`` were folded onto it."""
+def _check_fold(n: Sequence[int], m: Sequence[int], key_grid: Sequence[int] | None, bias=None) -> None:
+    """``key_grid``: the level's own grid, finer than the input on the axes where ``k, v`` were folded onto it; a
+    folded level takes no score ``bias`` (its folded cells have no single displacement per key)."""
     if key_grid is None:
         return
     if len(key_grid) != len(m) or any(not isinstance(f, int) or isinstance(f, bool) for f in key_grid):
@@ -255,6 +255,8 @@ def _check_fold(n: Sequence[int], m: Sequence[int], key_grid: Sequence[int] | No
         if fa != ma and not (ma == na < fa):
             raise ValueError(f"key_grid: expected, per axis, the keys' size or a size above the input's with the keys "
                              f"on the input grid, got key_grid={tuple(key_grid)} for keys {tuple(m)}, input {tuple(n)}")
+    if bias is not None and tuple(key_grid) != tuple(m):
+        raise ValueError("key_grid: a folded level takes no score bias (pass the level's own keys)")
 
 
 def box_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: torch.Tensor,
@@ -273,12 +275,9 @@ def box_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logw: torch
     repeats (:func:`~sciattn.multipole.physical.pool_to_grid` onto ``min(key_grid, n)``): the level is computed
     folded onto the input grid (:func:`~sciattn.multipole.geometry.folded_axis_geometry`; CPU kernels only)."""
     chosen = _choose(q, bias, backend, k, v)
-    _check_fold(q.shape[3:], k.shape[3:], key_grid)
-    if key_grid is not None and tuple(key_grid) != tuple(k.shape[3:]):
-        if chosen != "cpu":
-            raise ValueError(f"key_grid: a folded level runs through the CPU kernels only, this call takes {chosen!r}")
-        if bias is not None:
-            raise ValueError("key_grid: a folded level takes no score bias (pass the level's own keys)")
+    _check_fold(q.shape[3:], k.shape[3:], key_grid, bias)
+    if key_grid is not None and tuple(key_grid) != tuple(k.shape[3:]) and chosen != "cpu":
+        raise ValueError(f"key_grid: a folded level runs through the CPU kernels only, this call takes {chosen!r}")
     if chosen == "flex":
         return box_flex(q, k, v, logw, window, scale, taper)
     if chosen == "sdpa":
@@ -339,11 +338,9 @@ def accumulate_box_attention(acc: torch.Tensor, gamma: torch.Tensor, q: torch.Te
     if box_attention_backend(q, bias)[0] != "cpu" or (torch.is_grad_enabled() and any(
             t.requires_grad for t in tensors)) or not acc.is_contiguous():
         return False
-    if bias is not None and key_grid is not None and tuple(key_grid) != tuple(k.shape[3:]):
-        raise ValueError("key_grid: a folded level takes no score bias (pass the level's own keys)")
     b, h, dh = q.shape[:3]
     n, m = tuple(q.shape[3:]), tuple(k.shape[3:])
-    _check_fold(n, m, key_grid)
+    _check_fold(n, m, key_grid, bias)
     radius, table = _kernel_bias(bias, q)
     n3, m3, starts, logphi, (a, r), upos = _geometry(n, m, window, taper, q.dtype, q.device, key_grid, radius)
     args = (q.reshape(b, h, dh, -1).contiguous(), k.reshape(b, h, dh, -1).contiguous(),

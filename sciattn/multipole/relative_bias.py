@@ -30,9 +30,15 @@ import math
 
 import torch
 
-from .geometry import GEOMETRY_CACHE_SIZE, axis_geometry, widened_axis_geometry
+from .geometry import GEOMETRY_CACHE_SIZE, _axis_float64, _widened_float64
 
-__all__ = ["RelativePositionBias", "box_node_positions"]
+__all__ = ["RelativePositionBias", "box_node_positions", "table_nodes"]
+
+
+def table_nodes(delta: torch.Tensor, radius: int) -> torch.Tensor:
+    """The table coordinate ``clamp((δ + 1) R, 0, 2R)`` of displacements ``δ`` in window units (module docstring):
+    the one formula of the SDPA path and the kernels' node positions."""
+    return ((delta + 1) * radius).clamp(0, 2 * radius)
 
 
 class RelativePositionBias:
@@ -51,7 +57,7 @@ class RelativePositionBias:
         ``(Mc, G_1..G_d, P_1..P_d)``); returns ``(H, Mc, G, P)``."""
         r, d = self.radius, self.spatial_dims
         flat = self.table.flatten(1)
-        nodes = [((dl + 1) * r).clamp(0, 2 * r) for dl in deltas]
+        nodes = [table_nodes(dl, r) for dl in deltas]
         lows = [nd.floor().clamp(0, 2 * r - 1) for nd in nodes]
         fracs = [nd - lo for nd, lo in zip(nodes, lows)]
         lows = [lo.long() for lo in lows]
@@ -77,11 +83,11 @@ class RelativePositionBias:
 
 @functools.lru_cache(maxsize=GEOMETRY_CACHE_SIZE)
 def _positions_float64(n: int, m: int, c: int, taper: bool, extra: int, radius: int) -> torch.Tensor:
-    geo = widened_axis_geometry(n, m, c, taper, extra) if extra else axis_geometry(n, m, c, taper)
+    geo = _widened_float64(n, m, c, taper, False, extra) if extra else _axis_float64(n, m, c, taper)
     xq = (torch.arange(n, dtype=torch.float64) + 0.5) * m / n  # query positions in key cells
     cells = geo.start[:, None] + torch.arange(geo.length)  # (n, L) key cells of every box
     delta = (xq[:, None] - (cells.to(torch.float64) + 0.5)) / c
-    return ((delta + 1) * radius).clamp(0, 2 * radius).contiguous()
+    return table_nodes(delta, radius).contiguous()
 
 
 @functools.lru_cache(maxsize=GEOMETRY_CACHE_SIZE)
@@ -96,8 +102,3 @@ def box_node_positions(n: int, m: int, c: int, taper: bool, radius: int, extra: 
     :func:`~sciattn.multipole.geometry.axis_geometry` (widened by ``extra`` cells:
     :func:`~sciattn.multipole.geometry.widened_axis_geometry`). Cached per arguments."""
     return _positions_cast(int(n), int(m), int(c), bool(taper), int(extra), int(radius), dtype, torch.device(device))
-
-
-def clear_position_cache() -> None:
-    for cache in (_positions_float64, _positions_cast):
-        cache.cache_clear()

@@ -121,19 +121,14 @@ def coarse_pool(h: torch.Tensor, weights: torch.Tensor, hats: torch.Tensor) -> t
 CHUNK_ELEMENTS = 1 << 21
 
 
-def _chunk_sizes(n: int, per_point: int) -> list[int]:
-    size = max(1, CHUNK_ELEMENTS // max(1, per_point))
-    return [size] * (n // size) + ([n % size] if n % size else [])
-
-
 # The per-subdomain (gathered) local sums run where the subdomains' supports hold at most this share of the S·N
 # (point, subdomain) pairs the dense form computes.
 SPARSE_BELOW = 0.5
 
 
 def _supports(root: torch.Tensor) -> list[torch.Tensor] | None:
-    """Per subdomain, the indices of the points where some batch row has a positive weight (``root (B, N, S)``), or
-    ``None`` where the dense form is the one to run (module docstring)."""
+    """Per subdomain, the indices of the points where some batch row has a positive weight (``root (B or 1, N, S)``),
+    or ``None`` where the dense form is the one to run (module docstring)."""
     if torch.compiler.is_compiling():
         return None
     member = (root > 0).any(0)  # (N, S)
@@ -162,7 +157,7 @@ def _local_dense(q, k, v, w, root):
     """The same sums over every (point, subdomain) pair, as chunked matrix products (module docstring)."""
     b, n, h, d = q.shape
     e, s = v.shape[-1], root.shape[-1]
-    sizes = _chunk_sizes(n, b * s * h * max(d, e))
+    sizes = max(1, CHUNK_ELEMENTS // max(1, b * s * h * max(d, e)))  # points per chunk (the last one shorter)
     local = None  # (B, H, S·D, E): K_i^T D_i^{1/2} W_i R_i V, one matrix product per chunk of points
     for r_c, k_c, v_c in zip(root.split(sizes, 1), (k * w[..., None, None]).split(sizes, 1), v.split(sizes, 1)):
         x = (r_c.transpose(1, 2)[:, None, :, None] * k_c.permute(0, 2, 3, 1)[:, :, None]).view(b, h, s * d, -1)
@@ -192,9 +187,10 @@ def schwarz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, weights
     if partition.shape[1] != q.shape[1]:
         raise ValueError(f"partition: expected {q.shape[1]} points on axis 1 to match q, got {tuple(partition.shape)}")
     b = q.shape[0]
-    root = partition.clamp_min(0).sqrt().to(q.dtype).expand(b, -1, -1)  # D_i^{1/2}, (B, N, S)
+    root = partition.clamp_min(0).sqrt().to(q.dtype)  # D_i^{1/2}, (B or 1, N, S)
+    supports = _supports(root)  # from the partition as given: a shared one is scanned once, not per batch row
+    root = root.expand(b, -1, -1)
     w = weights.to(q.dtype)
-    supports = _supports(root)
     out = _local_dense(q, k, v, w, root) if supports is None else _local_sparse(q, k, v, w, root, supports)
     if hats is not None:
         hats = hats.to(q.dtype).expand(q.shape[0], -1, -1)

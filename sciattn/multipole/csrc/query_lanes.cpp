@@ -146,7 +146,6 @@ struct RowRing {
     std::fill(done.begin(), done.end(), 0);
     next = 0;
   }
-  int64_t offset(int64_t row) const { return (row % ring) * row_size; }
 
   // row y of src (one (b, h) of (B, H, D, Nk)) into the slot at dst, zero padding
   void convert(const T* src, int64_t y, T* dst) const {
@@ -316,9 +315,8 @@ struct Lanes {
 // and values of the whole level only where the row ring does not apply (ring_applies).
 template <typename T>
 struct LaneKeys {
-  bool ring;
   std::vector<T> kt, vt, lwt;
-  LaneKeys(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, bool ring_ok) : ring(ring_ok) {
+  LaneKeys(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L, bool ring) {
     if (!ring) {
       to_lanes(x.k, kt, L, x.B * x.H, x.D, g.m[2]);
       to_lanes(x.v, vt, L, x.B * x.H, x.D, g.m[2]);
@@ -520,12 +518,12 @@ void backward_impl(const Lanes<T>& x, const Level<T>& g, const LaneLayout<T>& L,
           }
           if (bias.on()) {  // the table's gradient: ds at the set's nodes of the last axis, per box row
             const int64_t W = set.width;
-            for (int64_t pc = 0; pc < np; ++pc) {
-              const int64_t rr = pc / W, c = pc % W;
-              V<T>* bucket = bk.data() + rr * K2 + sd.blo[c];
-              bucket[0] += (1 - sd.bf[c]) * ds[pc];
-              bucket[step] += sd.bf[c] * ds[pc];
-            }
+            for (int64_t rr = 0; rr < L.R; ++rr)
+              for (int64_t c = 0; c < W; ++c) {
+                V<T>* bucket = bk.data() + rr * K2 + sd.blo[c];
+                bucket[0] += (1 - sd.bf[c]) * ds[rr * W + c];
+                bucket[step] += sd.bf[c] * ds[rr * W + c];
+              }
           }
         }
         if (bias.on()) {
